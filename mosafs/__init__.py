@@ -1,0 +1,3 @@
+"""mosafs: a distributed file system for checkpoint data."""
+
+__version__ = "0.1.0"

@@ -1,0 +1,67 @@
+from google.protobuf.internal import containers as _containers
+from google.protobuf import descriptor as _descriptor
+from google.protobuf import message as _message
+from collections.abc import Iterable as _Iterable
+from typing import ClassVar as _ClassVar, Optional as _Optional
+
+DESCRIPTOR: _descriptor.FileDescriptor
+
+class PutChunkRequest(_message.Message):
+    __slots__ = ("id", "data")
+    ID_FIELD_NUMBER: _ClassVar[int]
+    DATA_FIELD_NUMBER: _ClassVar[int]
+    id: bytes
+    data: bytes
+    def __init__(self, id: _Optional[bytes] = ..., data: _Optional[bytes] = ...) -> None: ...
+
+class PutChunkResponse(_message.Message):
+    __slots__ = ("already_present",)
+    ALREADY_PRESENT_FIELD_NUMBER: _ClassVar[int]
+    already_present: bool
+    def __init__(self, already_present: _Optional[bool] = ...) -> None: ...
+
+class GetChunkRequest(_message.Message):
+    __slots__ = ("id",)
+    ID_FIELD_NUMBER: _ClassVar[int]
+    id: bytes
+    def __init__(self, id: _Optional[bytes] = ...) -> None: ...
+
+class GetChunkResponse(_message.Message):
+    __slots__ = ("data",)
+    DATA_FIELD_NUMBER: _ClassVar[int]
+    data: bytes
+    def __init__(self, data: _Optional[bytes] = ...) -> None: ...
+
+class HasChunksRequest(_message.Message):
+    __slots__ = ("ids",)
+    IDS_FIELD_NUMBER: _ClassVar[int]
+    ids: _containers.RepeatedScalarFieldContainer[bytes]
+    def __init__(self, ids: _Optional[_Iterable[bytes]] = ...) -> None: ...
+
+class HasChunksResponse(_message.Message):
+    __slots__ = ("present",)
+    PRESENT_FIELD_NUMBER: _ClassVar[int]
+    present: _containers.RepeatedScalarFieldContainer[bool]
+    def __init__(self, present: _Optional[_Iterable[bool]] = ...) -> None: ...
+
+class GetInfoRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class BenefactorInfo(_message.Message):
+    __slots__ = ("id", "address", "capacity_bytes", "free_bytes", "chunks", "stored_bytes", "pool")
+    ID_FIELD_NUMBER: _ClassVar[int]
+    ADDRESS_FIELD_NUMBER: _ClassVar[int]
+    CAPACITY_BYTES_FIELD_NUMBER: _ClassVar[int]
+    FREE_BYTES_FIELD_NUMBER: _ClassVar[int]
+    CHUNKS_FIELD_NUMBER: _ClassVar[int]
+    STORED_BYTES_FIELD_NUMBER: _ClassVar[int]
+    POOL_FIELD_NUMBER: _ClassVar[int]
+    id: str
+    address: str
+    capacity_bytes: int
+    free_bytes: int
+    chunks: int
+    stored_bytes: int
+    pool: str
+    def __init__(self, id: _Optional[str] = ..., address: _Optional[str] = ..., capacity_bytes: _Optional[int] = ..., free_bytes: _Optional[int] = ..., chunks: _Optional[int] = ..., stored_bytes: _Optional[int] = ..., pool: _Optional[str] = ...) -> None: ...

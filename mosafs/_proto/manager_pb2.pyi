@@ -1,0 +1,377 @@
+from mosafs._proto import benefactor_pb2 as _benefactor_pb2
+from mosafs._proto import common_pb2 as _common_pb2
+from google.protobuf.internal import containers as _containers
+from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
+from google.protobuf import descriptor as _descriptor
+from google.protobuf import message as _message
+from collections.abc import Iterable as _Iterable, Mapping as _Mapping
+from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
+
+DESCRIPTOR: _descriptor.FileDescriptor
+
+class FileKind(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    FILE_KIND_UNSPECIFIED: _ClassVar[FileKind]
+    FILE_KIND_DIRECTORY: _ClassVar[FileKind]
+    FILE_KIND_REGULAR: _ClassVar[FileKind]
+FILE_KIND_UNSPECIFIED: FileKind
+FILE_KIND_DIRECTORY: FileKind
+FILE_KIND_REGULAR: FileKind
+
+class Empty(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class Attr(_message.Message):
+    __slots__ = ("inode", "kind", "mode", "nlink", "uid", "gid", "size", "atime_ns", "mtime_ns", "ctime_ns", "version")
+    INODE_FIELD_NUMBER: _ClassVar[int]
+    KIND_FIELD_NUMBER: _ClassVar[int]
+    MODE_FIELD_NUMBER: _ClassVar[int]
+    NLINK_FIELD_NUMBER: _ClassVar[int]
+    UID_FIELD_NUMBER: _ClassVar[int]
+    GID_FIELD_NUMBER: _ClassVar[int]
+    SIZE_FIELD_NUMBER: _ClassVar[int]
+    ATIME_NS_FIELD_NUMBER: _ClassVar[int]
+    MTIME_NS_FIELD_NUMBER: _ClassVar[int]
+    CTIME_NS_FIELD_NUMBER: _ClassVar[int]
+    VERSION_FIELD_NUMBER: _ClassVar[int]
+    inode: int
+    kind: FileKind
+    mode: int
+    nlink: int
+    uid: int
+    gid: int
+    size: int
+    atime_ns: int
+    mtime_ns: int
+    ctime_ns: int
+    version: int
+    def __init__(self, inode: _Optional[int] = ..., kind: _Optional[_Union[FileKind, str]] = ..., mode: _Optional[int] = ..., nlink: _Optional[int] = ..., uid: _Optional[int] = ..., gid: _Optional[int] = ..., size: _Optional[int] = ..., atime_ns: _Optional[int] = ..., mtime_ns: _Optional[int] = ..., ctime_ns: _Optional[int] = ..., version: _Optional[int] = ...) -> None: ...
+
+class LookupRequest(_message.Message):
+    __slots__ = ("parent", "name")
+    PARENT_FIELD_NUMBER: _ClassVar[int]
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    parent: int
+    name: str
+    def __init__(self, parent: _Optional[int] = ..., name: _Optional[str] = ...) -> None: ...
+
+class GetAttrRequest(_message.Message):
+    __slots__ = ("inode",)
+    INODE_FIELD_NUMBER: _ClassVar[int]
+    inode: int
+    def __init__(self, inode: _Optional[int] = ...) -> None: ...
+
+class SetAttrRequest(_message.Message):
+    __slots__ = ("inode", "mode", "uid", "gid", "atime_ns", "mtime_ns")
+    INODE_FIELD_NUMBER: _ClassVar[int]
+    MODE_FIELD_NUMBER: _ClassVar[int]
+    UID_FIELD_NUMBER: _ClassVar[int]
+    GID_FIELD_NUMBER: _ClassVar[int]
+    ATIME_NS_FIELD_NUMBER: _ClassVar[int]
+    MTIME_NS_FIELD_NUMBER: _ClassVar[int]
+    inode: int
+    mode: int
+    uid: int
+    gid: int
+    atime_ns: int
+    mtime_ns: int
+    def __init__(self, inode: _Optional[int] = ..., mode: _Optional[int] = ..., uid: _Optional[int] = ..., gid: _Optional[int] = ..., atime_ns: _Optional[int] = ..., mtime_ns: _Optional[int] = ...) -> None: ...
+
+class ReadDirRequest(_message.Message):
+    __slots__ = ("inode", "start_after", "limit")
+    INODE_FIELD_NUMBER: _ClassVar[int]
+    START_AFTER_FIELD_NUMBER: _ClassVar[int]
+    LIMIT_FIELD_NUMBER: _ClassVar[int]
+    inode: int
+    start_after: str
+    limit: int
+    def __init__(self, inode: _Optional[int] = ..., start_after: _Optional[str] = ..., limit: _Optional[int] = ...) -> None: ...
+
+class DirEntry(_message.Message):
+    __slots__ = ("name", "attr")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    ATTR_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    attr: Attr
+    def __init__(self, name: _Optional[str] = ..., attr: _Optional[_Union[Attr, _Mapping]] = ...) -> None: ...
+
+class ReadDirResponse(_message.Message):
+    __slots__ = ("entries", "more")
+    ENTRIES_FIELD_NUMBER: _ClassVar[int]
+    MORE_FIELD_NUMBER: _ClassVar[int]
+    entries: _containers.RepeatedCompositeFieldContainer[DirEntry]
+    more: bool
+    def __init__(self, entries: _Optional[_Iterable[_Union[DirEntry, _Mapping]]] = ..., more: _Optional[bool] = ...) -> None: ...
+
+class MkdirRequest(_message.Message):
+    __slots__ = ("parent", "name", "mode", "uid", "gid")
+    PARENT_FIELD_NUMBER: _ClassVar[int]
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    MODE_FIELD_NUMBER: _ClassVar[int]
+    UID_FIELD_NUMBER: _ClassVar[int]
+    GID_FIELD_NUMBER: _ClassVar[int]
+    parent: int
+    name: str
+    mode: int
+    uid: int
+    gid: int
+    def __init__(self, parent: _Optional[int] = ..., name: _Optional[str] = ..., mode: _Optional[int] = ..., uid: _Optional[int] = ..., gid: _Optional[int] = ...) -> None: ...
+
+class CreateRequest(_message.Message):
+    __slots__ = ("parent", "name", "mode", "uid", "gid", "exclusive")
+    PARENT_FIELD_NUMBER: _ClassVar[int]
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    MODE_FIELD_NUMBER: _ClassVar[int]
+    UID_FIELD_NUMBER: _ClassVar[int]
+    GID_FIELD_NUMBER: _ClassVar[int]
+    EXCLUSIVE_FIELD_NUMBER: _ClassVar[int]
+    parent: int
+    name: str
+    mode: int
+    uid: int
+    gid: int
+    exclusive: bool
+    def __init__(self, parent: _Optional[int] = ..., name: _Optional[str] = ..., mode: _Optional[int] = ..., uid: _Optional[int] = ..., gid: _Optional[int] = ..., exclusive: _Optional[bool] = ...) -> None: ...
+
+class UnlinkRequest(_message.Message):
+    __slots__ = ("parent", "name")
+    PARENT_FIELD_NUMBER: _ClassVar[int]
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    parent: int
+    name: str
+    def __init__(self, parent: _Optional[int] = ..., name: _Optional[str] = ...) -> None: ...
+
+class RmdirRequest(_message.Message):
+    __slots__ = ("parent", "name")
+    PARENT_FIELD_NUMBER: _ClassVar[int]
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    parent: int
+    name: str
+    def __init__(self, parent: _Optional[int] = ..., name: _Optional[str] = ...) -> None: ...
+
+class RenameRequest(_message.Message):
+    __slots__ = ("old_parent", "old_name", "new_parent", "new_name", "no_replace")
+    OLD_PARENT_FIELD_NUMBER: _ClassVar[int]
+    OLD_NAME_FIELD_NUMBER: _ClassVar[int]
+    NEW_PARENT_FIELD_NUMBER: _ClassVar[int]
+    NEW_NAME_FIELD_NUMBER: _ClassVar[int]
+    NO_REPLACE_FIELD_NUMBER: _ClassVar[int]
+    old_parent: int
+    old_name: str
+    new_parent: int
+    new_name: str
+    no_replace: bool
+    def __init__(self, old_parent: _Optional[int] = ..., old_name: _Optional[str] = ..., new_parent: _Optional[int] = ..., new_name: _Optional[str] = ..., no_replace: _Optional[bool] = ...) -> None: ...
+
+class StatFsRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class StatFsResponse(_message.Message):
+    __slots__ = ("capacity_bytes", "free_bytes", "files")
+    CAPACITY_BYTES_FIELD_NUMBER: _ClassVar[int]
+    FREE_BYTES_FIELD_NUMBER: _ClassVar[int]
+    FILES_FIELD_NUMBER: _ClassVar[int]
+    capacity_bytes: int
+    free_bytes: int
+    files: int
+    def __init__(self, capacity_bytes: _Optional[int] = ..., free_bytes: _Optional[int] = ..., files: _Optional[int] = ...) -> None: ...
+
+class OpenWriteRequest(_message.Message):
+    __slots__ = ("inode", "client_id")
+    INODE_FIELD_NUMBER: _ClassVar[int]
+    CLIENT_ID_FIELD_NUMBER: _ClassVar[int]
+    inode: int
+    client_id: str
+    def __init__(self, inode: _Optional[int] = ..., client_id: _Optional[str] = ...) -> None: ...
+
+class OpenWriteResponse(_message.Message):
+    __slots__ = ("lease_id", "lease_ttl_ms", "pool", "targets", "base_inode", "base_version", "base_chunks", "base_size")
+    LEASE_ID_FIELD_NUMBER: _ClassVar[int]
+    LEASE_TTL_MS_FIELD_NUMBER: _ClassVar[int]
+    POOL_FIELD_NUMBER: _ClassVar[int]
+    TARGETS_FIELD_NUMBER: _ClassVar[int]
+    BASE_INODE_FIELD_NUMBER: _ClassVar[int]
+    BASE_VERSION_FIELD_NUMBER: _ClassVar[int]
+    BASE_CHUNKS_FIELD_NUMBER: _ClassVar[int]
+    BASE_SIZE_FIELD_NUMBER: _ClassVar[int]
+    lease_id: int
+    lease_ttl_ms: int
+    pool: _common_pb2.PoolSettings
+    targets: _containers.RepeatedCompositeFieldContainer[_common_pb2.BenefactorAddress]
+    base_inode: int
+    base_version: int
+    base_chunks: _containers.RepeatedCompositeFieldContainer[_common_pb2.ChunkRef]
+    base_size: int
+    def __init__(self, lease_id: _Optional[int] = ..., lease_ttl_ms: _Optional[int] = ..., pool: _Optional[_Union[_common_pb2.PoolSettings, _Mapping]] = ..., targets: _Optional[_Iterable[_Union[_common_pb2.BenefactorAddress, _Mapping]]] = ..., base_inode: _Optional[int] = ..., base_version: _Optional[int] = ..., base_chunks: _Optional[_Iterable[_Union[_common_pb2.ChunkRef, _Mapping]]] = ..., base_size: _Optional[int] = ...) -> None: ...
+
+class RenewLeaseRequest(_message.Message):
+    __slots__ = ("lease_id",)
+    LEASE_ID_FIELD_NUMBER: _ClassVar[int]
+    lease_id: int
+    def __init__(self, lease_id: _Optional[int] = ...) -> None: ...
+
+class RenewLeaseResponse(_message.Message):
+    __slots__ = ("lease_ttl_ms",)
+    LEASE_TTL_MS_FIELD_NUMBER: _ClassVar[int]
+    lease_ttl_ms: int
+    def __init__(self, lease_ttl_ms: _Optional[int] = ...) -> None: ...
+
+class ChunkPlacement(_message.Message):
+    __slots__ = ("id", "benefactor_ids")
+    ID_FIELD_NUMBER: _ClassVar[int]
+    BENEFACTOR_IDS_FIELD_NUMBER: _ClassVar[int]
+    id: bytes
+    benefactor_ids: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, id: _Optional[bytes] = ..., benefactor_ids: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class CommitVersionRequest(_message.Message):
+    __slots__ = ("lease_id", "inode", "chunks", "placements", "mtime_ns", "new_bytes")
+    LEASE_ID_FIELD_NUMBER: _ClassVar[int]
+    INODE_FIELD_NUMBER: _ClassVar[int]
+    CHUNKS_FIELD_NUMBER: _ClassVar[int]
+    PLACEMENTS_FIELD_NUMBER: _ClassVar[int]
+    MTIME_NS_FIELD_NUMBER: _ClassVar[int]
+    NEW_BYTES_FIELD_NUMBER: _ClassVar[int]
+    lease_id: int
+    inode: int
+    chunks: _containers.RepeatedCompositeFieldContainer[_common_pb2.ChunkRef]
+    placements: _containers.RepeatedCompositeFieldContainer[ChunkPlacement]
+    mtime_ns: int
+    new_bytes: int
+    def __init__(self, lease_id: _Optional[int] = ..., inode: _Optional[int] = ..., chunks: _Optional[_Iterable[_Union[_common_pb2.ChunkRef, _Mapping]]] = ..., placements: _Optional[_Iterable[_Union[ChunkPlacement, _Mapping]]] = ..., mtime_ns: _Optional[int] = ..., new_bytes: _Optional[int] = ...) -> None: ...
+
+class CommitVersionResponse(_message.Message):
+    __slots__ = ("version", "attr")
+    VERSION_FIELD_NUMBER: _ClassVar[int]
+    ATTR_FIELD_NUMBER: _ClassVar[int]
+    version: int
+    attr: Attr
+    def __init__(self, version: _Optional[int] = ..., attr: _Optional[_Union[Attr, _Mapping]] = ...) -> None: ...
+
+class AbortWriteRequest(_message.Message):
+    __slots__ = ("lease_id",)
+    LEASE_ID_FIELD_NUMBER: _ClassVar[int]
+    lease_id: int
+    def __init__(self, lease_id: _Optional[int] = ...) -> None: ...
+
+class FindChunksRequest(_message.Message):
+    __slots__ = ("ids",)
+    IDS_FIELD_NUMBER: _ClassVar[int]
+    ids: _containers.RepeatedScalarFieldContainer[bytes]
+    def __init__(self, ids: _Optional[_Iterable[bytes]] = ...) -> None: ...
+
+class FindChunksResponse(_message.Message):
+    __slots__ = ("present",)
+    PRESENT_FIELD_NUMBER: _ClassVar[int]
+    present: _containers.RepeatedScalarFieldContainer[bool]
+    def __init__(self, present: _Optional[_Iterable[bool]] = ...) -> None: ...
+
+class GetBlockMapRequest(_message.Message):
+    __slots__ = ("inode", "version")
+    INODE_FIELD_NUMBER: _ClassVar[int]
+    VERSION_FIELD_NUMBER: _ClassVar[int]
+    inode: int
+    version: int
+    def __init__(self, inode: _Optional[int] = ..., version: _Optional[int] = ...) -> None: ...
+
+class ChunkLocation(_message.Message):
+    __slots__ = ("id", "benefactor_ids")
+    ID_FIELD_NUMBER: _ClassVar[int]
+    BENEFACTOR_IDS_FIELD_NUMBER: _ClassVar[int]
+    id: bytes
+    benefactor_ids: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, id: _Optional[bytes] = ..., benefactor_ids: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class BlockMap(_message.Message):
+    __slots__ = ("inode", "version", "size", "chunks", "locations", "benefactors")
+    INODE_FIELD_NUMBER: _ClassVar[int]
+    VERSION_FIELD_NUMBER: _ClassVar[int]
+    SIZE_FIELD_NUMBER: _ClassVar[int]
+    CHUNKS_FIELD_NUMBER: _ClassVar[int]
+    LOCATIONS_FIELD_NUMBER: _ClassVar[int]
+    BENEFACTORS_FIELD_NUMBER: _ClassVar[int]
+    inode: int
+    version: int
+    size: int
+    chunks: _containers.RepeatedCompositeFieldContainer[_common_pb2.ChunkRef]
+    locations: _containers.RepeatedCompositeFieldContainer[ChunkLocation]
+    benefactors: _containers.RepeatedCompositeFieldContainer[_common_pb2.BenefactorAddress]
+    def __init__(self, inode: _Optional[int] = ..., version: _Optional[int] = ..., size: _Optional[int] = ..., chunks: _Optional[_Iterable[_Union[_common_pb2.ChunkRef, _Mapping]]] = ..., locations: _Optional[_Iterable[_Union[ChunkLocation, _Mapping]]] = ..., benefactors: _Optional[_Iterable[_Union[_common_pb2.BenefactorAddress, _Mapping]]] = ...) -> None: ...
+
+class GetVersionStatsRequest(_message.Message):
+    __slots__ = ("inode", "version")
+    INODE_FIELD_NUMBER: _ClassVar[int]
+    VERSION_FIELD_NUMBER: _ClassVar[int]
+    inode: int
+    version: int
+    def __init__(self, inode: _Optional[int] = ..., version: _Optional[int] = ...) -> None: ...
+
+class VersionStats(_message.Message):
+    __slots__ = ("inode", "version", "size", "chunks", "shared_chunks", "base_inode", "base_version", "new_bytes", "commit_time_ns", "mtime_ns")
+    INODE_FIELD_NUMBER: _ClassVar[int]
+    VERSION_FIELD_NUMBER: _ClassVar[int]
+    SIZE_FIELD_NUMBER: _ClassVar[int]
+    CHUNKS_FIELD_NUMBER: _ClassVar[int]
+    SHARED_CHUNKS_FIELD_NUMBER: _ClassVar[int]
+    BASE_INODE_FIELD_NUMBER: _ClassVar[int]
+    BASE_VERSION_FIELD_NUMBER: _ClassVar[int]
+    NEW_BYTES_FIELD_NUMBER: _ClassVar[int]
+    COMMIT_TIME_NS_FIELD_NUMBER: _ClassVar[int]
+    MTIME_NS_FIELD_NUMBER: _ClassVar[int]
+    inode: int
+    version: int
+    size: int
+    chunks: int
+    shared_chunks: int
+    base_inode: int
+    base_version: int
+    new_bytes: int
+    commit_time_ns: int
+    mtime_ns: int
+    def __init__(self, inode: _Optional[int] = ..., version: _Optional[int] = ..., size: _Optional[int] = ..., chunks: _Optional[int] = ..., shared_chunks: _Optional[int] = ..., base_inode: _Optional[int] = ..., base_version: _Optional[int] = ..., new_bytes: _Optional[int] = ..., commit_time_ns: _Optional[int] = ..., mtime_ns: _Optional[int] = ...) -> None: ...
+
+class RegisterBenefactorRequest(_message.Message):
+    __slots__ = ("info",)
+    INFO_FIELD_NUMBER: _ClassVar[int]
+    info: _benefactor_pb2.BenefactorInfo
+    def __init__(self, info: _Optional[_Union[_benefactor_pb2.BenefactorInfo, _Mapping]] = ...) -> None: ...
+
+class RegisterBenefactorResponse(_message.Message):
+    __slots__ = ("heartbeat_interval_ms", "lease_ms")
+    HEARTBEAT_INTERVAL_MS_FIELD_NUMBER: _ClassVar[int]
+    LEASE_MS_FIELD_NUMBER: _ClassVar[int]
+    heartbeat_interval_ms: int
+    lease_ms: int
+    def __init__(self, heartbeat_interval_ms: _Optional[int] = ..., lease_ms: _Optional[int] = ...) -> None: ...
+
+class HeartbeatRequest(_message.Message):
+    __slots__ = ("info",)
+    INFO_FIELD_NUMBER: _ClassVar[int]
+    info: _benefactor_pb2.BenefactorInfo
+    def __init__(self, info: _Optional[_Union[_benefactor_pb2.BenefactorInfo, _Mapping]] = ...) -> None: ...
+
+class HeartbeatResponse(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class ListBenefactorsRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class BenefactorStatus(_message.Message):
+    __slots__ = ("info", "alive", "last_heartbeat_age_ms")
+    INFO_FIELD_NUMBER: _ClassVar[int]
+    ALIVE_FIELD_NUMBER: _ClassVar[int]
+    LAST_HEARTBEAT_AGE_MS_FIELD_NUMBER: _ClassVar[int]
+    info: _benefactor_pb2.BenefactorInfo
+    alive: bool
+    last_heartbeat_age_ms: int
+    def __init__(self, info: _Optional[_Union[_benefactor_pb2.BenefactorInfo, _Mapping]] = ..., alive: _Optional[bool] = ..., last_heartbeat_age_ms: _Optional[int] = ...) -> None: ...
+
+class ListBenefactorsResponse(_message.Message):
+    __slots__ = ("benefactors",)
+    BENEFACTORS_FIELD_NUMBER: _ClassVar[int]
+    benefactors: _containers.RepeatedCompositeFieldContainer[BenefactorStatus]
+    def __init__(self, benefactors: _Optional[_Iterable[_Union[BenefactorStatus, _Mapping]]] = ...) -> None: ...

@@ -1,0 +1,145 @@
+"""Domain errors: each carries a message a person can act on, an errno for the FUSE layer
+and an exit code for the command line.
+
+The RPC layer (mosafs.rpc.errors) maps every class to one gRPC status code and back, by
+`kind`, so an error raised in the manager arrives in the client as the same class. Anything
+that is not a MosafsError is a bug and is the only thing that gets a traceback.
+"""
+
+from __future__ import annotations
+
+import errno as _errno
+from typing import ClassVar
+
+
+class MosafsError(Exception):
+    """Base class. `kind` names the class on the wire; keep kinds stable."""
+
+    kind: ClassVar[str] = "error"
+    errno: ClassVar[int] = _errno.EIO
+    exit_code: ClassVar[int] = 1
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+    def __str__(self) -> str:
+        return self.message
+
+
+class InvalidArgument(MosafsError):
+    kind = "invalid-argument"
+    errno = _errno.EINVAL
+    exit_code = 2
+
+
+class ConfigError(MosafsError):
+    """Bad configuration or command-line input."""
+
+    kind = "config"
+    errno = _errno.EINVAL
+    exit_code = 2
+
+
+class NotFound(MosafsError):
+    kind = "not-found"
+    errno = _errno.ENOENT
+    exit_code = 3
+
+
+class AlreadyExists(MosafsError):
+    kind = "exists"
+    errno = _errno.EEXIST
+    exit_code = 4
+
+
+class NotADirectory(MosafsError):
+    kind = "not-a-directory"
+    errno = _errno.ENOTDIR
+    exit_code = 4
+
+
+class IsADirectory(MosafsError):
+    kind = "is-a-directory"
+    errno = _errno.EISDIR
+    exit_code = 4
+
+
+class DirectoryNotEmpty(MosafsError):
+    kind = "not-empty"
+    errno = _errno.ENOTEMPTY
+    exit_code = 4
+
+
+class NameTooLong(MosafsError):
+    kind = "name-too-long"
+    errno = _errno.ENAMETOOLONG
+    exit_code = 2
+
+
+class NoSpace(MosafsError):
+    """No live benefactor with space can take the data."""
+
+    kind = "no-space"
+    errno = _errno.ENOSPC
+    exit_code = 5
+
+
+class LeaseExpired(MosafsError):
+    """A write session's lease is unknown or has run out; the write was not committed."""
+
+    kind = "lease-expired"
+    errno = _errno.EIO
+    exit_code = 5
+
+
+class FailedPrecondition(MosafsError):
+    kind = "failed-precondition"
+    errno = _errno.EIO
+    exit_code = 5
+
+
+class IntegrityError(MosafsError):
+    """Bytes whose BLAKE3 id does not match: never handed to a reader."""
+
+    kind = "integrity"
+    errno = _errno.EIO
+    exit_code = 6
+
+
+class Unavailable(MosafsError):
+    """A peer process cannot be reached."""
+
+    kind = "unavailable"
+    errno = _errno.EIO
+    exit_code = 7
+
+
+class DeadlineExceeded(MosafsError):
+    kind = "deadline"
+    errno = _errno.ETIMEDOUT
+    exit_code = 7
+
+
+class ResourceExhausted(MosafsError):
+    """A request larger than a server accepts."""
+
+    kind = "resource-exhausted"
+    errno = _errno.EFBIG
+    exit_code = 2
+
+
+class InternalError(MosafsError):
+    """A peer hit a bug; its log has the traceback."""
+
+    kind = "internal"
+    errno = _errno.EIO
+    exit_code = 70
+
+
+ALL_ERRORS: tuple[type[MosafsError], ...] = (
+    MosafsError, InvalidArgument, ConfigError, NotFound, AlreadyExists, NotADirectory,
+    IsADirectory, DirectoryNotEmpty, NameTooLong, NoSpace, LeaseExpired, FailedPrecondition,
+    IntegrityError, Unavailable, DeadlineExceeded, ResourceExhausted, InternalError,
+)
+BY_KIND: dict[str, type[MosafsError]] = {cls.kind: cls for cls in ALL_ERRORS}

@@ -1,0 +1,121 @@
+"""The one place where domain errors become gRPC status codes and back.
+
+Servers: every servicer class is wrapped with `@servicer`, which turns a MosafsError into
+`context.abort(code, message)` with the error's kind in the trailing metadata, and any other
+exception (a bug) into INTERNAL after logging its traceback. A server never dies of a
+request. Clients: `call(stub.Method, request)` re-raises the same MosafsError class.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import logging
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+import grpc
+
+from mosafs import errors
+
+log = logging.getLogger(__name__)
+
+KIND_KEY = "mosafs-error-kind"
+
+_CODES: dict[type[errors.MosafsError], grpc.StatusCode] = {
+    errors.MosafsError: grpc.StatusCode.UNKNOWN,
+    errors.InvalidArgument: grpc.StatusCode.INVALID_ARGUMENT,
+    errors.ConfigError: grpc.StatusCode.INVALID_ARGUMENT,
+    errors.NotFound: grpc.StatusCode.NOT_FOUND,
+    errors.AlreadyExists: grpc.StatusCode.ALREADY_EXISTS,
+    errors.NotADirectory: grpc.StatusCode.FAILED_PRECONDITION,
+    errors.IsADirectory: grpc.StatusCode.FAILED_PRECONDITION,
+    errors.DirectoryNotEmpty: grpc.StatusCode.FAILED_PRECONDITION,
+    errors.NameTooLong: grpc.StatusCode.INVALID_ARGUMENT,
+    errors.NoSpace: grpc.StatusCode.RESOURCE_EXHAUSTED,
+    errors.LeaseExpired: grpc.StatusCode.FAILED_PRECONDITION,
+    errors.FailedPrecondition: grpc.StatusCode.FAILED_PRECONDITION,
+    errors.IntegrityError: grpc.StatusCode.DATA_LOSS,
+    errors.Unavailable: grpc.StatusCode.UNAVAILABLE,
+    errors.DeadlineExceeded: grpc.StatusCode.DEADLINE_EXCEEDED,
+    errors.ResourceExhausted: grpc.StatusCode.RESOURCE_EXHAUSTED,
+    errors.InternalError: grpc.StatusCode.INTERNAL,
+}
+# Status codes that did not come from a MosafsError (transport failures, grpc's own checks).
+_FALLBACK: dict[grpc.StatusCode, type[errors.MosafsError]] = {
+    grpc.StatusCode.INVALID_ARGUMENT: errors.InvalidArgument,
+    grpc.StatusCode.NOT_FOUND: errors.NotFound,
+    grpc.StatusCode.ALREADY_EXISTS: errors.AlreadyExists,
+    grpc.StatusCode.RESOURCE_EXHAUSTED: errors.ResourceExhausted,
+    grpc.StatusCode.DATA_LOSS: errors.IntegrityError,
+    grpc.StatusCode.UNAVAILABLE: errors.Unavailable,
+    grpc.StatusCode.DEADLINE_EXCEEDED: errors.DeadlineExceeded,
+    grpc.StatusCode.INTERNAL: errors.InternalError,
+    grpc.StatusCode.FAILED_PRECONDITION: errors.FailedPrecondition,
+}
+
+
+def status_code(exc: errors.MosafsError) -> grpc.StatusCode:
+    for cls in type(exc).__mro__:
+        if cls in _CODES:
+            return _CODES[cls]  # type: ignore[index]
+    return grpc.StatusCode.UNKNOWN
+
+
+def _abort(context: grpc.ServicerContext, exc: errors.MosafsError) -> None:
+    context.set_trailing_metadata(((KIND_KEY, exc.kind),))
+    context.abort(status_code(exc), exc.message)
+
+
+def _wrap(method: Callable[..., Any]) -> Callable[..., Any]:
+    @functools.wraps(method)
+    def handler(self: Any, request: Any, context: grpc.ServicerContext) -> Any:
+        try:
+            return method(self, request, context)
+        except errors.MosafsError as exc:
+            _abort(context, exc)
+        except Exception:
+            if context.code() is not None:  # already aborted by grpc itself
+                raise
+            log.exception("bug in %s", method.__qualname__)
+            context.abort(grpc.StatusCode.INTERNAL, f"internal error in {method.__name__}")
+        return None  # unreachable: abort raises
+
+    return handler
+
+
+S = TypeVar("S", bound=type)
+
+
+def servicer(cls: S) -> S:
+    """Class decorator: wrap every public RPC method of a generated servicer subclass."""
+    for name, member in list(vars(cls).items()):
+        if not name.startswith("_") and inspect.isfunction(member):
+            setattr(cls, name, _wrap(member))
+    return cls
+
+
+def from_rpc_error(exc: grpc.RpcError) -> errors.MosafsError:
+    """The domain error an RpcError stands for."""
+    code = exc.code() if hasattr(exc, "code") else grpc.StatusCode.UNKNOWN
+    details = (exc.details() if hasattr(exc, "details") else None) or str(code)
+    kind = None
+    trailing = exc.trailing_metadata() if hasattr(exc, "trailing_metadata") else None
+    for key, value in trailing or ():
+        if key == KIND_KEY:
+            kind = value
+    cls = errors.BY_KIND.get(kind) if kind else None
+    if cls is None:
+        cls = _FALLBACK.get(code, errors.MosafsError)
+    return cls(details)
+
+
+R = TypeVar("R")
+
+
+def call(method: Callable[..., R], request: Any, *, timeout: float | None = None) -> R:
+    """Call a unary stub method; raise the domain error a failure stands for."""
+    try:
+        return method(request, timeout=timeout)
+    except grpc.RpcError as exc:
+        raise from_rpc_error(exc) from None

@@ -1,0 +1,3 @@
+from mosafs.cli import main
+
+main()

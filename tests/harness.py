@@ -1,0 +1,92 @@
+"""Starting real mosafs processes for tests, and failing on noise in their output.
+
+Every process is started with `python -m mosafs ...`, on loopback port 0, with --ready-file;
+its stderr goes to a log file. `stop()` sends SIGTERM, waits, and asserts the log holds no
+traceback and no WARNING/ERROR/CRITICAL line except those a test declares expected.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+NOISE = re.compile(r"Traceback|\b(WARNING|ERROR|CRITICAL)\b")
+
+
+@dataclass
+class Proc:
+    name: str
+    popen: subprocess.Popen[bytes]
+    log_path: Path
+    ready: dict[str, Any] = field(default_factory=dict)
+    expected_noise: list[str] = field(default_factory=list)
+
+    @property
+    def address(self) -> str:
+        return str(self.ready["address"])
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+    def noise(self) -> list[str]:
+        allowed = [re.compile(p) for p in self.expected_noise]
+        lines = []
+        for line in self.log().splitlines():
+            if NOISE.search(line) and not any(p.search(line) for p in allowed):
+                lines.append(line)
+        return lines
+
+    def alive(self) -> bool:
+        return self.popen.poll() is None
+
+    def kill(self, sig: int = signal.SIGKILL) -> None:
+        if self.alive():
+            self.popen.send_signal(sig)
+            self.popen.wait(timeout=30)
+
+    def stop(self, *, check: bool = True, timeout: float = 30) -> None:
+        if self.alive():
+            self.popen.send_signal(signal.SIGTERM)
+            try:
+                self.popen.wait(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                self.popen.kill()
+                self.popen.wait()
+                raise AssertionError(f"{self.name} did not stop on SIGTERM; log:\n{self.log()}")
+        if check:
+            noise = self.noise()
+            assert not noise, f"{self.name} logged noise:\n" + "\n".join(noise) + "\n" + self.log()
+
+
+def start(name: str, args: Iterable[str], workdir: Path, *, timeout: float = 60,
+          env: dict[str, str] | None = None) -> Proc:
+    """Start `python -m mosafs ARGS --ready-file ...` and wait until it is ready."""
+    workdir.mkdir(parents=True, exist_ok=True)
+    ready_file = workdir / f"{name}.ready.json"
+    ready_file.unlink(missing_ok=True)
+    log_path = workdir / f"{name}.log"
+    cmd = [sys.executable, "-m", "mosafs", *args, "--ready-file", str(ready_file)]
+    full_env = {**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})}
+    with open(log_path, "wb") as log:
+        popen = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=full_env,
+                                 start_new_session=True)
+    proc = Proc(name, popen, log_path)
+    deadline = time.monotonic() + timeout
+    while not ready_file.exists():
+        if popen.poll() is not None:
+            raise AssertionError(f"{name} exited with {popen.returncode}:\n{proc.log()}")
+        if time.monotonic() > deadline:
+            proc.kill()
+            raise AssertionError(f"{name} not ready after {timeout}s:\n{proc.log()}")
+        time.sleep(0.05)
+    proc.ready = json.loads(ready_file.read_text())
+    return proc

@@ -19,10 +19,12 @@ from mosafs.errors import MosafsError
 # name -> (module, one-line help, examples)
 COMMANDS: dict[str, tuple[str, str, str]] = {
     "up": ("mosafs.up", "run a whole single-machine cluster (manager, benefactors, mount)",
-           "  mosafs up /mnt/ckpt\n  mosafs up /mnt/ckpt --data-dir /var/lib/mosafs --benefactors 4"),
+           "  mosafs up /mnt/ckpt\n"
+           "  mosafs up /mnt/ckpt --data-dir /var/lib/mosafs --benefactors 4"),
     "manager": ("mosafs.manager.main", "run the metadata manager (gRPC + LMDB)",
                 "  mosafs manager --data-dir /var/lib/mosafs/manager --listen 0.0.0.0:7070"),
-    "benefactor": ("mosafs.benefactor.main", "run a storage daemon donating a directory",
+    "benefactor": ("mosafs.benefactor.main",
+                   "run a storage daemon donating a directory",
                    "  mosafs benefactor --data-dir /srv/chunks --manager mgr:7070 "
                    "--listen 0.0.0.0:7071"),
     "mount": ("mosafs.client.main", "mount a mosafs cluster with FUSE",
@@ -46,8 +48,9 @@ def build_parser() -> argparse.ArgumentParser:
             name, help=help_text, description=help_text.capitalize() + ".",
             epilog="examples:\n" + examples, formatter_class=argparse.RawDescriptionHelpFormatter,
         )
-        getattr(module, f"add_{name}_arguments", module.add_arguments)(p)
-        p.set_defaults(run=getattr(module, f"run_{name}", getattr(module, "run", None)))
+        add = getattr(module, f"add_{name}_arguments", None) or module.add_arguments
+        add(p)
+        p.set_defaults(run=getattr(module, f"run_{name}", None) or module.run)
     return parser
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import blake3
 
-from mosafs.errors import InvalidArgument, IntegrityError
+from mosafs.errors import IntegrityError, InvalidArgument
 
 ID_LEN = 32
 

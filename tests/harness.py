@@ -14,7 +14,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -29,13 +29,18 @@ class Proc:
     log_path: Path
     ready: dict[str, Any] = field(default_factory=dict)
     expected_noise: list[str] = field(default_factory=list)
+    # Logs of processes this one started (e.g. `mosafs up`'s children), checked on stop().
+    extra_logs: Callable[[], list[Path]] = field(default=lambda: [])
 
     @property
     def address(self) -> str:
         return str(self.ready["address"])
 
     def log(self) -> str:
-        return self.log_path.read_text(errors="replace")
+        text = self.log_path.read_text(errors="replace")
+        for path in self.extra_logs():
+            text += f"\n--- {path.name}\n" + path.read_text(errors="replace")
+        return text
 
     def noise(self) -> list[str]:
         allowed = [re.compile(p) for p in self.expected_noise]
@@ -61,7 +66,8 @@ class Proc:
             except subprocess.TimeoutExpired:
                 self.popen.kill()
                 self.popen.wait()
-                raise AssertionError(f"{self.name} did not stop on SIGTERM; log:\n{self.log()}")
+                raise AssertionError(
+                    f"{self.name} did not stop on SIGTERM; log:\n{self.log()}") from None
         if check:
             noise = self.noise()
             assert not noise, f"{self.name} logged noise:\n" + "\n".join(noise) + "\n" + self.log()

@@ -268,6 +268,20 @@ class FindChunksResponse(_message.Message):
     present: _containers.RepeatedScalarFieldContainer[bool]
     def __init__(self, present: _Optional[_Iterable[bool]] = ...) -> None: ...
 
+class LocateChunksRequest(_message.Message):
+    __slots__ = ("ids",)
+    IDS_FIELD_NUMBER: _ClassVar[int]
+    ids: _containers.RepeatedScalarFieldContainer[bytes]
+    def __init__(self, ids: _Optional[_Iterable[bytes]] = ...) -> None: ...
+
+class LocateChunksResponse(_message.Message):
+    __slots__ = ("locations", "benefactors")
+    LOCATIONS_FIELD_NUMBER: _ClassVar[int]
+    BENEFACTORS_FIELD_NUMBER: _ClassVar[int]
+    locations: _containers.RepeatedCompositeFieldContainer[ChunkLocation]
+    benefactors: _containers.RepeatedCompositeFieldContainer[_common_pb2.BenefactorAddress]
+    def __init__(self, locations: _Optional[_Iterable[_Union[ChunkLocation, _Mapping]]] = ..., benefactors: _Optional[_Iterable[_Union[_common_pb2.BenefactorAddress, _Mapping]]] = ...) -> None: ...
+
 class GetBlockMapRequest(_message.Message):
     __slots__ = ("inode", "version")
     INODE_FIELD_NUMBER: _ClassVar[int]

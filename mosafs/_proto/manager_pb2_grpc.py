@@ -109,6 +109,11 @@ class ManagerStub:
                 request_serializer=mosafs_dot_v1_dot_manager__pb2.FindChunksRequest.SerializeToString,
                 response_deserializer=mosafs_dot_v1_dot_manager__pb2.FindChunksResponse.FromString,
                 _registered_method=True)
+        self.LocateChunks = channel.unary_unary(
+                '/mosafs.v1.Manager/LocateChunks',
+                request_serializer=mosafs_dot_v1_dot_manager__pb2.LocateChunksRequest.SerializeToString,
+                response_deserializer=mosafs_dot_v1_dot_manager__pb2.LocateChunksResponse.FromString,
+                _registered_method=True)
         self.GetBlockMap = channel.unary_unary(
                 '/mosafs.v1.Manager/GetBlockMap',
                 request_serializer=mosafs_dot_v1_dot_manager__pb2.GetBlockMapRequest.SerializeToString,
@@ -232,6 +237,13 @@ class ManagerServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def LocateChunks(self, request, context):
+        """Where copies of these chunks are stored (ids the index lacks are left out).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def GetBlockMap(self, request, context):
         """Reads.
         """
@@ -341,6 +353,11 @@ def add_ManagerServicer_to_server(servicer, server):
                     servicer.FindChunks,
                     request_deserializer=mosafs_dot_v1_dot_manager__pb2.FindChunksRequest.FromString,
                     response_serializer=mosafs_dot_v1_dot_manager__pb2.FindChunksResponse.SerializeToString,
+            ),
+            'LocateChunks': grpc.unary_unary_rpc_method_handler(
+                    servicer.LocateChunks,
+                    request_deserializer=mosafs_dot_v1_dot_manager__pb2.LocateChunksRequest.FromString,
+                    response_serializer=mosafs_dot_v1_dot_manager__pb2.LocateChunksResponse.SerializeToString,
             ),
             'GetBlockMap': grpc.unary_unary_rpc_method_handler(
                     servicer.GetBlockMap,
@@ -773,6 +790,33 @@ class Manager:
             '/mosafs.v1.Manager/FindChunks',
             mosafs_dot_v1_dot_manager__pb2.FindChunksRequest.SerializeToString,
             mosafs_dot_v1_dot_manager__pb2.FindChunksResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def LocateChunks(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/mosafs.v1.Manager/LocateChunks',
+            mosafs_dot_v1_dot_manager__pb2.LocateChunksRequest.SerializeToString,
+            mosafs_dot_v1_dot_manager__pb2.LocateChunksResponse.FromString,
             options,
             channel_credentials,
             insecure,

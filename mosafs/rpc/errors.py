@@ -75,7 +75,7 @@ def _wrap(method: Callable[..., Any]) -> Callable[..., Any]:
         except errors.MosafsError as exc:
             _abort(context, exc)
         except Exception:
-            if context.code() is not None:  # already aborted by grpc itself
+            if getattr(context, "code", lambda: None)() is not None:  # aborted by grpc itself
                 raise
             log.exception("bug in %s", method.__qualname__)
             context.abort(grpc.StatusCode.INTERNAL, f"internal error in {method.__name__}")
@@ -100,7 +100,7 @@ def from_rpc_error(exc: grpc.RpcError) -> errors.MosafsError:
     code = exc.code() if hasattr(exc, "code") else grpc.StatusCode.UNKNOWN
     details = (exc.details() if hasattr(exc, "details") else None) or str(code)
     kind = None
-    trailing = exc.trailing_metadata() if hasattr(exc, "trailing_metadata") else None
+    trailing: Any = exc.trailing_metadata() if hasattr(exc, "trailing_metadata") else None
     for key, value in trailing or ():
         if key == KIND_KEY:
             kind = value

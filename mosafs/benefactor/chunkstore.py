@@ -1,0 +1,403 @@
+"""Chunk storage of a benefactor: the ChunkStore interface and its filesystem backend.
+
+Domain code: no gRPC here (an import-linter contract enforces it). Every method validates
+its ids and raises mosafs.errors classes; the servicer maps them to status codes.
+
+Filesystem layout of a data directory (docs/benefactor.md):
+
+    DIR/benefactor.json           {"id": ..., "created": ...}: the stable benefactor id
+    DIR/lock                      flock()ed while a process uses DIR
+    DIR/chunks/ab/cd/<64-hex id>  exactly the chunk's bytes (b3sum FILE prints its name)
+    DIR/tmp/                      writes in progress; emptied at start
+"""
+
+from __future__ import annotations
+
+import abc
+import contextlib
+import errno
+import fcntl
+import json
+import logging
+import os
+import re
+import threading
+import time
+import uuid
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+
+from mosafs.errors import ConfigError, IntegrityError, InvalidArgument, NoSpace, NotFound
+from mosafs.ids import check_id, chunk_id, verify
+from mosafs.procutil import write_json_atomic
+
+log = logging.getLogger(__name__)
+
+Buffer = bytes | bytearray | memoryview
+
+# One HasChunks request may name this many ids: 100k ids are 3.2 MB on the wire and take
+# well under a second of stat() calls; a larger batch is a client bug or an attack.
+MAX_HAS_BATCH = 100_000
+
+IDENTITY_FILE = "benefactor.json"
+LOCK_FILE = "lock"
+CHUNKS_DIR = "chunks"
+TMP_DIR = "tmp"
+_HEX_NAME = re.compile(r"[0-9a-f]{64}")
+_FANOUT_NAME = re.compile(r"[0-9a-f]{2}")
+
+
+@dataclass(frozen=True)
+class Usage:
+    """What a store holds and how much more it may take."""
+
+    chunks: int
+    stored_bytes: int
+    capacity_bytes: int
+    free_bytes: int
+
+
+class ChunkStore(abc.ABC):
+    """Immutable chunks by id. Implementations are thread-safe.
+
+    Contract shared by every backend (tests/unit/test_chunkstore.py checks it):
+    - put() refuses data whose BLAKE3 is not the id (InvalidArgument, nothing stored) and
+      returns only once the chunk is durable; it returns True when the chunk was already
+      stored (nothing rewritten).
+    - get() never returns bytes that do not hash to the id (IntegrityError instead);
+      NotFound when absent.
+    - has() is True only for chunks that get() can serve as far as the store knows.
+    """
+
+    @abc.abstractmethod
+    def put(self, raw_id: bytes, data: Buffer) -> bool:
+        """Store DATA under RAW_ID; True when it was already present."""
+
+    @abc.abstractmethod
+    def get(self, raw_id: bytes) -> bytes:
+        """The verified bytes of a chunk."""
+
+    @abc.abstractmethod
+    def has(self, raw_id: bytes) -> bool:
+        """Whether a chunk is stored (and not known to be corrupt)."""
+
+    @abc.abstractmethod
+    def usage(self) -> Usage:
+        """Chunk count, stored bytes, capacity and free space."""
+
+    def close(self) -> None:
+        """Release what the store holds (locks, files). Idempotent."""
+
+    def has_many(self, raw_ids: Sequence[bytes]) -> list[bool]:
+        """Batched has(); every id is validated before any is looked up."""
+        if len(raw_ids) > MAX_HAS_BATCH:
+            raise InvalidArgument(
+                f"too many ids in one request: {len(raw_ids)} (at most {MAX_HAS_BATCH}); "
+                "split the batch"
+            )
+        for raw in raw_ids:
+            check_id(raw)
+        return [self.has(raw) for raw in raw_ids]
+
+    def __enter__(self) -> ChunkStore:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def check_content(raw_id: bytes, data: Buffer) -> None:
+    """Refuse a put whose bytes are not what the id names (the sender has a bug)."""
+    actual = chunk_id(data)
+    if actual != raw_id:
+        raise InvalidArgument(
+            f"chunk data does not match its id: {len(data)} bytes hash to {actual.hex()}, "
+            f"not {raw_id.hex()}; nothing stored"
+        )
+
+
+def fsync_dir(path: Path) -> None:
+    """Make the entries of directory PATH (renames, new files) durable."""
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def load_or_create_identity(data_dir: Path) -> str:
+    """The benefactor id kept in DATA_DIR/benefactor.json, generated on first use.
+
+    The manager knows a benefactor by this id across restarts and address changes, so it is
+    written once, atomically and durably, and never changed.
+    """
+    path = data_dir / IDENTITY_FILE
+    if path.exists():
+        return _read_identity(path)
+    write_json_atomic(path, {
+        "id": uuid.uuid4().hex,
+        "created": datetime.now(UTC).isoformat(timespec="seconds"),
+    })
+    fsync_dir(data_dir)
+    return _read_identity(path)
+
+
+def _read_identity(path: Path) -> str:
+    try:
+        record = json.loads(path.read_text())
+        ident = record["id"]
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise ConfigError(f"cannot read the benefactor id from {path}: {exc}") from None
+    if not isinstance(ident, str) or not ident:
+        raise ConfigError(f"{path} holds no usable benefactor id: {ident!r}")
+    return ident
+
+
+class FileChunkStore(ChunkStore):
+    """One file per chunk under DIR/chunks/ab/cd/, written via DIR/tmp/ + fsync + rename.
+
+    Counts and stored bytes are scanned once at open and kept in memory. CAPACITY (bytes)
+    caps what this store may hold (donated space); None means the whole file system.
+    """
+
+    def __init__(self, data_dir: str | os.PathLike[str], *, capacity: int | None = None) -> None:
+        if capacity is not None and capacity <= 0:
+            raise ConfigError(f"capacity must be a positive number of bytes, got {capacity}")
+        self.data_dir = Path(data_dir)
+        self.capacity = capacity
+        self._chunks_dir = self.data_dir / CHUNKS_DIR
+        self._tmp_dir = self.data_dir / TMP_DIR
+        # Stripes, not one lock: puts of different ids rename and fsync in parallel, while
+        # two puts of one id agree on which of them stored it.
+        self._stripes = [threading.Lock() for _ in range(256)]
+        self._stats_lock = threading.Lock()
+        self._chunks = 0
+        self._stored = 0
+        self._reserved = 0  # bytes of puts in progress, so concurrent puts respect capacity
+        # Ids that get() found corrupt: has() denies them and put() replaces them, so the
+        # chunk gets repaired when a good copy arrives.
+        self._corrupt: set[bytes] = set()
+        self._lock_fd: int | None = None
+        self._open()
+
+    # -- opening ------------------------------------------------------------------------
+
+    def _open(self) -> None:
+        try:
+            self.data_dir.mkdir(parents=True, exist_ok=True)
+            self._lock_fd = self._take_lock()
+            self._chunks_dir.mkdir(exist_ok=True)
+            self._tmp_dir.mkdir(exist_ok=True)
+            self._clean_tmp()
+            self._scan()
+        except OSError as exc:
+            self.close()
+            raise ConfigError(f"cannot use data directory {self.data_dir}: {exc}") from None
+        except BaseException:
+            self.close()
+            raise
+
+    def _take_lock(self) -> int:
+        """Two processes on one data dir would share an id and race on files: refuse."""
+        path = self.data_dir / LOCK_FILE
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.pread(fd, 64, 0).decode(errors="replace").strip() or "unknown"
+            os.close(fd)
+            raise ConfigError(
+                f"data directory {self.data_dir} is in use by another process (pid {holder})"
+            ) from None
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        return fd
+
+    def _clean_tmp(self) -> None:
+        """Writes in progress when the last process died never became chunks: drop them."""
+        removed = 0
+        for entry in os.scandir(self._tmp_dir):
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(entry.path)
+                removed += 1
+        if removed:
+            log.info("removed %d unfinished writes from %s", removed, self._tmp_dir)
+
+    def _scan(self) -> None:
+        started = time.monotonic()
+        chunks = stored = 0
+        stray: list[str] = []
+        for _path, size in self._walk(stray):
+            chunks += 1
+            stored += size
+        with self._stats_lock:
+            self._chunks, self._stored = chunks, stored
+        if stray:
+            log.warning("ignoring %d stray entries under %s (not chunks), e.g. %s",
+                        len(stray), self._chunks_dir, stray[0])
+        log.info("%d chunks, %d bytes in %s (scanned in %.2fs)",
+                 chunks, stored, self._chunks_dir, time.monotonic() - started)
+
+    def _walk(self, stray: list[str]) -> Iterator[tuple[str, int]]:
+        """(path, size) of every chunk file; anything else is appended to STRAY."""
+        for top in os.scandir(self._chunks_dir):
+            if not (top.is_dir(follow_symlinks=False) and _FANOUT_NAME.fullmatch(top.name)):
+                stray.append(top.path)
+                continue
+            for mid in os.scandir(top.path):
+                if not (mid.is_dir(follow_symlinks=False) and _FANOUT_NAME.fullmatch(mid.name)):
+                    stray.append(mid.path)
+                    continue
+                for leaf in os.scandir(mid.path):
+                    name = leaf.name
+                    if (leaf.is_file(follow_symlinks=False) and _HEX_NAME.fullmatch(name)
+                            and name[:2] == top.name and name[2:4] == mid.name):
+                        yield leaf.path, leaf.stat(follow_symlinks=False).st_size
+                    else:
+                        stray.append(leaf.path)
+
+    def close(self) -> None:
+        if self._lock_fd is not None:
+            os.close(self._lock_fd)  # closing the descriptor releases the flock
+            self._lock_fd = None
+
+    # -- paths --------------------------------------------------------------------------
+
+    def path_of(self, raw_id: bytes) -> Path:
+        """Where a chunk lives; RAW_ID must have passed check_id (the name is its hex)."""
+        name = raw_id.hex()
+        return self._chunks_dir / name[:2] / name[2:4] / name
+
+    def _stripe(self, raw_id: bytes) -> threading.Lock:
+        return self._stripes[raw_id[0]]
+
+    # -- operations ---------------------------------------------------------------------
+
+    def put(self, raw_id: bytes, data: Buffer) -> bool:
+        check_id(raw_id)
+        check_content(raw_id, data)
+        path = self.path_of(raw_id)
+        # Under the stripe lock: a copy another put is still installing counts as present
+        # only once its rename is durable.
+        with self._stripe(raw_id):
+            if self._holds(raw_id, path, len(data)):
+                return True
+        with self._reservation(len(data)):
+            tmp = self._write_temp(raw_id, data)
+            try:
+                return self._install(raw_id, tmp, path, len(data))
+            finally:
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(tmp)
+
+    def _holds(self, raw_id: bytes, path: Path, size: int) -> bool:
+        """Whether a sound copy is stored. A copy of the wrong size is damaged: replace it."""
+        try:
+            stored_size = path.stat().st_size
+        except FileNotFoundError:
+            return False
+        if stored_size != size:
+            log.warning("chunk %s is stored with %d bytes, not %d: replacing the damaged copy",
+                        raw_id.hex(), stored_size, size)
+            return False
+        return raw_id not in self._corrupt
+
+    @contextlib.contextmanager
+    def _reservation(self, size: int) -> Iterator[None]:
+        with self._stats_lock:
+            if self.capacity is not None:
+                used = self._stored + self._reserved
+                if used + size > self.capacity:
+                    raise NoSpace(
+                        f"benefactor capacity is full: {used} of {self.capacity} bytes used, "
+                        f"cannot take {size} more"
+                    )
+            self._reserved += size
+        try:
+            yield
+        finally:
+            with self._stats_lock:
+                self._reserved -= size
+
+    def _write_temp(self, raw_id: bytes, data: Buffer) -> Path:
+        tmp = self._tmp_dir / f"{raw_id.hex()}.{uuid.uuid4().hex}"
+        try:
+            with open(tmp, "xb") as f:
+                f.write(data)
+                f.flush()
+                os.fsync(f.fileno())
+        except OSError as exc:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(tmp)
+            if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+                raise NoSpace(f"benefactor file system is full: {exc}") from None
+            raise
+        return tmp
+
+    def _install(self, raw_id: bytes, tmp: Path, path: Path, size: int) -> bool:
+        """Rename TMP into place unless a sound copy appeared meanwhile; False: stored now."""
+        with self._stripe(raw_id):
+            if self._holds(raw_id, path, size):
+                return True
+            self._make_dirs(path.parent)
+            try:
+                old_size: int | None = path.stat().st_size
+            except FileNotFoundError:
+                old_size = None
+            os.replace(tmp, path)
+            fsync_dir(path.parent)  # the rename itself must survive a power loss
+            self._corrupt.discard(raw_id)
+        # The counters hold what the scan found on disk (or puts added), so a replaced
+        # damaged copy adjusts them by its size on disk.
+        with self._stats_lock:
+            if old_size is None:
+                self._chunks += 1
+                self._stored += size
+            else:
+                self._stored += size - old_size
+        return False
+
+    def _make_dirs(self, leaf_dir: Path) -> None:
+        """Create the fan-out directories, each durable in its parent.
+
+        Called under the stripe lock of the id; every id under chunks/ab/ shares that
+        stripe, so no other put creates these directories concurrently.
+        """
+        for d in (leaf_dir.parent, leaf_dir):
+            if not d.is_dir():
+                d.mkdir()
+                fsync_dir(d.parent)
+
+    def get(self, raw_id: bytes) -> bytes:
+        check_id(raw_id)
+        path = self.path_of(raw_id)
+        try:
+            data = path.read_bytes()
+        except FileNotFoundError:
+            raise NotFound(f"chunk {raw_id.hex()} is not stored here") from None
+        try:
+            verify(raw_id, data)
+        except IntegrityError as exc:
+            self._corrupt.add(raw_id)
+            log.warning("corrupt chunk %s in %s (not served; needs repair): %s",
+                        raw_id.hex(), path, exc)
+            raise
+        return data
+
+    def has(self, raw_id: bytes) -> bool:
+        check_id(raw_id)
+        return raw_id not in self._corrupt and self.path_of(raw_id).is_file()
+
+    def usage(self) -> Usage:
+        st = os.statvfs(self.data_dir)
+        fs_size = st.f_blocks * st.f_frsize
+        fs_free = st.f_bavail * st.f_frsize
+        with self._stats_lock:
+            chunks, stored = self._chunks, self._stored
+        if self.capacity is None:
+            return Usage(chunks, stored, fs_size, fs_free)
+        capacity = min(self.capacity, fs_size)
+        free = max(0, min(fs_free, self.capacity - stored))
+        return Usage(chunks, stored, capacity, free)

@@ -1,0 +1,321 @@
+"""`mosafs benefactor`: serve a data directory's chunks over gRPC and keep the manager told.
+
+The process opens the chunk store (scanning it once), starts a thread-pool gRPC server,
+writes the ready file, and, when a manager is named, registers with it and sends heartbeats
+from a background thread. SIGTERM/SIGINT stop it cleanly with exit code 0.
+
+Heavy modules (grpc, protobuf, blake3) are imported inside run() and the Registrar so that
+`mosafs --help` stays fast.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import socket
+import threading
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from mosafs.errors import (
+    ConfigError,
+    DeadlineExceeded,
+    MosafsError,
+    NotFound,
+    Unavailable,
+)
+
+if TYPE_CHECKING:
+    import grpc
+
+    from mosafs._proto import benefactor_pb2
+    from mosafs.benefactor.chunkstore import ChunkStore
+
+log = logging.getLogger("mosafs.benefactor")
+
+DEFAULT_LISTEN = "127.0.0.1:0"
+MANAGER_ENV = "MOSAFS_MANAGER"
+STOP_GRACE_S = 2.0          # in-flight RPCs get this long to finish on SIGTERM
+RPC_TIMEOUT_S = 5.0         # one registration or heartbeat call
+BACKOFF_FIRST_S = 0.1       # registration retries: 0.1 s doubling ...
+BACKOFF_MAX_S = 5.0         # ... up to 5 s
+DEFAULT_HEARTBEAT_S = 2.0   # when the manager's answer names no interval
+SLOW_START_WARN_S = 30.0    # a manager never reached for this long is worth a WARNING
+_WILDCARD_HOSTS = {"", "0.0.0.0", "::", "[::]"}
+_SIZE_SUFFIXES = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--data-dir", required=True, metavar="DIR",
+                        help="directory donated to mosafs (created if missing)")
+    parser.add_argument("--listen", default=DEFAULT_LISTEN, metavar="HOST:PORT",
+                        help=f"address to serve on; port 0 picks a free port "
+                             f"(default {DEFAULT_LISTEN})")
+    parser.add_argument("--advertise", metavar="HOST:PORT",
+                        help="address the manager and clients should use (default: the bound "
+                             "address; the host name when listening on all interfaces)")
+    parser.add_argument("--manager", metavar="HOST:PORT",
+                        help=f"manager to register with (default ${MANAGER_ENV}; with neither, "
+                             "the benefactor runs standalone)")
+    parser.add_argument("--capacity", type=parse_size, metavar="BYTES",
+                        help="most bytes of chunks to store, e.g. 500G (suffixes K, M, G, T "
+                             "are powers of 1024; default: the whole file system)")
+    parser.add_argument("--pool", default="default", metavar="NAME",
+                        help="pool this benefactor joins (default 'default')")
+    parser.add_argument("--ready-file", metavar="PATH",
+                        help="write {address, pid, id, data_dir} as JSON here once serving")
+    parser.add_argument("--log-level", default="INFO",
+                        choices=["DEBUG", "INFO", "WARNING", "ERROR"], type=str.upper,
+                        help="log level (default INFO)")
+
+
+def parse_size(text: str) -> int:
+    """Bytes from '1048576', '64M', '1.5T' (binary suffixes)."""
+    raw = text.strip().upper().removesuffix("B").removesuffix("I")
+    suffix = raw[-1:] if raw[-1:] in _SIZE_SUFFIXES else ""
+    number = raw[: len(raw) - len(suffix)]
+    unit = _SIZE_SUFFIXES[suffix]
+    try:
+        # Whole numbers stay exact; float() would round counts beyond 2**53.
+        value = int(number) * unit if number.isdigit() else int(float(number) * unit)
+    except (ValueError, OverflowError):
+        raise argparse.ArgumentTypeError(f"not a size in bytes: {text!r}") from None
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"size must be positive: {text!r}")
+    return value
+
+
+def split_address(text: str, what: str) -> tuple[str, int]:
+    """(host, port) of HOST:PORT (IPv6 hosts in brackets); ConfigError otherwise."""
+    host, sep, port = text.rpartition(":")
+    if not sep or not port.isdigit() or int(port) > 65535:
+        raise ConfigError(f"{what} must be HOST:PORT, got {text!r}")
+    return host, int(port)
+
+
+def advertised_address(listen_host: str, port: int, advertise: str | None) -> str:
+    if advertise:
+        split_address(advertise, "--advertise")
+        return advertise
+    # A wildcard address is not something a peer can dial: offer the host name instead.
+    host = socket.gethostname() if listen_host in _WILDCARD_HOSTS else listen_host
+    return f"{host}:{port}"
+
+
+def run(args: argparse.Namespace) -> int:
+    from mosafs.procutil import setup_logging, stop_event, write_ready_file
+
+    setup_logging(args.log_level)
+    stop = stop_event()  # first: a signal during start-up still stops us cleanly
+    manager = args.manager or os.environ.get(MANAGER_ENV) or None
+    listen_host, _ = split_address(args.listen, "--listen")
+    if manager:
+        split_address(manager, "--manager")
+
+    from mosafs.benefactor.chunkstore import FileChunkStore, load_or_create_identity
+
+    with FileChunkStore(args.data_dir, capacity=args.capacity) as store:
+        info = InfoSource(store, load_or_create_identity(store.data_dir), args.pool)
+        srv, port = _serve(store, info, args.listen)
+        info.address = advertised_address(listen_host, port, args.advertise)
+        registrar = Registrar(manager, info) if manager else None
+        try:
+            if registrar:
+                registrar.start()
+            write_ready_file(args.ready_file, address=info.address, id=info.id,
+                             data_dir=str(store.data_dir), listen=f"{listen_host}:{port}")
+            log.info("benefactor %s serving %s on port %d as %s (pool %s, %s)",
+                     info.id, store.data_dir, port, info.address, args.pool,
+                     f"manager {manager}" if manager else "standalone: no manager")
+            stop.wait()
+            log.info("stopping")
+        finally:
+            if registrar:
+                registrar.stop()
+            srv.stop(STOP_GRACE_S).wait()
+    log.info("stopped")
+    return 0
+
+
+def _serve(store: ChunkStore, info: InfoSource, listen: str) -> tuple[grpc.Server, int]:
+    from mosafs.benefactor.servicer import add_to_server
+    from mosafs.rpc.channels import server
+
+    try:
+        return server(lambda srv: add_to_server(srv, store, info), listen)
+    except (OSError, RuntimeError) as exc:
+        raise ConfigError(f"cannot listen on {listen} (in use, or not an address of this "
+                          f"host): {exc}") from None
+
+
+class InfoSource:
+    """Builds the BenefactorInfo for GetInfo and heartbeats; the address is set once bound."""
+
+    def __init__(self, store: ChunkStore, benefactor_id: str, pool: str) -> None:
+        self.store = store
+        self.id = benefactor_id
+        self.pool = pool
+        self.address = ""
+
+    def __call__(self) -> benefactor_pb2.BenefactorInfo:
+        from mosafs.benefactor.servicer import Identity, info_message
+
+        return info_message(Identity(self.id, self.address, self.pool), self.store)
+
+
+class _LinkLog:
+    """Logs the manager's reachability by transitions, not by attempts.
+
+    Unreachable before the first contact is normal (the manager may start later): INFO,
+    and one WARNING if that lasts SLOW_START_WARN_S. Losing a manager we had reached: one
+    WARNING when the outage starts, one INFO when it ends. A refusal (any other error) is
+    logged as a WARNING once per distinct message.
+    """
+
+    def __init__(self, manager: str) -> None:
+        self.manager = manager
+        self.contacted = False
+        self.down_since: float | None = None
+        self.slow_start_warned = False
+        self.last_refusal = ""
+
+    def failed(self, exc: MosafsError) -> None:
+        now = time.monotonic()
+        unreachable = isinstance(exc, Unavailable | DeadlineExceeded)
+        if not unreachable:
+            if exc.message != self.last_refusal:
+                self.last_refusal = exc.message
+                log.warning("manager %s refused: %s; retrying", self.manager, exc.message)
+        elif self.down_since is None and not self.contacted:
+            log.info("manager %s not reachable yet (%s); retrying until it is",
+                     self.manager, exc.message)
+        elif self.down_since is None:
+            log.warning("manager %s unreachable: %s; retrying", self.manager, exc.message)
+        elif (not self.contacted and not self.slow_start_warned
+              and now - self.down_since >= SLOW_START_WARN_S):
+            self.slow_start_warned = True
+            log.warning("manager %s still unreachable after %.0fs (%s); is --manager right?",
+                        self.manager, now - self.down_since, exc.message)
+        if self.down_since is None:
+            self.down_since = now
+
+    def succeeded(self) -> None:
+        if self.down_since is not None and (self.contacted or self.slow_start_warned):
+            log.info("manager %s reachable again after %.1fs",
+                     self.manager, time.monotonic() - self.down_since)
+        self.contacted = True
+        self.down_since = None
+        self.slow_start_warned = False
+        self.last_refusal = ""
+
+
+class Registrar:
+    """Registers with the manager (retrying with backoff), then heartbeats; re-registers
+    when the manager no longer knows us. Runs in a daemon thread until stop()."""
+
+    def __init__(self, manager: str, info: Callable[[], benefactor_pb2.BenefactorInfo]) -> None:
+        self._manager = manager
+        self._info = info
+        self._stop = threading.Event()
+        self._lock = threading.Lock()  # guards the channel against stop() closing it
+        self._channel: grpc.Channel | None = None
+        self._stub: Any = None
+        self._link = _LinkLog(manager)
+        self._thread = threading.Thread(target=self._run, name="registrar", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        with self._lock:
+            if self._channel is not None:
+                self._channel.close()  # cancels a call in flight, so the thread ends now
+                self._channel = None
+        self._thread.join(timeout=RPC_TIMEOUT_S + 1)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                interval = self._register()
+                if interval is None:
+                    return
+                self._heartbeats(interval)
+            except Exception:
+                if self._stop.is_set():
+                    return  # stop() closed the channel under a call
+                log.exception("bug in the registration thread; retrying")
+                self._stop.wait(BACKOFF_MAX_S)
+
+    def _call(self, method: str, request: Any, timeout: float) -> Any:
+        from mosafs.rpc.errors import call
+
+        with self._lock:
+            if self._stop.is_set():
+                raise Unavailable("stopping")
+            if self._channel is None:
+                from mosafs._proto import manager_pb2_grpc
+                from mosafs.rpc.channels import channel
+
+                self._channel = channel(self._manager)
+                self._stub = manager_pb2_grpc.ManagerStub(self._channel)
+            stub = self._stub
+        try:
+            return call(getattr(stub, method), request, timeout=timeout)
+        except (Unavailable, DeadlineExceeded):
+            # grpc waits up to two minutes between reconnects of a failed channel; a fresh
+            # channel connects at once, so a returning manager is noticed within our backoff.
+            self._drop_channel()
+            raise
+
+    def _drop_channel(self) -> None:
+        with self._lock:
+            if self._channel is not None:
+                self._channel.close()
+                self._channel = None
+
+    def _register(self) -> float | None:
+        """Register until it succeeds; the heartbeat interval in seconds (None: stopping)."""
+        from mosafs._proto import manager_pb2
+
+        delay = BACKOFF_FIRST_S
+        while not self._stop.is_set():
+            request = manager_pb2.RegisterBenefactorRequest(info=self._info())
+            try:
+                response = self._call("RegisterBenefactor", request, RPC_TIMEOUT_S)
+            except MosafsError as exc:
+                if self._stop.is_set():
+                    return None
+                self._link.failed(exc)
+                self._stop.wait(delay)
+                delay = min(delay * 2, BACKOFF_MAX_S)
+                continue
+            self._link.succeeded()
+            interval = response.heartbeat_interval_ms / 1000 or DEFAULT_HEARTBEAT_S
+            log.info("registered with manager %s as %s (heartbeat every %.1fs)",
+                     self._manager, request.info.id, interval)
+            return interval
+        return None
+
+    def _heartbeats(self, interval: float) -> None:
+        """Heartbeat every INTERVAL seconds; return when the manager asks us to register."""
+        from mosafs._proto import manager_pb2
+
+        timeout = min(RPC_TIMEOUT_S, max(interval, 1.0))
+        while not self._stop.wait(interval):
+            request = manager_pb2.HeartbeatRequest(info=self._info())
+            try:
+                self._call("Heartbeat", request, timeout)
+            except NotFound:
+                self._link.succeeded()
+                log.info("manager %s does not know this benefactor (restarted or expired "
+                         "it): registering again", self._manager)
+                return
+            except MosafsError as exc:
+                if self._stop.is_set():
+                    return
+                self._link.failed(exc)
+                continue
+            self._link.succeeded()

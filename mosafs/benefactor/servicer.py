@@ -1,0 +1,72 @@
+"""The gRPC Benefactor service: unpack a request, call the ChunkStore, pack the answer.
+
+Errors are mapped to status codes only by @servicer (mosafs.rpc.errors): InvalidArgument
+-> INVALID_ARGUMENT, NotFound -> NOT_FOUND, IntegrityError -> DATA_LOSS, NoSpace ->
+RESOURCE_EXHAUSTED.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import grpc
+
+from mosafs._proto import benefactor_pb2 as pb
+from mosafs._proto import benefactor_pb2_grpc as pb_grpc
+from mosafs.benefactor.chunkstore import ChunkStore
+from mosafs.rpc.errors import servicer
+
+
+@dataclass(frozen=True)
+class Identity:
+    """How this benefactor presents itself to the manager and to clients."""
+
+    id: str
+    address: str
+    pool: str
+
+
+def info_message(identity: Identity, store: ChunkStore) -> pb.BenefactorInfo:
+    """The BenefactorInfo for GetInfo, registration and heartbeats."""
+    usage = store.usage()
+    return pb.BenefactorInfo(
+        id=identity.id,
+        address=identity.address,
+        capacity_bytes=usage.capacity_bytes,
+        free_bytes=usage.free_bytes,
+        chunks=usage.chunks,
+        stored_bytes=usage.stored_bytes,
+        pool=identity.pool,
+    )
+
+
+@servicer
+class BenefactorServicer(pb_grpc.BenefactorServicer):
+    def __init__(self, store: ChunkStore, info: Callable[[], pb.BenefactorInfo]) -> None:
+        # INFO is a callable: the address is known only once the server has bound its port,
+        # after the servicer was added.
+        self._store = store
+        self._info = info
+
+    def PutChunk(self, request: pb.PutChunkRequest,
+                 context: grpc.ServicerContext) -> pb.PutChunkResponse:
+        present = self._store.put(request.id, request.data)
+        return pb.PutChunkResponse(already_present=present)
+
+    def GetChunk(self, request: pb.GetChunkRequest,
+                 context: grpc.ServicerContext) -> pb.GetChunkResponse:
+        return pb.GetChunkResponse(data=self._store.get(request.id))
+
+    def HasChunks(self, request: pb.HasChunksRequest,
+                  context: grpc.ServicerContext) -> pb.HasChunksResponse:
+        return pb.HasChunksResponse(present=self._store.has_many(list(request.ids)))
+
+    def GetInfo(self, request: pb.GetInfoRequest,
+                context: grpc.ServicerContext) -> pb.BenefactorInfo:
+        return self._info()
+
+
+def add_to_server(server: grpc.Server, store: ChunkStore,
+                  info: Callable[[], pb.BenefactorInfo]) -> None:
+    pb_grpc.add_BenefactorServicer_to_server(BenefactorServicer(store, info), server)

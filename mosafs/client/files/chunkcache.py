@@ -1,0 +1,78 @@
+"""Fetching chunks for readers: an LRU cache of verified chunk bytes, one fetch per id at a
+time however many readers want it, replica fail-over, and read-ahead."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import Sequence
+
+import cachetools
+import trio
+
+from mosafs import errors
+from mosafs.client.rpc import Benefactors
+
+log = logging.getLogger(__name__)
+
+
+class ChunkFetcher:
+    def __init__(self, benefactors: Benefactors, cache_bytes: int, nursery: trio.Nursery) -> None:
+        self._benefactors = benefactors
+        self._cache: cachetools.LRUCache[bytes, bytes] = cachetools.LRUCache(
+            maxsize=cache_bytes, getsizeof=len)
+        self._inflight: dict[bytes, trio.Event] = {}
+        self._nursery = nursery
+
+    def cached(self, chunk_id: bytes) -> bytes | None:
+        return self._cache.get(chunk_id)
+
+    def remember(self, chunk_id: bytes, data: bytes) -> None:
+        if len(data) <= self._cache.maxsize:
+            self._cache[chunk_id] = data
+
+    async def get(self, chunk_id: bytes, addresses: Sequence[str]) -> bytes:
+        while True:
+            data = self._cache.get(chunk_id)
+            if data is not None:
+                return data
+            event = self._inflight.get(chunk_id)
+            if event is None:
+                return await self._fetch(chunk_id, addresses)
+            await event.wait()  # another task fetched it; if that failed, try ourselves
+
+    def prefetch(self, chunk_id: bytes, addresses: Sequence[str]) -> None:
+        if chunk_id not in self._cache and chunk_id not in self._inflight:
+            self._nursery.start_soon(self._prefetch, chunk_id, list(addresses))
+
+    async def _prefetch(self, chunk_id: bytes, addresses: list[str]) -> None:
+        # A failed prefetch is silent: the real read of this chunk retries and reports it.
+        with contextlib.suppress(errors.MosafsError):
+            await self._fetch(chunk_id, addresses)
+
+    async def _fetch(self, chunk_id: bytes, addresses: Sequence[str]) -> bytes:
+        event = self._inflight[chunk_id] = trio.Event()
+        try:
+            data = await self._from_any_replica(chunk_id, addresses)
+            self.remember(chunk_id, data)
+            return data
+        finally:
+            del self._inflight[chunk_id]
+            event.set()
+
+    async def _from_any_replica(self, chunk_id: bytes, addresses: Sequence[str]) -> bytes:
+        failures: list[str] = []
+        corrupt = False
+        for address in addresses:
+            try:
+                return await self._benefactors.get(address, chunk_id)
+            except errors.IntegrityError as exc:
+                corrupt = True
+                log.warning("chunk %s from %s is corrupt: %s", chunk_id.hex(), address, exc)
+                failures.append(f"{address}: corrupt")
+            except errors.MosafsError as exc:
+                failures.append(f"{address}: {exc.message}")
+        reason = "; ".join(failures) or "no replica is known"
+        if corrupt:
+            raise errors.IntegrityError(f"chunk {chunk_id.hex()} has no intact copy ({reason})")
+        raise errors.Unavailable(f"chunk {chunk_id.hex()} could not be read ({reason})")

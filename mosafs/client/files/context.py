@@ -1,0 +1,82 @@
+"""Everything the client's file layer shares: configuration, RPC clients, limiters, the
+chunk cache and the root nursery in which background work runs."""
+
+from __future__ import annotations
+
+import functools
+import logging
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TypeVar
+
+import trio
+
+from mosafs.chunking import make_chunker
+from mosafs.client.files.chunkcache import ChunkFetcher
+from mosafs.client.rpc import Benefactors, ManagerClient, Rpc
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+MiB = 1 << 20
+
+
+@dataclass(frozen=True)
+class ClientConfig:
+    manager: str
+    hash_backend: str = "auto"
+    window_bytes: int = 64 * MiB      # sliding write window per file (back-pressure bound)
+    batch_bytes: int = 4 * MiB        # writes are handed to the chunker in pieces this big
+    uploads_per_file: int = 8         # chunk puts in flight per file
+    cache_bytes: int = 256 * MiB      # LRU chunk cache for reads
+    readahead_chunks: int = 4
+    rpc_threads: int = 32
+    cpu_threads: int = 2              # chunking/hashing threads (the GIL is released there)
+    spill_dir: Path | None = None     # temp files for non-sequential writes
+    attr_timeout: float = 1.0
+    dedupe_with_index: bool = True    # also ask the manager's chunk index before sending
+
+
+class ClientContext:
+    """Create with `await ClientContext.create(config, nursery)`; call `close()` at exit."""
+
+    def __init__(self, config: ClientConfig, nursery: trio.Nursery) -> None:
+        self.config = config
+        self.nursery = nursery
+        self.client_id = uuid.uuid4().hex
+        self.rpc = Rpc(config.rpc_threads)
+        self.cpu_limiter = trio.CapacityLimiter(config.cpu_threads)
+        self.manager = ManagerClient(config.manager, self.rpc)
+        self.benefactors = Benefactors(self.rpc)
+        self.fetcher = ChunkFetcher(self.benefactors, config.cache_bytes, nursery)
+        self._chunkers: dict[str, Any] = {}
+
+    @classmethod
+    async def create(cls, config: ClientConfig, nursery: trio.Nursery) -> ClientContext:
+        ctx = cls(config, nursery)
+        # Fail at mount time, not at the first write, when the backend cannot be had.
+        ctx.chunker(_default_spec())
+        log.info("hash backend: %s", ctx.chunker(_default_spec()).backend)
+        return ctx
+
+    def chunker(self, spec: str) -> Any:
+        chunker = self._chunkers.get(spec)
+        if chunker is None:
+            chunker = self._chunkers[spec] = make_chunker(spec, self.config.hash_backend)
+        return chunker
+
+    async def cpu(self, fn: Callable[..., T], *args: Any) -> T:
+        """Run chunking/hashing work in a thread, at most cpu_threads at a time."""
+        return await trio.to_thread.run_sync(functools.partial(fn, *args),
+                                             limiter=self.cpu_limiter)
+
+    def close(self) -> None:
+        self.manager.close()
+        self.benefactors.close()
+
+
+def _default_spec() -> str:
+    from mosafs.chunking import DEFAULT_SPEC
+
+    return DEFAULT_SPEC

@@ -1,0 +1,239 @@
+"""The file system as the FUSE layer sees it: namespace calls, open handles, reads and
+writes. Knows nothing of pyfuse3; raises mosafs.errors classes."""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import os
+from dataclasses import dataclass
+
+import trio
+
+from mosafs import errors
+from mosafs._proto import manager_pb2 as mpb
+from mosafs.client.files.blockmap import BlockMapView
+from mosafs.client.files.context import ClientContext
+from mosafs.client.files.writer import WriteSession
+
+log = logging.getLogger(__name__)
+
+Attr = mpb.Attr
+DirEntry = mpb.DirEntry
+StatFs = mpb.StatFsResponse
+
+
+@dataclass
+class Handle:
+    inode: int
+    readable: bool
+    writable: bool
+    view: BlockMapView | None = None  # the version this handle reads (close-to-open)
+
+
+class FileSystem:
+    """Create with `await FileSystem.create(ctx)`; `await close()` before unmounting."""
+
+    def __init__(self, ctx: ClientContext) -> None:
+        self.ctx = ctx
+        self._handles: dict[int, Handle] = {}
+        self._fh = itertools.count(1)
+        self._sessions: dict[int, WriteSession] = {}
+        self._writers: dict[int, int] = {}  # inode -> open writable handles
+        self._session_locks: dict[int, trio.Lock] = {}
+
+    @classmethod
+    async def create(cls, ctx: ClientContext) -> FileSystem:
+        fs = cls(ctx)
+        await ctx.manager.getattr(1)  # the manager answers, and the root exists
+        return fs
+
+    @property
+    def manager(self):  # type: ignore[no-untyped-def]
+        return self.ctx.manager
+
+    # -- attributes and namespace ------------------------------------------------------------
+
+    def _overlay(self, attr: Attr) -> Attr:
+        """Attributes as this mount sees them: uncommitted writes change size and mtime."""
+        session = self._sessions.get(attr.inode)
+        if session is not None and session.dirty:
+            attr = Attr(**{f.name: getattr(attr, f.name) for f in Attr.DESCRIPTOR.fields})
+            attr.size = session.size
+            attr.mtime_ns = attr.ctime_ns = session.mtime_ns
+        return attr
+
+    async def lookup(self, parent: int, name: str) -> Attr:
+        return self._overlay(await self.manager.lookup(parent, name))
+
+    async def getattr(self, inode: int) -> Attr:
+        return self._overlay(await self.manager.getattr(inode))
+
+    async def setattr(self, inode: int, size: int | None, **fields: int) -> Attr:
+        if size is not None:
+            await self.truncate(inode, size)
+        if fields:
+            return self._overlay(await self.manager.setattr(inode, **fields))
+        return await self.getattr(inode)
+
+    async def readdir(self, inode: int) -> list[DirEntry]:
+        entries = await self.manager.readdir(inode)
+        for entry in entries:
+            entry.attr.CopyFrom(self._overlay(entry.attr))
+        return entries
+
+    async def mkdir(self, parent: int, name: str, mode: int, uid: int, gid: int) -> Attr:
+        return await self.manager.mkdir(parent, name, mode, uid, gid)
+
+    async def unlink(self, parent: int, name: str) -> None:
+        await self.manager.unlink(parent, name)
+
+    async def rmdir(self, parent: int, name: str) -> None:
+        await self.manager.rmdir(parent, name)
+
+    async def rename(self, old_parent: int, old_name: str, new_parent: int, new_name: str,
+                     no_replace: bool) -> None:
+        await self.manager.rename(old_parent, old_name, new_parent, new_name, no_replace)
+
+    async def statfs(self) -> StatFs:
+        return await self.manager.statfs()
+
+    # -- open files ----------------------------------------------------------------------------
+
+    async def create_file(self, parent: int, name: str, mode: int, flags: int, uid: int,
+                     gid: int) -> tuple[int, Attr]:
+        attr = await self.manager.create(parent, name, mode, uid, gid,
+                                         exclusive=bool(flags & os.O_EXCL))
+        fh = await self.open(attr.inode, flags)
+        return fh, await self.getattr(attr.inode)
+
+    async def open(self, inode: int, flags: int) -> int:
+        access = flags & os.O_ACCMODE
+        handle = Handle(inode, readable=access != os.O_WRONLY, writable=access != os.O_RDONLY)
+        if handle.writable:
+            async with self._lock(inode):
+                session = self._sessions.get(inode)
+                if session is None:
+                    session = await WriteSession.create(self.ctx, inode)
+                    self._sessions[inode] = session
+                self._writers[inode] = self._writers.get(inode, 0) + 1
+                if flags & os.O_TRUNC:
+                    try:
+                        await session.truncate(0)
+                    except BaseException:
+                        await self._drop_writer(inode)
+                        raise
+        elif handle.readable:
+            # Close-to-open: a reader sees the version that was newest when it opened.
+            handle.view = BlockMapView.from_proto(await self.manager.block_map(inode))
+        fh = next(self._fh)
+        self._handles[fh] = handle
+        return fh
+
+    def _lock(self, inode: int) -> trio.Lock:
+        lock = self._session_locks.get(inode)
+        if lock is None:
+            lock = self._session_locks[inode] = trio.Lock()
+        return lock
+
+    def _handle(self, fh: int) -> Handle:
+        handle = self._handles.get(fh)
+        if handle is None:
+            raise errors.InvalidArgument(f"unknown file handle {fh}")
+        return handle
+
+    async def write(self, fh: int, offset: int, data: bytes) -> int:
+        handle = self._handle(fh)
+        if not handle.writable:
+            raise errors.InvalidArgument("file handle is not open for writing")
+        async with self._lock(handle.inode):
+            return await self._sessions[handle.inode].write(offset, data)
+
+    async def read(self, fh: int, offset: int, size: int) -> bytes:
+        handle = self._handle(fh)
+        session = self._sessions.get(handle.inode)
+        if session is not None and session.dirty:
+            async with self._lock(handle.inode):
+                if session.dirty:
+                    return await session.read(offset, size)
+        view = await self._view(handle, session)
+        return await self._read_view(view, offset, size)
+
+    async def _view(self, handle: Handle, session: WriteSession | None) -> BlockMapView:
+        stale = session is not None and (
+            handle.view is None or handle.view.version < session.committed_version)
+        if handle.view is None or stale:
+            handle.view = BlockMapView.from_proto(await self.manager.block_map(handle.inode))
+        return handle.view
+
+    async def _read_view(self, view: BlockMapView, offset: int, size: int) -> bytes:
+        parts = []
+        last = -1
+        for index, lo, hi in view.pieces(offset, size):
+            entry = view.entries[index]
+            data = await self.ctx.fetcher.get(entry.id, view.addresses.get(entry.id, []))
+            parts.append(data[lo:hi])
+            last = index
+        if last >= 0:
+            self._readahead(view, last + 1)
+        return b"".join(parts)
+
+    def _readahead(self, view: BlockMapView, start: int) -> None:
+        stop = min(start + self.ctx.config.readahead_chunks, len(view.entries))
+        for entry in view.entries[start:stop]:
+            self.ctx.fetcher.prefetch(entry.id, view.addresses.get(entry.id, []))
+
+    async def truncate(self, inode: int, size: int) -> None:
+        """truncate(2)/ftruncate(2): through the open session, or a short-lived one."""
+        async with self._lock(inode):
+            session = self._sessions.get(inode)
+            if session is not None:
+                await session.truncate(size)
+                return
+            session = await WriteSession.create(self.ctx, inode)
+            try:
+                await session.truncate(size)
+                await session.commit()
+            finally:
+                await session.close()
+
+    async def flush(self, fh: int) -> None:
+        """close(2) and fsync(2): commit this inode's changes (close-to-open semantics)."""
+        handle = self._handle(fh)
+        if not handle.writable:
+            return
+        async with self._lock(handle.inode):
+            session = self._sessions.get(handle.inode)
+            if session is None:
+                return
+            try:
+                await session.commit()
+            except errors.NotFound:
+                log.info("inode %d was removed before its changes were committed", handle.inode)
+
+    async def release(self, fh: int) -> None:
+        handle = self._handles.pop(fh, None)
+        if handle is not None and handle.writable:
+            async with self._lock(handle.inode):
+                await self._drop_writer(handle.inode)
+
+    async def _drop_writer(self, inode: int) -> None:
+        remaining = self._writers.get(inode, 0) - 1
+        if remaining > 0:
+            self._writers[inode] = remaining
+            return
+        self._writers.pop(inode, None)
+        session = self._sessions.pop(inode, None)
+        if session is not None:
+            await session.close()
+
+    async def version_stats(self, inode: int) -> mpb.VersionStats:
+        return await self.manager.version_stats(inode)
+
+    async def close(self) -> None:
+        for inode in list(self._sessions):
+            session = self._sessions.pop(inode)
+            if session.dirty:
+                log.warning("unmounting with uncommitted changes to inode %d: discarded", inode)
+            await session.close()
+        self.ctx.close()

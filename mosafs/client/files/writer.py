@@ -1,0 +1,343 @@
+"""Write sessions (DESIGN §4): one inode's uncommitted changes on this mount.
+
+Two modes:
+
+* STREAM, the checkpoint case: the new content is the committed prefix followed by bytes
+  appended at the end. Appended bytes gather in `pending`; every `batch_bytes` they go through
+  a bounded memory channel (the sliding window: a full window blocks `write`, which is the
+  back-pressure) to a pipeline task that chunks them in a worker thread, drops chunks the
+  base version or the manager's index already has, and puts new chunks to the stripe's
+  benefactors round-robin, several at a time.
+* SPILL, for anything else (overwrites, truncation, reads of uncommitted data): the whole
+  content is materialised once into a local temp file and edited there with pread/pwrite;
+  the commit re-chunks it, and unchanged regions dedupe against the base.
+
+A commit (flush/fsync/close) drains the pipeline and stores the block-map with one
+CommitVersion. Concurrency: every public method runs under the session's trio lock.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import tempfile
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import trio
+
+from mosafs import errors
+from mosafs._proto import common_pb2 as cpb
+from mosafs._proto import manager_pb2 as mpb
+from mosafs.client.files.blockmap import BlockMapView, ChunkEntry
+from mosafs.client.files.context import ClientContext
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class _Stored:
+    """What this session knows to be stored: ids and, where known, their replicas."""
+
+    ids: set[bytes] = field(default_factory=set)
+    addresses: dict[bytes, list[str]] = field(default_factory=dict)
+    placements: dict[bytes, list[str]] = field(default_factory=dict)  # new: benefactor ids
+    new_bytes: int = 0
+
+
+class _Pipeline:
+    """Chunks one appended byte stream and uploads its new chunks."""
+
+    def __init__(self, session: WriteSession, chunker: Any) -> None:
+        self.session = session
+        self.stream = chunker.stream()
+        capacity = max(1, session.ctx.config.window_bytes // session.ctx.config.batch_bytes)
+        self.send, self._recv = trio.open_memory_channel[bytearray](capacity)
+        self.entries: list[ChunkEntry] = []
+        self.error: errors.MosafsError | None = None
+        self.done = trio.Event()
+        self._slots = trio.Semaphore(session.ctx.config.uploads_per_file)
+        self._cursor = 0
+
+    async def run(self) -> None:
+        try:
+            async with self._recv, trio.open_nursery() as uploads:
+                async for batch in self._recv:
+                    await self._dispatch(await self.session.ctx.cpu(self.stream.feed, batch),
+                                         uploads)
+                await self._dispatch(await self.session.ctx.cpu(self.stream.finish), uploads)
+        except errors.MosafsError as exc:
+            self.error = exc
+        except Exception as exc:  # a bug: keep the mount alive, fail this file's commit
+            log.exception("write pipeline of inode %d failed", self.session.inode)
+            self.error = errors.InternalError(f"write pipeline failed: {exc!r}")
+        finally:
+            self.done.set()
+
+    async def _dispatch(self, chunks: list[Any], uploads: trio.Nursery) -> None:
+        stored = self.session.stored
+        self.entries.extend(ChunkEntry(c.id, c.length) for c in chunks)
+        fresh: dict[bytes, Any] = {}
+        for c in chunks:
+            if c.id not in stored.ids and c.id not in fresh:
+                fresh[c.id] = c
+        if fresh and self.session.ctx.config.dedupe_with_index:
+            present = await self.session.ctx.manager.find_chunks(list(fresh))
+            for chunk_id, found in zip(list(fresh), present, strict=True):
+                if found:
+                    stored.ids.add(chunk_id)
+                    del fresh[chunk_id]
+        for c in fresh.values():
+            stored.ids.add(c.id)  # claimed now so a repeat within the stream is not re-sent
+            await self._slots.acquire()
+            uploads.start_soon(self._upload, c.id, c.data, self._cursor)
+            self._cursor += 1
+
+    async def _upload(self, chunk_id: bytes, data: bytes, cursor: int) -> None:
+        try:
+            targets = self.session.targets
+            failures = []
+            for attempt in range(len(targets)):
+                target = targets[(cursor + attempt) % len(targets)]
+                try:
+                    await self.session.ctx.benefactors.put(target, chunk_id, data)
+                except (errors.Unavailable, errors.DeadlineExceeded, errors.NoSpace) as exc:
+                    failures.append(f"{target.address}: {exc.message}")
+                    continue
+                stored = self.session.stored
+                stored.placements[chunk_id] = [target.id]
+                stored.addresses[chunk_id] = [target.address]
+                stored.new_bytes += len(data)
+                return
+            raise errors.Unavailable(
+                f"no benefactor took chunk {chunk_id.hex()}: {'; '.join(failures)}")
+        finally:
+            self._slots.release()
+
+    async def finish(self) -> list[ChunkEntry]:
+        await self.send.aclose()
+        await self.done.wait()
+        if self.error is not None:
+            raise self.error
+        return self.entries
+
+
+class WriteSession:
+    """Create with `await WriteSession.create(ctx, inode)`; `close()` when the last writable
+    handle is released."""
+
+    def __init__(self, ctx: ClientContext, inode: int) -> None:
+        self.ctx = ctx
+        self.inode = inode
+        self.lock = trio.Lock()
+        self.stored = _Stored()
+        self.lease: mpb.OpenWriteResponse | None = None
+        self.prefix: list[ChunkEntry] = []
+        self.committed_version = 0
+        self.size = 0
+        self.dirty = False
+        self.mtime_ns = time.time_ns()
+        self._pipeline: _Pipeline | None = None
+        self._pending = bytearray()
+        self._spill: Any = None  # a temp file while in SPILL mode
+        self._renewals = trio.CancelScope()
+
+    @classmethod
+    async def create(cls, ctx: ClientContext, inode: int) -> WriteSession:
+        session = cls(ctx, inode)
+        await session._acquire_lease()
+        lease = session.lease
+        assert lease is not None
+        if lease.base_inode == inode:  # the newest version of this file is our starting point
+            session.prefix = [ChunkEntry(c.id, c.length) for c in lease.base_chunks]
+            session.size = lease.base_size
+            session.committed_version = lease.base_version
+        ctx.nursery.start_soon(session._renew_leases)
+        return session
+
+    # -- leases ----------------------------------------------------------------------------
+
+    async def _acquire_lease(self) -> None:
+        lease = await self.ctx.manager.open_write(self.inode, self.ctx.client_id)
+        if not lease.targets:
+            await self.ctx.manager.abort_write(lease.lease_id)
+            raise errors.NoSpace("no live benefactor with free space")
+        self.lease = lease
+        self.stored.ids.update(c.id for c in lease.base_chunks)
+
+    async def _renew_leases(self) -> None:
+        with self._renewals:
+            while True:
+                ttl = (self.lease.lease_ttl_ms if self.lease else 60_000) / 1000
+                await trio.sleep(max(ttl / 3, 0.05))
+                if self.lease is None:
+                    continue
+                try:
+                    await self.ctx.manager.renew_lease(self.lease.lease_id)
+                except errors.LeaseExpired:
+                    log.warning("write lease of inode %d expired; a new one is taken at commit",
+                                self.inode)
+                    self.lease = None
+                except errors.MosafsError as exc:
+                    log.warning("cannot renew the write lease of inode %d: %s", self.inode, exc)
+
+    @property
+    def targets(self) -> list[cpb.BenefactorAddress]:
+        assert self.lease is not None
+        return list(self.lease.targets)
+
+    def _chunker(self) -> Any:
+        assert self.lease is not None
+        return self.ctx.chunker(self.lease.pool.chunker)
+
+    # -- edits -----------------------------------------------------------------------------
+
+    async def write(self, offset: int, data: bytes) -> int:
+        if self.lease is None:
+            await self._acquire_lease()
+        self.dirty = True
+        self.mtime_ns = time.time_ns()
+        if self._spill is None and offset == self.size:
+            await self._append(data)
+        else:
+            await self._to_spill()
+            os.pwrite(self._spill.fileno(), data, offset)
+            self.size = max(self.size, offset + len(data))
+        return len(data)
+
+    async def _append(self, data: bytes) -> None:
+        if self._pipeline is None:
+            self._pipeline = _Pipeline(self, self._chunker())
+            self.ctx.nursery.start_soon(self._pipeline.run)
+        self._pending += data
+        self.size += len(data)
+        if len(self._pending) >= self.ctx.config.batch_bytes:
+            batch, self._pending = self._pending, bytearray()
+            try:
+                await self._pipeline.send.send(batch)  # blocks while the window is full
+            except trio.BrokenResourceError:
+                await self._pipeline.done.wait()
+                raise (self._pipeline.error
+                       or errors.InternalError("write pipeline stopped")) from None
+
+    async def truncate(self, size: int) -> None:
+        if size == self.size:
+            return
+        if self.lease is None:
+            await self._acquire_lease()
+        self.dirty = True
+        self.mtime_ns = time.time_ns()
+        if size == 0:
+            await self._drop_content()
+            return
+        await self._to_spill()
+        os.ftruncate(self._spill.fileno(), size)
+        self.size = size
+
+    async def read(self, offset: int, size: int) -> bytes:
+        """Uncommitted content; callers read committed content through the reader."""
+        await self._to_spill()
+        return os.pread(self._spill.fileno(), size, offset)
+
+    async def _drop_content(self) -> None:
+        if self._pipeline is not None:
+            pipeline, self._pipeline = self._pipeline, None
+            with contextlib.suppress(errors.MosafsError):  # the content is thrown away anyway
+                await pipeline.finish()
+        self._pending = bytearray()
+        self.prefix = []
+        self.size = 0
+        if self._spill is not None:
+            self._spill.close()
+            self._spill = None
+
+    async def _drain_stream(self) -> list[ChunkEntry]:
+        """Chunk and store everything appended so far; the content as a block-map."""
+        if self._pipeline is None:
+            return list(self.prefix)
+        pipeline, self._pipeline = self._pipeline, None
+        if self._pending:
+            batch, self._pending = self._pending, bytearray()
+            with contextlib.suppress(trio.BrokenResourceError):  # finish() reports why
+                await pipeline.send.send(batch)
+        return [*self.prefix, *await pipeline.finish()]
+
+    async def _to_spill(self) -> None:
+        """Switch to SPILL mode: materialise the whole content in a local temp file."""
+        if self._spill is not None:
+            return
+        entries = await self._drain_stream()
+        # Kept open for the session's life and closed by _drop_content.
+        self._spill = tempfile.TemporaryFile(dir=self.ctx.config.spill_dir)  # noqa: SIM115
+        view = BlockMapView.build(self.committed_version, entries, self.stored.addresses)
+        missing = [e.id for e in entries if e.id not in view.addresses]
+        if missing:
+            view.addresses.update(await self.ctx.manager.locate(sorted(set(missing))))
+        fd = self._spill.fileno()
+        for entry, start in zip(view.entries, view.starts, strict=False):
+            data = await self.ctx.fetcher.get(entry.id, view.addresses.get(entry.id, []))
+            os.pwrite(fd, data, start)
+        os.ftruncate(fd, self.size)
+
+    # -- commit ----------------------------------------------------------------------------
+
+    async def commit(self) -> mpb.CommitVersionResponse | None:
+        """Store the current content as a new version (no-op when nothing changed)."""
+        if not self.dirty:
+            return None
+        if self.lease is None:
+            await self._acquire_lease()
+        entries = await self._drain_stream() if self._spill is None else await self._rechunk()
+        reply = await self._commit_entries(entries)
+        self.prefix = entries
+        self.committed_version = reply.version
+        self.dirty = False
+        return reply
+
+    async def _rechunk(self) -> list[ChunkEntry]:
+        """Chunk the spill file from the start; unchanged regions dedupe against the base."""
+        pipeline = _Pipeline(self, self._chunker())
+        self.ctx.nursery.start_soon(pipeline.run)
+        fd = self._spill.fileno()
+        batch = self.ctx.config.batch_bytes
+        for offset in range(0, self.size, batch):
+            data = bytearray(os.pread(fd, min(batch, self.size - offset), offset))
+            try:
+                await pipeline.send.send(data)
+            except trio.BrokenResourceError:
+                break  # finish() reports the pipeline's error
+        return await pipeline.finish()
+
+    async def _commit_entries(self, entries: list[ChunkEntry]) -> mpb.CommitVersionResponse:
+        assert self.lease is not None
+        stored = self.stored
+        wanted = {e.id for e in entries}
+        placements = [mpb.ChunkPlacement(id=i, benefactor_ids=b)
+                      for i, b in stored.placements.items() if i in wanted]
+        request = mpb.CommitVersionRequest(
+            lease_id=self.lease.lease_id, inode=self.inode,
+            chunks=[cpb.ChunkRef(id=e.id, length=e.length) for e in entries],
+            placements=placements, mtime_ns=self.mtime_ns, new_bytes=stored.new_bytes)
+        try:
+            reply = await self.ctx.manager.commit_version(request)
+        except errors.LeaseExpired:
+            self.lease = None  # a later flush takes a new lease and tries again
+            raise
+        self.lease = None  # consumed: the next edit takes a new one
+        stored.placements.clear()
+        stored.new_bytes = 0
+        return reply
+
+    async def close(self) -> None:
+        """Drop uncommitted state and the lease (the last writable handle is gone)."""
+        self._renewals.cancel()
+        await self._drop_content()
+        if self.lease is not None:
+            lease, self.lease = self.lease, None
+            try:
+                await self.ctx.manager.abort_write(lease.lease_id)
+            except errors.MosafsError as exc:
+                log.info("abort of write lease %d failed (it expires anyway): %s",
+                         lease.lease_id, exc)

@@ -1,0 +1,105 @@
+"""`mosafs mount`: the FUSE client process.
+
+Trio structure: one root nursery; the context and the file system are created with
+`await X.create(...)` inside it and closed by the shutdown path right after; the FUSE loop
+runs until unmount or SIGINT/SIGTERM.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import signal
+from pathlib import Path
+
+from mosafs.errors import ConfigError
+
+log = logging.getLogger(__name__)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("mountpoint", help="an existing empty directory")
+    parser.add_argument("--manager", default=os.environ.get("MOSAFS_MANAGER"),
+                        help="HOST:PORT of the manager (default: $MOSAFS_MANAGER)")
+    parser.add_argument("--hash-backend", choices=["auto", "cpu", "gpu"], default="auto",
+                        help="where chunking and hashing run (default: auto)")
+    parser.add_argument("--window-mib", type=int, default=64,
+                        help="sliding write window per open file, MiB (default: 64)")
+    parser.add_argument("--cache-mib", type=int, default=256,
+                        help="LRU chunk cache for reads, MiB (default: 256)")
+    parser.add_argument("--spill-dir", help="directory for temp files of non-sequential writes")
+    parser.add_argument("--allow-other", action="store_true",
+                        help="let users other than the mounting one use the mount")
+    parser.add_argument("--ready-file", help=argparse.SUPPRESS)
+    parser.add_argument("--log-level", default="INFO")
+
+
+def run(args: argparse.Namespace) -> int:
+    import trio
+
+    from mosafs.client.files import ClientConfig
+    from mosafs.procutil import setup_logging
+
+    setup_logging(args.log_level)
+    if not args.manager:
+        raise ConfigError("no manager address: pass --manager HOST:PORT or set MOSAFS_MANAGER")
+    mountpoint = Path(args.mountpoint)
+    if not mountpoint.is_dir():
+        raise ConfigError(f"mount point {mountpoint} is not a directory")
+    if args.window_mib < 4 or args.cache_mib < 16:
+        raise ConfigError("--window-mib must be >= 4 and --cache-mib >= 16")
+    config = ClientConfig(
+        manager=args.manager, hash_backend=args.hash_backend,
+        window_bytes=args.window_mib << 20, cache_bytes=args.cache_mib << 20,
+        spill_dir=Path(args.spill_dir) if args.spill_dir else None)
+    trio.run(_serve, config, mountpoint, args)
+    return 0
+
+
+async def _serve(config: object, mountpoint: Path, args: argparse.Namespace) -> None:
+    import pyfuse3
+    import trio
+
+    from mosafs.client.files import ClientContext, FileSystem
+    from mosafs.client.operations import Operations
+    from mosafs.procutil import write_ready_file
+
+    options = set(pyfuse3.default_options)
+    options |= {"fsname=mosafs", "subtype=mosafs"}
+    if args.allow_other:
+        options.add("allow_other")
+    async with trio.open_nursery() as nursery:
+        ctx = await ClientContext.create(config, nursery)  # type: ignore[arg-type]
+        try:
+            fs = await FileSystem.create(ctx)
+        except BaseException:
+            ctx.close()
+            raise
+        try:
+            pyfuse3.init(Operations(fs, attr_timeout=ctx.config.attr_timeout),
+                         str(mountpoint), options)
+        except BaseException:
+            await fs.close()
+            raise
+        try:
+            log.info("mounted %s (manager %s)", mountpoint, config.manager)  # type: ignore[attr-defined]
+            write_ready_file(args.ready_file, address=str(mountpoint),
+                             mountpoint=str(mountpoint))
+            nursery.start_soon(_terminate_on_signal)
+            await pyfuse3.main()
+        finally:
+            await fs.close()
+            pyfuse3.close(unmount=True)
+            log.info("unmounted %s", mountpoint)
+            nursery.cancel_scope.cancel()
+
+
+async def _terminate_on_signal() -> None:
+    import pyfuse3
+    import trio
+
+    with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+        async for _ in signals:
+            pyfuse3.terminate()
+            return

@@ -1,0 +1,238 @@
+"""The pyfuse3 handlers: the only place that speaks FUSE.
+
+Each handler converts names and attributes, calls the FileSystem, and turns a mosafs error
+into FUSEError(errno). An exception escaping a pyfuse3 handler tears the mount down, so
+anything else (a bug) is logged with its traceback and answered with EIO. `init` and
+`forget` never raise.
+"""
+
+from __future__ import annotations
+
+import errno
+import functools
+import inspect
+import logging
+import os
+import stat
+from collections.abc import Callable, Coroutine
+from typing import Any, TypeVar
+
+import pyfuse3
+
+from mosafs import errors
+from mosafs._proto import manager_pb2 as mpb
+from mosafs.client.files import FileSystem
+
+log = logging.getLogger(__name__)
+
+F = TypeVar("F", bound=Callable[..., Coroutine[Any, Any, Any]])
+BLOCK = 512
+XATTR_PREFIX = b"user.mosafs."
+# The kernel asks about these on every write; answering "no attribute" quickly matters.
+NO_XATTR = pyfuse3.ENOATTR
+
+
+def _errno_mapped(method: F) -> F:
+    @functools.wraps(method)
+    async def handler(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return await method(*args, **kwargs)
+        except pyfuse3.FUSEError:
+            raise
+        except errors.MosafsError as exc:
+            log.debug("%s: %s", method.__name__, exc)
+            raise pyfuse3.FUSEError(exc.errno) from None
+        except Exception:
+            log.exception("bug in FUSE handler %s", method.__name__)
+            raise pyfuse3.FUSEError(errno.EIO) from None
+
+    return handler  # type: ignore[return-value]
+
+
+def _decode(name: bytes) -> str:
+    try:
+        return os.fsdecode(name)
+    except UnicodeDecodeError:
+        raise errors.InvalidArgument("file names must be valid UTF-8") from None
+
+
+class Operations(pyfuse3.Operations):
+    supports_dot_lookup = False
+    enable_writeback_cache = False
+
+    def __init__(self, fs: FileSystem, *, attr_timeout: float = 1.0) -> None:
+        super().__init__()
+        self.fs = fs
+        self.attr_timeout = attr_timeout
+        self._dirs: dict[int, list[mpb.DirEntry]] = {}
+        self._next_dir = 1
+
+    def _entry(self, attr: mpb.Attr) -> pyfuse3.EntryAttributes:
+        entry = pyfuse3.EntryAttributes()
+        kind = stat.S_IFDIR if attr.kind == mpb.FILE_KIND_DIRECTORY else stat.S_IFREG
+        entry.st_ino = attr.inode
+        entry.st_mode = kind | (attr.mode & 0o7777)
+        entry.st_nlink = attr.nlink
+        entry.st_uid = attr.uid
+        entry.st_gid = attr.gid
+        entry.st_size = attr.size
+        entry.st_blksize = 1 << 17
+        entry.st_blocks = (attr.size + BLOCK - 1) // BLOCK
+        entry.st_atime_ns = attr.atime_ns
+        entry.st_mtime_ns = attr.mtime_ns
+        entry.st_ctime_ns = attr.ctime_ns
+        entry.generation = 0
+        entry.entry_timeout = self.attr_timeout
+        entry.attr_timeout = self.attr_timeout
+        return entry
+
+    # -- never raise ---------------------------------------------------------------------------
+
+    def init(self) -> None:
+        log.info("file system initialised")
+
+    async def forget(self, inode_list: Any) -> None:
+        return None  # the client keeps no per-inode lookup state
+
+    # -- namespace -----------------------------------------------------------------------------
+
+    @_errno_mapped
+    async def lookup(self, parent_inode: int, name: bytes, ctx: Any) -> pyfuse3.EntryAttributes:
+        return self._entry(await self.fs.lookup(parent_inode, _decode(name)))
+
+    @_errno_mapped
+    async def getattr(self, inode: int, ctx: Any) -> pyfuse3.EntryAttributes:
+        return self._entry(await self.fs.getattr(inode))
+
+    @_errno_mapped
+    async def setattr(self, inode: int, attr: Any, fields: Any, fh: Any,
+                      ctx: Any) -> pyfuse3.EntryAttributes:
+        changes: dict[str, int] = {}
+        if fields.update_mode:
+            changes["mode"] = attr.st_mode & 0o7777
+        if fields.update_uid:
+            changes["uid"] = attr.st_uid
+        if fields.update_gid:
+            changes["gid"] = attr.st_gid
+        if fields.update_atime:
+            changes["atime_ns"] = attr.st_atime_ns
+        if fields.update_mtime:
+            changes["mtime_ns"] = attr.st_mtime_ns
+        size = attr.st_size if fields.update_size else None
+        return self._entry(await self.fs.setattr(inode, size, **changes))
+
+    @_errno_mapped
+    async def mkdir(self, parent_inode: int, name: bytes, mode: int,
+                    ctx: Any) -> pyfuse3.EntryAttributes:
+        attr = await self.fs.mkdir(parent_inode, _decode(name), mode & 0o7777, ctx.uid, ctx.gid)
+        return self._entry(attr)
+
+    @_errno_mapped
+    async def unlink(self, parent_inode: int, name: bytes, ctx: Any) -> None:
+        await self.fs.unlink(parent_inode, _decode(name))
+
+    @_errno_mapped
+    async def rmdir(self, parent_inode: int, name: bytes, ctx: Any) -> None:
+        await self.fs.rmdir(parent_inode, _decode(name))
+
+    @_errno_mapped
+    async def rename(self, parent_inode_old: int, name_old: bytes, parent_inode_new: int,
+                     name_new: bytes, flags: int, ctx: Any) -> None:
+        if flags & pyfuse3.RENAME_EXCHANGE:
+            raise pyfuse3.FUSEError(errno.EINVAL)
+        await self.fs.rename(parent_inode_old, _decode(name_old), parent_inode_new,
+                             _decode(name_new), bool(flags & pyfuse3.RENAME_NOREPLACE))
+
+    @_errno_mapped
+    async def statfs(self, ctx: Any) -> pyfuse3.StatvfsData:
+        info = await self.fs.statfs()
+        data = pyfuse3.StatvfsData()
+        data.f_bsize = data.f_frsize = 4096
+        data.f_blocks = info.capacity_bytes // 4096
+        data.f_bfree = data.f_bavail = info.free_bytes // 4096
+        data.f_files = info.files + 1_000_000
+        data.f_ffree = data.f_favail = 1_000_000
+        data.f_namemax = 255
+        return data
+
+    # -- directories ---------------------------------------------------------------------------
+
+    @_errno_mapped
+    async def opendir(self, inode: int, ctx: Any) -> int:
+        entries = await self.fs.readdir(inode)  # a snapshot for this handle's readdir calls
+        fh = self._next_dir
+        self._next_dir += 1
+        self._dirs[fh] = entries
+        return fh
+
+    @_errno_mapped
+    async def readdir(self, fh: int, start_id: int, token: Any) -> None:
+        entries = self._dirs.get(fh, [])
+        for index in range(start_id, len(entries)):
+            entry = entries[index]
+            if not pyfuse3.readdir_reply(token, os.fsencode(entry.name),
+                                         self._entry(entry.attr), index + 1):
+                break
+
+    @_errno_mapped
+    async def releasedir(self, fh: int) -> None:
+        self._dirs.pop(fh, None)
+
+    # -- files -----------------------------------------------------------------------------
+
+    @_errno_mapped
+    async def create(self, parent_inode: int, name: bytes, mode: int, flags: int,
+                     ctx: Any) -> tuple[pyfuse3.FileInfo, pyfuse3.EntryAttributes]:
+        fh, attr = await self.fs.create_file(parent_inode, _decode(name), mode & 0o7777, flags,
+                                        ctx.uid, ctx.gid)
+        return pyfuse3.FileInfo(fh=fh, keep_cache=False), self._entry(attr)
+
+    @_errno_mapped
+    async def open(self, inode: int, flags: int, ctx: Any) -> pyfuse3.FileInfo:
+        # keep_cache=False: the kernel drops cached pages on open, so a reader sees the
+        # newest committed version (close-to-open), whoever wrote it.
+        return pyfuse3.FileInfo(fh=await self.fs.open(inode, flags), keep_cache=False)
+
+    @_errno_mapped
+    async def read(self, fh: int, off: int, size: int) -> bytes:
+        return await self.fs.read(fh, off, size)
+
+    @_errno_mapped
+    async def write(self, fh: int, off: int, buf: bytes) -> int:
+        return await self.fs.write(fh, off, buf)
+
+    @_errno_mapped
+    async def flush(self, fh: int) -> None:
+        await self.fs.flush(fh)
+
+    @_errno_mapped
+    async def fsync(self, fh: int, datasync: bool) -> None:
+        await self.fs.flush(fh)
+
+    @_errno_mapped
+    async def release(self, fh: int) -> None:
+        await self.fs.release(fh)
+
+    # -- read-only mosafs attributes -------------------------------------------------------
+
+    @_errno_mapped
+    async def getxattr(self, inode: int, name: bytes, ctx: Any) -> bytes:
+        if name == XATTR_PREFIX + b"manager":
+            return self.fs.manager.address.encode()
+        if name == XATTR_PREFIX + b"version":
+            return str((await self.fs.getattr(inode)).version).encode()
+        raise pyfuse3.FUSEError(NO_XATTR)
+
+    @_errno_mapped
+    async def listxattr(self, inode: int, ctx: Any) -> list[bytes]:
+        return [XATTR_PREFIX + b"manager", XATTR_PREFIX + b"version"]
+
+
+def _check_all_handlers_mapped() -> None:
+    """Every async handler defined here goes through _errno_mapped (except forget)."""
+    for name, member in vars(Operations).items():
+        if inspect.iscoroutinefunction(member) and name != "forget":
+            assert hasattr(member, "__wrapped__"), f"{name} is not errno-mapped"
+
+
+_check_all_handlers_mapped()

@@ -1,0 +1,175 @@
+"""Async access to the manager and the benefactors for the trio side of the client.
+
+gRPC's sync stubs block, so every call runs in a worker thread through
+`trio.to_thread.run_sync` with a capacity limiter: the FUSE event loop never blocks on the
+network and the number of threads stays bounded. Failures arrive as mosafs.errors classes
+(mosafs.rpc.errors.call maps them).
+"""
+
+from __future__ import annotations
+
+import functools
+import threading
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
+
+import trio
+
+from mosafs import ids
+from mosafs._proto import benefactor_pb2 as bpb
+from mosafs._proto import benefactor_pb2_grpc as bgrpc
+from mosafs._proto import common_pb2 as cpb
+from mosafs._proto import manager_pb2 as mpb
+from mosafs._proto import manager_pb2_grpc as mgrpc
+from mosafs.rpc.channels import channel
+from mosafs.rpc.errors import call
+
+T = TypeVar("T")
+
+# Metadata calls are small and answered from LMDB; chunk transfers move up to MAX bytes.
+METADATA_TIMEOUT = 30.0
+CHUNK_TIMEOUT = 120.0
+
+
+class Rpc:
+    """Runs blocking calls in threads, at most `limit` at a time."""
+
+    def __init__(self, limit: int) -> None:
+        self.limiter = trio.CapacityLimiter(limit)
+
+    async def run(self, fn: Callable[..., T], *args: Any) -> T:
+        return await trio.to_thread.run_sync(functools.partial(fn, *args), limiter=self.limiter)
+
+
+class ManagerClient:
+    """The manager's RPCs as coroutines."""
+
+    def __init__(self, address: str, rpc: Rpc) -> None:
+        self.address = address
+        self._channel = channel(address)
+        self._stub = mgrpc.ManagerStub(self._channel)
+        self._rpc = rpc
+
+    def close(self) -> None:
+        self._channel.close()
+
+    async def _call(self, name: str, request: Any) -> Any:
+        method = getattr(self._stub, name)
+        return await self._rpc.run(
+            functools.partial(call, method, request, timeout=METADATA_TIMEOUT))
+
+    async def lookup(self, parent: int, name: str) -> mpb.Attr:
+        return await self._call("Lookup", mpb.LookupRequest(parent=parent, name=name))
+
+    async def getattr(self, inode: int) -> mpb.Attr:
+        return await self._call("GetAttr", mpb.GetAttrRequest(inode=inode))
+
+    async def setattr(self, inode: int, **fields: int) -> mpb.Attr:
+        return await self._call("SetAttr", mpb.SetAttrRequest(inode=inode, **fields))
+
+    async def readdir(self, inode: int) -> list[mpb.DirEntry]:
+        """Every entry of a directory, page by page."""
+        entries: list[mpb.DirEntry] = []
+        start_after = ""
+        while True:
+            page = await self._call(
+                "ReadDir", mpb.ReadDirRequest(inode=inode, start_after=start_after))
+            entries.extend(page.entries)
+            if not page.more or not page.entries:
+                return entries
+            start_after = page.entries[-1].name
+
+    async def mkdir(self, parent: int, name: str, mode: int, uid: int, gid: int) -> mpb.Attr:
+        return await self._call(
+            "Mkdir", mpb.MkdirRequest(parent=parent, name=name, mode=mode, uid=uid, gid=gid))
+
+    async def create(self, parent: int, name: str, mode: int, uid: int, gid: int,
+                     exclusive: bool) -> mpb.Attr:
+        return await self._call("Create", mpb.CreateRequest(
+            parent=parent, name=name, mode=mode, uid=uid, gid=gid, exclusive=exclusive))
+
+    async def unlink(self, parent: int, name: str) -> None:
+        await self._call("Unlink", mpb.UnlinkRequest(parent=parent, name=name))
+
+    async def rmdir(self, parent: int, name: str) -> None:
+        await self._call("Rmdir", mpb.RmdirRequest(parent=parent, name=name))
+
+    async def rename(self, old_parent: int, old_name: str, new_parent: int, new_name: str,
+                     no_replace: bool) -> None:
+        await self._call("Rename", mpb.RenameRequest(
+            old_parent=old_parent, old_name=old_name, new_parent=new_parent,
+            new_name=new_name, no_replace=no_replace))
+
+    async def statfs(self) -> mpb.StatFsResponse:
+        return await self._call("StatFs", mpb.StatFsRequest())
+
+    async def open_write(self, inode: int, client_id: str) -> mpb.OpenWriteResponse:
+        return await self._call("OpenWrite", mpb.OpenWriteRequest(inode=inode, client_id=client_id))
+
+    async def renew_lease(self, lease_id: int) -> None:
+        await self._call("RenewLease", mpb.RenewLeaseRequest(lease_id=lease_id))
+
+    async def abort_write(self, lease_id: int) -> None:
+        await self._call("AbortWrite", mpb.AbortWriteRequest(lease_id=lease_id))
+
+    async def commit_version(self, request: mpb.CommitVersionRequest) -> mpb.CommitVersionResponse:
+        return await self._call("CommitVersion", request)
+
+    async def find_chunks(self, chunk_ids: Sequence[bytes]) -> list[bool]:
+        reply = await self._call("FindChunks", mpb.FindChunksRequest(ids=chunk_ids))
+        return list(reply.present)
+
+    async def locate(self, chunk_ids: Sequence[bytes]) -> dict[bytes, list[str]]:
+        """Replica addresses of each chunk id the index knows."""
+        reply = await self._call("LocateChunks", mpb.LocateChunksRequest(ids=chunk_ids))
+        by_id = {b.id: b.address for b in reply.benefactors}
+        return {loc.id: [by_id[b] for b in loc.benefactor_ids if b in by_id]
+                for loc in reply.locations}
+
+    async def block_map(self, inode: int, version: int = 0) -> mpb.BlockMap:
+        return await self._call("GetBlockMap", mpb.GetBlockMapRequest(inode=inode, version=version))
+
+    async def version_stats(self, inode: int, version: int = 0) -> mpb.VersionStats:
+        return await self._call(
+            "GetVersionStats", mpb.GetVersionStatsRequest(inode=inode, version=version))
+
+
+class Benefactors:
+    """Channels to benefactors by address, opened on first use and shared by all calls."""
+
+    def __init__(self, rpc: Rpc) -> None:
+        self._rpc = rpc
+        self._stubs: dict[str, bgrpc.BenefactorStub] = {}
+        self._channels: list[Any] = []
+        self._lock = threading.Lock()
+
+    def _stub(self, address: str) -> bgrpc.BenefactorStub:
+        with self._lock:
+            stub = self._stubs.get(address)
+            if stub is None:
+                ch = channel(address)
+                self._channels.append(ch)
+                stub = self._stubs[address] = bgrpc.BenefactorStub(ch)
+            return stub
+
+    def close(self) -> None:
+        for ch in self._channels:
+            ch.close()
+
+    def _put(self, address: str, chunk_id: bytes, data: bytes) -> bool:
+        reply = call(self._stub(address).PutChunk, bpb.PutChunkRequest(id=chunk_id, data=data),
+                     timeout=CHUNK_TIMEOUT)
+        return bool(reply.already_present)
+
+    def _get(self, address: str, chunk_id: bytes) -> bytes:
+        reply = call(self._stub(address).GetChunk, bpb.GetChunkRequest(id=chunk_id),
+                     timeout=CHUNK_TIMEOUT)
+        data: bytes = reply.data
+        ids.verify(chunk_id, data)  # readers verify every chunk, whoever sent it
+        return data
+
+    async def put(self, target: cpb.BenefactorAddress, chunk_id: bytes, data: bytes) -> bool:
+        return await self._rpc.run(self._put, target.address, chunk_id, data)
+
+    async def get(self, address: str, chunk_id: bytes) -> bytes:
+        return await self._rpc.run(self._get, address, chunk_id)

@@ -1,0 +1,126 @@
+"""The manager's write and read protocol (DESIGN §4, §7) on top of the metadata store, the
+benefactor registry and the write leases. The gRPC servicer calls this and the store; it
+holds no state of its own beyond its three parts."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+from mosafs._proto import common_pb2, manager_pb2
+from mosafs.errors import InvalidArgument
+from mosafs.manager.leases import LeaseTable
+from mosafs.manager.metadata import ChunkEntry, MetadataStore, check_ids
+from mosafs.manager.pools import DEFAULT_POOL
+from mosafs.manager.registry import Clock, Registry
+
+MAX_FIND_CHUNKS = 65_536  # ids per FindChunks call: ~2.2 MiB of request
+MAX_CLIENT_ID = 256
+
+
+@dataclass(frozen=True)
+class ManagerConfig:
+    heartbeat_interval_s: float = 1.0
+    benefactor_lease_s: float = 5.0
+    write_lease_s: float = 60.0
+
+
+class Manager:
+    def __init__(self, store: MetadataStore, config: ManagerConfig | None = None, *,
+                 clock: Clock = time.monotonic) -> None:
+        self.config = config or ManagerConfig()
+        self.store = store
+        self.registry = Registry(store, lease_s=self.config.benefactor_lease_s, clock=clock)
+        self.leases = LeaseTable(self.config.write_lease_s, clock=clock)
+
+    def pool_for(self, inode: int) -> common_pb2.PoolSettings:
+        """The pool new writes of INODE use. The one place where folder-assigned pools will
+        be resolved; for now every file is in the default pool."""
+        return self.store.pool(DEFAULT_POOL)
+
+    # --- write sessions -------------------------------------------------------------------
+
+    def open_write(self, inode: int, client_id: str) -> manager_pb2.OpenWriteResponse:
+        if len(client_id) > MAX_CLIENT_ID:
+            raise InvalidArgument(f"client id longer than {MAX_CLIENT_ID} characters")
+        base = self.store.write_base(inode)  # NotFound / IsADirectory first
+        pool = self.pool_for(inode)
+        targets = self.registry.pick_targets(pool.name, pool.stripe_width)
+        lease = self.leases.open(inode, client_id, base_inode=base.inode,
+                                 base_version=base.version)
+        out = manager_pb2.OpenWriteResponse(
+            lease_id=lease.id, lease_ttl_ms=self.leases.ttl_ms, pool=pool, targets=targets,
+            base_inode=base.inode if base.version else 0, base_version=base.version,
+            base_size=base.size)
+        out.base_chunks.extend(common_pb2.ChunkRef(id=cid, length=n) for cid, n in base.chunks)
+        return out
+
+    def renew_lease(self, lease_id: int) -> int:
+        """Renew a write lease; returns its TTL in ms."""
+        self.leases.renew(lease_id)
+        return self.leases.ttl_ms
+
+    def commit_version(
+        self, lease_id: int, inode: int, chunks: Iterable[ChunkEntry],
+        placements: Iterable[tuple[bytes, Sequence[str]]], *, mtime_ns: int = 0,
+        new_bytes: int = 0,
+    ) -> tuple[int, manager_pb2.Attr]:
+        lease = self.leases.claim(lease_id, inode)
+        try:
+            result = self.store.commit_version(
+                inode, chunks, placements, base_inode=lease.base_inode,
+                base_version=lease.base_version, mtime_ns=mtime_ns, new_bytes=new_bytes)
+        except BaseException:
+            # The client may fix its request (e.g. store a missing chunk) and retry.
+            self.leases.restore(lease)
+            raise
+        return result
+
+    def abort_write(self, lease_id: int) -> None:
+        self.leases.abort(lease_id)
+
+    def find_chunks(self, ids: Sequence[bytes]) -> list[bool]:
+        """present[i]: ids[i] is in the index with a copy on a live benefactor."""
+        if len(ids) > MAX_FIND_CHUNKS:
+            raise InvalidArgument(f"FindChunks takes at most {MAX_FIND_CHUNKS} ids, got "
+                                  f"{len(ids)}: split the batch")
+        check_ids(ids)
+        locations = self.store.chunk_locations(ids)
+        return [bids is not None and any(self.registry.is_alive(b) for b in bids)
+                for bids in locations]
+
+    def locate_chunks(self, ids: Sequence[bytes]) -> manager_pb2.LocateChunksResponse:
+        """Where copies of each distinct id the index holds are (live benefactors first),
+        with the addresses of every benefactor named; ids the index lacks are left out."""
+        if len(ids) > MAX_FIND_CHUNKS:
+            raise InvalidArgument(f"LocateChunks takes at most {MAX_FIND_CHUNKS} ids, got "
+                                  f"{len(ids)}: split the batch")
+        distinct = list(dict.fromkeys(check_ids(ids)))
+        out = manager_pb2.LocateChunksResponse()
+        named: dict[str, None] = {}
+        for cid, bids in zip(distinct, self.store.chunk_locations(distinct), strict=True):
+            if bids is not None:
+                ordered = self.registry.live_first(bids)
+                out.locations.add(id=cid, benefactor_ids=ordered)
+                named.update(dict.fromkeys(ordered))
+        addresses = self.store.benefactor_addresses(named)
+        out.benefactors.extend(common_pb2.BenefactorAddress(id=bid, address=addresses[bid])
+                               for bid in named if bid in addresses)
+        return out
+
+    # --- reads and status -----------------------------------------------------------------
+
+    def block_map(self, inode: int, version: int = 0) -> manager_pb2.BlockMap:
+        """The block-map with each chunk's live benefactors listed first."""
+        out = self.store.block_map(inode, version)
+        for location in out.locations:
+            ordered = self.registry.live_first(location.benefactor_ids)
+            del location.benefactor_ids[:]
+            location.benefactor_ids.extend(ordered)
+        return out
+
+    def statfs(self) -> manager_pb2.StatFsResponse:
+        capacity, free = self.registry.capacity()
+        return manager_pb2.StatFsResponse(capacity_bytes=capacity, free_bytes=free,
+                                          files=self.store.inode_count())

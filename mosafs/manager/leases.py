@@ -1,0 +1,103 @@
+"""Write leases: the manager's record of open write sessions (DESIGN §4), in memory only.
+
+A lease names the file being written and the version the write dedupes against. The client
+renews it before its TTL runs out; CommitVersion consumes it. A manager restart forgets every
+lease: the client's commit then fails with LeaseExpired and nothing half-written is visible.
+Lease ids start at the manager's start time in microseconds so that ids handed out before a
+restart are not handed out again after it.
+"""
+
+from __future__ import annotations
+
+import itertools
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from mosafs.errors import LeaseExpired
+
+Clock = Callable[[], float]
+
+
+@dataclass
+class WriteLease:
+    id: int
+    inode: int
+    client_id: str
+    base_inode: int
+    base_version: int
+    expires: float  # clock() time
+
+
+class LeaseTable:
+    def __init__(self, ttl_s: float = 60.0, *, clock: Clock = time.monotonic) -> None:
+        self.ttl_s = ttl_s
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._leases: dict[int, WriteLease] = {}
+        self._ids = itertools.count(time.time_ns() // 1000)
+        self._next_sweep = 0.0
+
+    @property
+    def ttl_ms(self) -> int:
+        return int(self.ttl_s * 1000)
+
+    def open(self, inode: int, client_id: str, *, base_inode: int,
+             base_version: int) -> WriteLease:
+        with self._lock:
+            self._sweep()
+            lease = WriteLease(next(self._ids), inode, client_id, base_inode, base_version,
+                               self._clock() + self.ttl_s)
+            self._leases[lease.id] = lease
+            return lease
+
+    def renew(self, lease_id: int) -> None:
+        with self._lock:
+            lease = self._live(lease_id)
+            lease.expires = self._clock() + self.ttl_s
+
+    def claim(self, lease_id: int, inode: int) -> WriteLease:
+        """Take lease LEASE_ID of INODE out of the table for a commit; `restore` puts it back
+        if the commit fails, so a client can correct its request and retry. Taking it out
+        makes a second commit on the same lease fail instead of adding a second version."""
+        with self._lock:
+            lease = self._live(lease_id)
+            if lease.inode != inode:
+                raise LeaseExpired(f"write lease {lease_id} is for inode {lease.inode}, "
+                                   f"not {inode}")
+            del self._leases[lease_id]
+            return lease
+
+    def restore(self, lease: WriteLease) -> None:
+        with self._lock:
+            self._leases[lease.id] = lease
+
+    def abort(self, lease_id: int) -> None:
+        with self._lock:
+            self._leases.pop(lease_id, None)
+
+    def __len__(self) -> int:
+        with self._lock:
+            return len(self._leases)
+
+    def _live(self, lease_id: int) -> WriteLease:
+        lease = self._leases.get(lease_id)
+        if lease is None:
+            raise LeaseExpired(f"write lease {lease_id} is unknown (committed, aborted, "
+                               f"expired, or the manager restarted): write the file again")
+        if self._clock() > lease.expires:
+            del self._leases[lease_id]
+            raise LeaseExpired(f"write lease {lease_id} expired: it was not renewed within "
+                               f"{self.ttl_s:g} s; write the file again")
+        return lease
+
+    def _sweep(self) -> None:
+        """Forget expired leases of clients that went away (called under the lock; at most
+        once a second, so that a burst of opens does not scan the table every time)."""
+        now = self._clock()
+        if now < self._next_sweep:
+            return
+        self._next_sweep = now + 1.0
+        for lease_id in [i for i, lease in self._leases.items() if now > lease.expires]:
+            del self._leases[lease_id]

@@ -1,0 +1,170 @@
+"""`mosafs manager`: the metadata server process.
+
+Opens (or creates) the LMDB environment in DATA_DIR/metadata.lmdb, applies the pool flags
+given on the command line to the default pool, serves the Manager gRPC service, writes the
+ready file {address, pid, data_dir}, and stops cleanly (exit 0) on SIGTERM/SIGINT. One
+manager per data directory: a lock file (DATA_DIR/manager.lock, flock) refuses a second.
+
+Heavy modules (grpc, lmdb, protobuf) are imported inside run() so `mosafs --help` stays fast.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import socket
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from mosafs.errors import ConfigError
+
+log = logging.getLogger("mosafs.manager")
+
+DEFAULT_LISTEN = "127.0.0.1:0"
+STOP_GRACE_S = 2.0  # in-flight RPCs get this long to finish on SIGTERM
+_WILDCARD_HOSTS = {"", "0.0.0.0", "::", "[::]"}
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
+    if not 0 < value < 1 << 32:
+        raise argparse.ArgumentTypeError(f"must be a positive integer: {text!r}")
+    return value
+
+
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
+    if not 0 < value < 1e6:
+        raise argparse.ArgumentTypeError(f"must be a positive number of seconds: {text!r}")
+    return value
+
+
+def _bytes(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number of bytes: {text!r}") from None
+    if value < 1 << 20:
+        raise argparse.ArgumentTypeError(f"must be at least 1 MiB: {text!r}")
+    return value
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--data-dir", required=True, metavar="DIR",
+                        help="directory of the metadata (created if missing)")
+    parser.add_argument("--listen", default=DEFAULT_LISTEN, metavar="HOST:PORT",
+                        help=f"address to serve on; port 0 picks a free port "
+                             f"(default {DEFAULT_LISTEN})")
+    pool = parser.add_argument_group(
+        "default pool", "given on any start, these update the default pool; left out, the "
+        "pool keeps its settings (first start: cdc:262144:1048576:4194304, R=1, W=3, "
+        "optimistic)")
+    pool.add_argument("--chunker", metavar="SPEC",
+                      help="fixed:SIZE or cdc:MIN:AVG:MAX (bytes)")
+    pool.add_argument("--replication", type=_positive_int, metavar="R",
+                      help="copies of every chunk")
+    pool.add_argument("--stripe-width", type=_positive_int, metavar="W",
+                      help="benefactors one write stripes over")
+    pool.add_argument("--write-semantics", choices=["optimistic", "pessimistic"],
+                      help="close returns after one copy (optimistic) or R copies")
+    parser.add_argument("--heartbeat-interval", type=_seconds, default=1.0, metavar="SECONDS",
+                        help="how often benefactors send heartbeats (default 1)")
+    parser.add_argument("--benefactor-lease", type=_seconds, default=5.0, metavar="SECONDS",
+                        help="a benefactor silent this long is dead (default 5)")
+    parser.add_argument("--write-lease", type=_seconds, default=60.0, metavar="SECONDS",
+                        help="a write session not renewed this long expires (default 60)")
+    parser.add_argument("--map-size", type=_bytes, default=16 << 30, metavar="BYTES",
+                        help="largest size the metadata may grow to (default 16 GiB; "
+                             "sparse: costs no disk until used)")
+    parser.add_argument("--ready-file", metavar="PATH",
+                        help="write {address, pid, data_dir} as JSON here once serving")
+    parser.add_argument("--log-level", default="INFO",
+                        choices=["DEBUG", "INFO", "WARNING", "ERROR"], type=str.upper,
+                        help="log level (default INFO)")
+
+
+def run(args: argparse.Namespace) -> int:
+    from mosafs.procutil import setup_logging, stop_event, write_ready_file
+
+    setup_logging(args.log_level)
+    stop = stop_event()  # first: a signal during start-up still stops us cleanly
+    listen_host = _split_address(args.listen)
+    if args.benefactor_lease < args.heartbeat_interval:
+        raise ConfigError("--benefactor-lease must be at least --heartbeat-interval "
+                          "(otherwise live benefactors flap between alive and dead)")
+    data_dir = Path(args.data_dir).resolve()
+    data_dir.mkdir(parents=True, exist_ok=True)
+
+    from mosafs.manager.core import Manager, ManagerConfig
+    from mosafs.manager.metadata import MetadataStore
+    from mosafs.manager.pools import DEFAULT_POOL
+
+    with _exclusive(data_dir), MetadataStore(data_dir / "metadata.lmdb",
+                                             map_size=args.map_size) as store:
+        pool = store.update_pool(
+            DEFAULT_POOL, replication=args.replication, stripe_width=args.stripe_width,
+            chunker=args.chunker, write_semantics=args.write_semantics)
+        config = ManagerConfig(heartbeat_interval_s=args.heartbeat_interval,
+                               benefactor_lease_s=args.benefactor_lease,
+                               write_lease_s=args.write_lease)
+        manager = Manager(store, config)
+        srv, port = _serve(manager, args.listen)
+        try:
+            address = _advertised(listen_host, port)
+            write_ready_file(args.ready_file, address=address, data_dir=str(data_dir))
+            log.info("manager serving %s on %s (default pool: %s, R=%d, W=%d, %s)", data_dir,
+                     address, pool.chunker, pool.replication, pool.stripe_width,
+                     pool.write_semantics)
+            stop.wait()
+            log.info("stopping")
+        finally:
+            srv.stop(STOP_GRACE_S).wait()
+    log.info("stopped")
+    return 0
+
+
+def _split_address(text: str) -> str:
+    host, sep, port = text.rpartition(":")
+    if not sep or not port.isdigit() or int(port) > 65535:
+        raise ConfigError(f"--listen must be HOST:PORT, got {text!r}")
+    return host
+
+
+def _advertised(listen_host: str, port: int) -> str:
+    # A wildcard address is not something a peer can dial: offer the host name instead.
+    host = socket.gethostname() if listen_host in _WILDCARD_HOSTS else listen_host
+    return f"{host}:{port}"
+
+
+def _serve(manager: Any, listen: str) -> tuple[Any, int]:
+    from mosafs.manager.servicer import add_to_server
+    from mosafs.rpc.channels import server
+
+    try:
+        return server(add_to_server(manager), listen)
+    except (OSError, RuntimeError) as exc:
+        raise ConfigError(f"cannot listen on {listen} (in use, or not an address of this "
+                          f"host): {exc}") from None
+
+
+@contextmanager
+def _exclusive(data_dir: Path) -> Iterator[None]:
+    """Hold an flock on DATA_DIR/manager.lock: two managers on one data directory would each
+    hand out leases and placements the other does not know about. The kernel drops the lock
+    when the process dies, so a manager killed with SIGKILL restarts without cleanup."""
+    import fcntl
+
+    with open(data_dir / "manager.lock", "a") as lock:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise ConfigError(f"another manager is running on {data_dir}") from None
+        yield

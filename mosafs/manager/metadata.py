@@ -1,0 +1,892 @@
+"""The manager's metadata store: one LMDB environment holding the namespace, file versions
+and their block-maps, the chunk index, benefactor registrations and pools.
+
+Schema version 1 (docs/metadata.md says the same at more length). The environment lives in
+DATA_DIR/metadata.lmdb/ (a directory: data.mdb, lock.mdb), opened with sync and metasync
+on, so a write transaction that has committed is on disk when commit returns. Integers in
+keys are unsigned 64-bit big-endian ("u64be") so that keys sort numerically; protobuf
+records are the messages of protos/mosafs/v1/metadata.proto.
+
+  sub-database  key                          value
+  meta          b"schema"                    b"1"
+                b"next_inode"                u64be: the next inode number to hand out
+  inodes        u64be inode                  InodeRecord
+  dirents       u64be parent + name (utf-8)  u64be child inode
+  versions      u64be inode + u64be version  VersionRecord
+  blockmaps     u64be inode + u64be version  packed block-map (below)
+  chunks        32-byte chunk id             ChunkRecord
+  benefactors   benefactor id (utf-8)        BenefactorRecord
+  pools         pool name (utf-8)            PoolRecord
+
+Packed block-map: the concatenation, in file order, of one 40-byte record per chunk: the
+32-byte chunk id, then the chunk's length as u64 little-endian (struct "<32sQ"). A version
+of N chunks is 40*N bytes; it parses with struct.iter_unpack without copying.
+
+Invariants (every write transaction keeps them):
+  - Inode 1 is the root directory; its parent is itself. Inode numbers are never reused:
+    next_inode only grows.
+  - Every dirent names an existing inode; every inode except the root is named by exactly
+    one dirent (there are no hard links), and a directory's InodeRecord.parent is the inode
+    whose dirent names it. Names: 1..255 bytes of UTF-8, no "/" or NUL, not "." or "..".
+  - nlink: a directory has 2 + its number of subdirectories; a file has 1.
+  - A regular file has versions 1..newest_version (keep-all) each with a VersionRecord and
+    a block-map; InodeRecord.size is the newest version's size (0 with no version).
+    Directories have no versions.
+  - ChunkRecord.refcount equals the number of block-map entries naming the id, over every
+    version of every file (an id twice in a block-map counts twice). Every id named by a
+    block-map has a ChunkRecord. A record whose refcount drops to 0 stays until garbage
+    collection (later work) removes it.
+  - Pool "default" exists.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import struct
+import time
+from collections import Counter
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import lmdb
+
+from mosafs._proto import common_pb2, manager_pb2, metadata_pb2
+from mosafs.errors import (
+    AlreadyExists,
+    ConfigError,
+    DirectoryNotEmpty,
+    FailedPrecondition,
+    InvalidArgument,
+    IsADirectory,
+    NameTooLong,
+    NoSpace,
+    NotADirectory,
+    NotFound,
+)
+from mosafs.ids import ID_LEN
+from mosafs.manager import pools
+
+log = logging.getLogger(__name__)
+
+SCHEMA_VERSION = b"1"
+ROOT_INODE = 1
+DEFAULT_MAP_SIZE = 16 << 30
+MAX_DBS = 16
+MAX_NAME_BYTES = 255
+MAX_CHUNK_BYTES = pools.MAX_CHUNK_BYTES
+READDIR_DEFAULT = 1000
+READDIR_MAX = 10_000
+_MAX_U64 = (1 << 64) - 1
+
+DIRECTORY = manager_pb2.FILE_KIND_DIRECTORY
+REGULAR = manager_pb2.FILE_KIND_REGULAR
+_S_IFDIR = 0o040000
+_S_IFREG = 0o100000
+
+_U64 = struct.Struct(">Q")
+_VKEY = struct.Struct(">QQ")
+BLOCKMAP_ENTRY = struct.Struct("<32sQ")
+_BENEFACTOR_ID = re.compile(r"[A-Za-z0-9._-]{1,128}")
+
+ChunkEntry = tuple[bytes, int]
+"""One block-map entry: (32-byte chunk id, length in bytes)."""
+
+
+# --- encodings and validation -------------------------------------------------------------
+
+def pack_blockmap(chunks: Iterable[ChunkEntry]) -> bytes:
+    pack = BLOCKMAP_ENTRY.pack
+    return b"".join([pack(cid, length) for cid, length in chunks])
+
+
+def unpack_blockmap(data: bytes | memoryview) -> list[ChunkEntry]:
+    if len(data) % BLOCKMAP_ENTRY.size:
+        # Only a damaged database gets here: a bug or a disk fault, worth a traceback.
+        raise RuntimeError(f"corrupt block-map of {len(data)} bytes")
+    return list(BLOCKMAP_ENTRY.iter_unpack(data))
+
+
+def check_name(name: str) -> bytes:
+    """A directory entry name as stored (UTF-8 bytes)."""
+    if not name:
+        raise InvalidArgument("a name must not be empty")
+    if name in (".", ".."):
+        raise InvalidArgument(f"{name!r} is not a valid name")
+    if "/" in name or "\0" in name:
+        raise InvalidArgument(f"name {name[:80]!r} contains '/' or NUL")
+    try:
+        raw = name.encode("utf-8")
+    except UnicodeEncodeError:
+        raise InvalidArgument(f"name {name[:80]!r} is not valid Unicode") from None
+    if len(raw) > MAX_NAME_BYTES:
+        raise NameTooLong(f"name {name[:40]!r}... is {len(raw)} bytes long; "
+                          f"the limit is {MAX_NAME_BYTES}")
+    return raw
+
+
+def check_benefactor_id(bid: str) -> str:
+    if not _BENEFACTOR_ID.fullmatch(bid):
+        raise InvalidArgument(
+            f"bad benefactor id {bid[:80]!r}: use 1..128 characters of A-Z a-z 0-9 . _ -")
+    return bid
+
+
+def check_chunks(chunks: Iterable[ChunkEntry]) -> list[ChunkEntry]:
+    """Validate a block-map from a peer: 32-byte ids, lengths 1..64 MiB."""
+    out = []
+    for i, (cid, length) in enumerate(chunks):
+        if len(cid) != ID_LEN:
+            raise InvalidArgument(f"chunk {i}: id must be {ID_LEN} bytes, "
+                                  f"got {len(cid)} (0x{bytes(cid[:48]).hex()})")
+        if not 1 <= length <= MAX_CHUNK_BYTES:
+            raise InvalidArgument(f"chunk {i} ({bytes(cid).hex()}): length {length} "
+                                  f"is outside 1..{MAX_CHUNK_BYTES}")
+        out.append((bytes(cid), int(length)))
+    return out
+
+
+def check_ids(ids: Iterable[bytes]) -> list[bytes]:
+    out = []
+    for i, cid in enumerate(ids):
+        if len(cid) != ID_LEN:
+            raise InvalidArgument(f"id {i}: chunk id must be {ID_LEN} bytes, "
+                                  f"got {len(cid)} (0x{bytes(cid[:48]).hex()})")
+        out.append(bytes(cid))
+    return out
+
+
+def _merge_placements(
+    placements: Iterable[tuple[bytes, Sequence[str]]],
+) -> dict[bytes, list[str]]:
+    """id -> benefactor ids, merging repeated ids; validates ids and benefactor ids."""
+    merged: dict[bytes, list[str]] = {}
+    for i, (cid, bids) in enumerate(placements):
+        if len(cid) != ID_LEN:
+            raise InvalidArgument(f"placement {i}: chunk id must be {ID_LEN} bytes, "
+                                  f"got {len(cid)} (0x{bytes(cid[:48]).hex()})")
+        if not bids:
+            raise InvalidArgument(f"placement {i} ({bytes(cid).hex()}) names no benefactor")
+        locations = merged.setdefault(bytes(cid), [])
+        for bid in bids:
+            check_benefactor_id(bid)
+            if bid not in locations:
+                locations.append(bid)
+    return merged
+
+
+def _permissions(mode: int, kind: int) -> int:
+    """Permission bits of MODE; the file-type bits of KIND are tolerated (FUSE passes them)."""
+    type_bits = _S_IFDIR if kind == DIRECTORY else _S_IFREG
+    if mode & ~0o7777 not in (0, type_bits):
+        raise InvalidArgument(f"mode {mode:#o} has bits outside the permission bits 0o7777")
+    return mode & 0o7777
+
+
+def _check_u64(value: int, what: str) -> int:
+    if not 0 <= value <= _MAX_U64:
+        raise InvalidArgument(f"{what} {value} is not an unsigned 64-bit integer")
+    return value
+
+
+def _attr(inode: int, rec: metadata_pb2.InodeRecord) -> manager_pb2.Attr:
+    return manager_pb2.Attr(
+        inode=inode, kind=rec.kind, mode=rec.mode, nlink=rec.nlink, uid=rec.uid, gid=rec.gid,
+        size=rec.size, atime_ns=rec.atime_ns, mtime_ns=rec.mtime_ns, ctime_ns=rec.ctime_ns,
+        version=rec.newest_version,
+    )
+
+
+@dataclass(frozen=True)
+class WriteBase:
+    """What a new write of a file dedupes against: its newest committed version."""
+
+    inode: int
+    version: int  # 0: none
+    size: int
+    chunks: list[ChunkEntry] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class _Dbs:
+    meta: lmdb._Database
+    inodes: lmdb._Database
+    dirents: lmdb._Database
+    versions: lmdb._Database
+    blockmaps: lmdb._Database
+    chunks: lmdb._Database
+    benefactors: lmdb._Database
+    pools: lmdb._Database
+
+
+# --- one transaction ----------------------------------------------------------------------
+
+class _Tx:
+    """Typed access to the sub-databases inside one LMDB transaction.
+
+    Decoded inodes are cached per transaction, so an operation that changes one record
+    twice (a rename within one directory: the old and the new parent are the same) works on
+    one object and writes both changes.
+    """
+
+    def __init__(self, txn: lmdb.Transaction[bytes], dbs: _Dbs) -> None:
+        self.txn = txn
+        self.db = dbs
+        self._inodes: dict[int, metadata_pb2.InodeRecord] = {}
+
+    # inodes
+    def find_inode(self, ino: int) -> metadata_pb2.InodeRecord | None:
+        if not 0 < ino <= _MAX_U64:
+            return None
+        rec = self._inodes.get(ino)
+        if rec is None:
+            raw = self.txn.get(_U64.pack(ino), db=self.db.inodes)
+            if raw is None:
+                return None
+            rec = metadata_pb2.InodeRecord.FromString(raw)
+            self._inodes[ino] = rec
+        return rec
+
+    def inode(self, ino: int) -> metadata_pb2.InodeRecord:
+        rec = self.find_inode(ino)
+        if rec is None:
+            raise NotFound(f"no inode {ino}")
+        return rec
+
+    def directory(self, ino: int) -> metadata_pb2.InodeRecord:
+        rec = self.inode(ino)
+        if rec.kind != DIRECTORY:
+            raise NotADirectory(f"inode {ino} is not a directory")
+        return rec
+
+    def regular_file(self, ino: int) -> metadata_pb2.InodeRecord:
+        rec = self.inode(ino)
+        if rec.kind == DIRECTORY:
+            raise IsADirectory(f"inode {ino} is a directory")
+        return rec
+
+    def put_inode(self, ino: int, rec: metadata_pb2.InodeRecord) -> None:
+        self._inodes[ino] = rec
+        self.txn.put(_U64.pack(ino), rec.SerializeToString(), db=self.db.inodes)
+
+    def delete_inode(self, ino: int) -> None:
+        self._inodes.pop(ino, None)
+        self.txn.delete(_U64.pack(ino), db=self.db.inodes)
+
+    def allocate_inode(self) -> int:
+        raw = self.txn.get(b"next_inode", db=self.db.meta)
+        assert raw is not None, "meta/next_inode is written when the store is created"
+        ino: int = _U64.unpack(raw)[0]
+        self.txn.put(b"next_inode", _U64.pack(ino + 1), db=self.db.meta)
+        return ino
+
+    # directory entries
+    def child(self, parent: int, name: bytes) -> int | None:
+        raw = self.txn.get(_U64.pack(parent) + name, db=self.db.dirents)
+        return None if raw is None else int(_U64.unpack(raw)[0])
+
+    def link(self, parent: int, name: bytes, ino: int) -> None:
+        self.txn.put(_U64.pack(parent) + name, _U64.pack(ino), db=self.db.dirents)
+
+    def unlink_entry(self, parent: int, name: bytes) -> None:
+        self.txn.delete(_U64.pack(parent) + name, db=self.db.dirents)
+
+    def has_entries(self, ino: int) -> bool:
+        prefix = _U64.pack(ino)
+        cursor = self.txn.cursor(db=self.db.dirents)
+        return cursor.set_range(prefix) and cursor.key().startswith(prefix)
+
+    def entries(self, ino: int, start_after: bytes) -> Iterator[tuple[bytes, int]]:
+        """(name, child) of directory INO in bytewise name order, after START_AFTER."""
+        prefix = _U64.pack(ino)
+        cursor = self.txn.cursor(db=self.db.dirents)
+        if not cursor.set_range(prefix + start_after):
+            return
+        for key, value in cursor:
+            if not key.startswith(prefix):
+                return
+            name = key[len(prefix):]
+            if name != start_after:
+                yield name, int(_U64.unpack(value)[0])
+
+    def is_ancestor(self, ancestor: int, ino: int) -> bool:
+        """Whether directory ANCESTOR is INO or above it."""
+        seen = set()
+        while ino not in seen:
+            if ino == ancestor:
+                return True
+            if ino == ROOT_INODE:
+                return False
+            seen.add(ino)
+            ino = self.inode(ino).parent
+        raise RuntimeError(f"directory parent pointers loop at inode {ino}")
+
+    # versions and block-maps
+    def version(self, ino: int, version: int) -> metadata_pb2.VersionRecord:
+        raw = self.txn.get(_VKEY.pack(ino, version), db=self.db.versions)
+        if raw is None:
+            raise NotFound(f"file {ino} has no version {version}")
+        return metadata_pb2.VersionRecord.FromString(raw)
+
+    def blockmap(self, ino: int, version: int) -> list[ChunkEntry]:
+        raw = self.txn.get(_VKEY.pack(ino, version), db=self.db.blockmaps)
+        if raw is None:
+            raise NotFound(f"file {ino} has no block-map for version {version}")
+        return unpack_blockmap(raw)
+
+    def drop_file(self, ino: int) -> None:
+        """Delete a file's inode, versions and block-maps; release its chunk references."""
+        prefix = _U64.pack(ino)
+        released: Counter[bytes] = Counter()
+        blockmap_keys = []
+        cursor = self.txn.cursor(db=self.db.blockmaps)
+        if cursor.set_range(prefix):
+            for key, value in cursor:
+                if not key.startswith(prefix):
+                    break
+                blockmap_keys.append(key)
+                released.update(cid for cid, _ in unpack_blockmap(value))
+        version_keys = []
+        cursor = self.txn.cursor(db=self.db.versions)
+        if cursor.set_range(prefix):
+            for key in cursor.iternext(keys=True, values=False):
+                if not key.startswith(prefix):
+                    break
+                version_keys.append(key)
+        for key in blockmap_keys:
+            self.txn.delete(key, db=self.db.blockmaps)
+        for key in version_keys:
+            self.txn.delete(key, db=self.db.versions)
+        for cid, count in released.items():
+            self.release_chunk(cid, count)
+        self.delete_inode(ino)
+
+    # chunk index
+    def chunk(self, cid: bytes) -> metadata_pb2.ChunkRecord | None:
+        raw = self.txn.get(cid, db=self.db.chunks)
+        return None if raw is None else metadata_pb2.ChunkRecord.FromString(raw)
+
+    def put_chunk(self, cid: bytes, rec: metadata_pb2.ChunkRecord) -> None:
+        self.txn.put(cid, rec.SerializeToString(), db=self.db.chunks)
+
+    def release_chunk(self, cid: bytes, count: int) -> None:
+        rec = self.chunk(cid)
+        if rec is None or rec.refcount < count:
+            # The invariant is broken (a bug or damage); removing the file must still work.
+            log.error("chunk index damaged: %s has refcount %s, releasing %d",
+                      cid.hex(), None if rec is None else rec.refcount, count)
+            if rec is None:
+                return
+        rec.refcount = max(0, rec.refcount - count)
+        self.put_chunk(cid, rec)
+
+    # registrations
+    def benefactor(self, bid: str) -> metadata_pb2.BenefactorRecord | None:
+        raw = self.txn.get(bid.encode(), db=self.db.benefactors)
+        return None if raw is None else metadata_pb2.BenefactorRecord.FromString(raw)
+
+    def pool(self, name: str) -> metadata_pb2.PoolRecord | None:
+        raw = self.txn.get(name.encode(), db=self.db.pools)
+        return None if raw is None else metadata_pb2.PoolRecord.FromString(raw)
+
+    def put_pool(self, settings: common_pb2.PoolSettings) -> None:
+        rec = metadata_pb2.PoolRecord(settings=settings)
+        self.txn.put(settings.name.encode(), rec.SerializeToString(), db=self.db.pools)
+
+
+def _touch(rec: metadata_pb2.InodeRecord, now: int) -> None:
+    """A directory whose entries changed: mtime and ctime."""
+    rec.mtime_ns = now
+    rec.ctime_ns = now
+
+
+# --- the store ----------------------------------------------------------------------------
+
+class MetadataStore:
+    """All metadata operations, each in its own LMDB transaction (one write transaction per
+    mutating operation). Thread-safe: LMDB serialises writers and gives every reader a
+    snapshot; one store is shared by all gRPC worker threads."""
+
+    def __init__(self, path: str | Path, *, map_size: int = DEFAULT_MAP_SIZE) -> None:
+        self.path = Path(path)
+        self.path.mkdir(parents=True, exist_ok=True)
+        self._env = lmdb.open(str(self.path), subdir=True, map_size=map_size,
+                              max_dbs=MAX_DBS, sync=True, metasync=True)
+        # Reader slots of processes that died (a manager killed with SIGKILL) are freed here.
+        self._env.reader_check()
+        env = self._env
+        self._db = _Dbs(*(env.open_db(name) for name in (
+            b"meta", b"inodes", b"dirents", b"versions", b"blockmaps", b"chunks",
+            b"benefactors", b"pools")))
+        self._initialise()
+
+    def close(self) -> None:
+        self._env.close()
+
+    def __enter__(self) -> MetadataStore:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    @contextmanager
+    def _read(self) -> Iterator[_Tx]:
+        with self._env.begin() as txn:
+            yield _Tx(txn, self._db)
+
+    @contextmanager
+    def _write(self) -> Iterator[_Tx]:
+        try:
+            with self._env.begin(write=True) as txn:
+                yield _Tx(txn, self._db)
+        except lmdb.MapFullError:
+            raise NoSpace(f"the metadata store {self.path} is full: restart the manager "
+                          f"with a larger --map-size") from None
+
+    def _initialise(self) -> None:
+        """Schema marker, inode counter, root directory and default pool on first open."""
+        now = time.time_ns()
+        with self._write() as tx:
+            schema = tx.txn.get(b"schema", db=self._db.meta)
+            if schema is not None and schema != SCHEMA_VERSION:
+                raise ConfigError(f"{self.path} holds metadata schema {schema.decode()!r}; "
+                                  f"this manager reads schema {SCHEMA_VERSION.decode()}")
+            if schema is None:
+                tx.txn.put(b"schema", SCHEMA_VERSION, db=self._db.meta)
+                tx.txn.put(b"next_inode", _U64.pack(ROOT_INODE + 1), db=self._db.meta)
+                tx.put_inode(ROOT_INODE, metadata_pb2.InodeRecord(
+                    kind=DIRECTORY, mode=0o755, nlink=2, atime_ns=now, mtime_ns=now,
+                    ctime_ns=now, parent=ROOT_INODE))
+            if tx.pool(pools.DEFAULT_POOL) is None:
+                tx.put_pool(pools.default_settings())
+
+    # --- namespace ------------------------------------------------------------------------
+
+    def lookup(self, parent: int, name: str) -> manager_pb2.Attr:
+        raw = check_name(name)
+        with self._read() as tx:
+            tx.directory(parent)
+            ino = tx.child(parent, raw)
+            if ino is None:
+                raise NotFound(f"no {name!r} in directory {parent}")
+            return _attr(ino, tx.inode(ino))
+
+    def getattr(self, inode: int) -> manager_pb2.Attr:
+        with self._read() as tx:
+            return _attr(inode, tx.inode(inode))
+
+    def setattr(
+        self, inode: int, *, mode: int | None = None, uid: int | None = None,
+        gid: int | None = None, atime_ns: int | None = None, mtime_ns: int | None = None,
+    ) -> manager_pb2.Attr:
+        if mode is not None and mode & ~0o7777:
+            raise InvalidArgument(f"mode {mode:#o} has bits outside the permission bits 0o7777")
+        with self._write() as tx:
+            rec = tx.inode(inode)
+            for name, value in (("mode", mode), ("uid", uid), ("gid", gid),
+                                ("atime_ns", atime_ns), ("mtime_ns", mtime_ns)):
+                if value is not None:
+                    setattr(rec, name, value)
+            rec.ctime_ns = time.time_ns()
+            tx.put_inode(inode, rec)
+            return _attr(inode, rec)
+
+    def readdir(
+        self, inode: int, start_after: str = "", limit: int = 0,
+    ) -> tuple[list[tuple[str, manager_pb2.Attr]], bool]:
+        """One page of a directory, in bytewise name order: (entries, more)."""
+        try:
+            after = start_after.encode("utf-8")
+        except UnicodeEncodeError:
+            raise InvalidArgument("start_after is not valid Unicode") from None
+        if len(after) > MAX_NAME_BYTES:
+            raise InvalidArgument(f"start_after is {len(after)} bytes; names have at most "
+                                  f"{MAX_NAME_BYTES}")
+        limit = min(limit or READDIR_DEFAULT, READDIR_MAX)
+        out: list[tuple[str, manager_pb2.Attr]] = []
+        with self._read() as tx:
+            tx.directory(inode)
+            for name, child in tx.entries(inode, after):
+                if len(out) == limit:
+                    return out, True
+                out.append((name.decode("utf-8"), _attr(child, tx.inode(child))))
+        return out, False
+
+    def mkdir(self, parent: int, name: str, mode: int, uid: int = 0,
+              gid: int = 0) -> manager_pb2.Attr:
+        raw = check_name(name)
+        perm = _permissions(mode, DIRECTORY)
+        now = time.time_ns()
+        with self._write() as tx:
+            pdir = tx.directory(parent)
+            if tx.child(parent, raw) is not None:
+                raise AlreadyExists(f"{name!r} exists in directory {parent}")
+            ino = tx.allocate_inode()
+            rec = metadata_pb2.InodeRecord(
+                kind=DIRECTORY, mode=perm, nlink=2, uid=uid, gid=gid, atime_ns=now,
+                mtime_ns=now, ctime_ns=now, parent=parent)
+            tx.put_inode(ino, rec)
+            tx.link(parent, raw, ino)
+            pdir.nlink += 1
+            _touch(pdir, now)
+            tx.put_inode(parent, pdir)
+            return _attr(ino, rec)
+
+    def create(self, parent: int, name: str, mode: int, uid: int = 0, gid: int = 0, *,
+               exclusive: bool = False) -> manager_pb2.Attr:
+        """A new empty regular file; an existing one is returned unless EXCLUSIVE (O_EXCL)."""
+        raw = check_name(name)
+        perm = _permissions(mode, REGULAR)
+        now = time.time_ns()
+        with self._write() as tx:
+            pdir = tx.directory(parent)
+            existing = tx.child(parent, raw)
+            if existing is not None:
+                if exclusive:
+                    raise AlreadyExists(f"{name!r} exists in directory {parent}")
+                rec = tx.inode(existing)
+                if rec.kind == DIRECTORY:
+                    raise IsADirectory(f"{name!r} in directory {parent} is a directory")
+                return _attr(existing, rec)
+            ino = tx.allocate_inode()
+            rec = metadata_pb2.InodeRecord(
+                kind=REGULAR, mode=perm, nlink=1, uid=uid, gid=gid, atime_ns=now,
+                mtime_ns=now, ctime_ns=now)
+            tx.put_inode(ino, rec)
+            tx.link(parent, raw, ino)
+            _touch(pdir, now)
+            tx.put_inode(parent, pdir)
+            return _attr(ino, rec)
+
+    def unlink(self, parent: int, name: str) -> None:
+        raw = check_name(name)
+        now = time.time_ns()
+        with self._write() as tx:
+            pdir = tx.directory(parent)
+            ino = tx.child(parent, raw)
+            if ino is None:
+                raise NotFound(f"no {name!r} in directory {parent}")
+            if tx.inode(ino).kind == DIRECTORY:
+                raise IsADirectory(f"{name!r} in directory {parent} is a directory: use rmdir")
+            tx.unlink_entry(parent, raw)
+            self._release_file(tx, ino, now)
+            _touch(pdir, now)
+            tx.put_inode(parent, pdir)
+
+    def rmdir(self, parent: int, name: str) -> None:
+        raw = check_name(name)
+        now = time.time_ns()
+        with self._write() as tx:
+            pdir = tx.directory(parent)
+            ino = tx.child(parent, raw)
+            if ino is None:
+                raise NotFound(f"no {name!r} in directory {parent}")
+            if tx.inode(ino).kind != DIRECTORY:
+                raise NotADirectory(f"{name!r} in directory {parent} is not a directory")
+            if tx.has_entries(ino):
+                raise DirectoryNotEmpty(f"directory {name!r} is not empty")
+            tx.unlink_entry(parent, raw)
+            tx.delete_inode(ino)
+            pdir.nlink -= 1
+            _touch(pdir, now)
+            tx.put_inode(parent, pdir)
+
+    @staticmethod
+    def _release_file(tx: _Tx, ino: int, now: int) -> None:
+        """A dirent naming file INO is gone: drop a link, and the file with its last one."""
+        rec = tx.inode(ino)
+        if rec.nlink > 1:
+            rec.nlink -= 1
+            rec.ctime_ns = now
+            tx.put_inode(ino, rec)
+        else:
+            tx.drop_file(ino)
+
+    def rename(self, old_parent: int, old_name: str, new_parent: int, new_name: str, *,
+               no_replace: bool = False) -> None:
+        old_raw = check_name(old_name)
+        new_raw = check_name(new_name)
+        now = time.time_ns()
+        with self._write() as tx:
+            src_dir = tx.directory(old_parent)
+            dst_dir = tx.directory(new_parent)
+            ino = tx.child(old_parent, old_raw)
+            if ino is None:
+                raise NotFound(f"no {old_name!r} in directory {old_parent}")
+            if old_parent == new_parent and old_raw == new_raw:
+                return
+            rec = tx.inode(ino)
+            moving_dir = rec.kind == DIRECTORY
+            if moving_dir and tx.is_ancestor(ino, new_parent):
+                raise InvalidArgument(
+                    f"cannot move directory {old_name!r} into itself or its subdirectory")
+            target = tx.child(new_parent, new_raw)
+            if target is not None:
+                if no_replace:
+                    raise AlreadyExists(f"{new_name!r} exists in directory {new_parent}")
+                self._remove_target(tx, target, new_name, moving_dir, dst_dir, now)
+            tx.unlink_entry(old_parent, old_raw)
+            tx.link(new_parent, new_raw, ino)
+            if moving_dir and old_parent != new_parent:
+                src_dir.nlink -= 1
+                dst_dir.nlink += 1
+                rec.parent = new_parent
+            rec.ctime_ns = now
+            tx.put_inode(ino, rec)
+            _touch(src_dir, now)
+            _touch(dst_dir, now)
+            tx.put_inode(old_parent, src_dir)
+            tx.put_inode(new_parent, dst_dir)
+
+    @staticmethod
+    def _remove_target(tx: _Tx, target: int, name: str, moving_dir: bool,
+                       dst_dir: metadata_pb2.InodeRecord, now: int) -> None:
+        """Take the entry a rename replaces out of the way (its dirent is overwritten)."""
+        trec = tx.inode(target)
+        target_dir = trec.kind == DIRECTORY
+        if target_dir and not moving_dir:
+            raise IsADirectory(f"cannot replace directory {name!r} with a file")
+        if moving_dir and not target_dir:
+            raise NotADirectory(f"cannot replace file {name!r} with a directory")
+        if target_dir:
+            if tx.has_entries(target):
+                raise DirectoryNotEmpty(f"directory {name!r} is not empty")
+            tx.delete_inode(target)
+            dst_dir.nlink -= 1
+        else:
+            MetadataStore._release_file(tx, target, now)
+
+    def inode_count(self) -> int:
+        with self._read() as tx:
+            return int(tx.txn.stat(self._db.inodes)["entries"])
+
+    # --- versions -------------------------------------------------------------------------
+
+    def write_base(self, inode: int) -> WriteBase:
+        """The newest committed version of regular file INODE (version 0: none)."""
+        with self._read() as tx:
+            rec = tx.regular_file(inode)
+            if rec.newest_version == 0:
+                return WriteBase(inode, 0, 0)
+            return WriteBase(inode, rec.newest_version, rec.size,
+                             tx.blockmap(inode, rec.newest_version))
+
+    def commit_version(
+        self, inode: int, chunks: Iterable[ChunkEntry],
+        placements: Iterable[tuple[bytes, Sequence[str]]] = (), *, base_inode: int = 0,
+        base_version: int = 0, mtime_ns: int = 0, new_bytes: int = 0,
+    ) -> tuple[int, manager_pb2.Attr]:
+        """Store a new version of INODE with block-map CHUNKS in one write transaction.
+
+        Every chunk must be in the index already or be named in PLACEMENTS (id -> benefactor
+        ids where the client stored it). Placements of ids the block-map does not name are
+        validated and ignored: the index only tracks referenced chunks. BASE_* name the
+        version the write deduped against (for shared_chunks). MTIME_NS 0: the commit time.
+        """
+        entries = check_chunks(chunks)
+        placed = _merge_placements(placements)
+        _check_u64(new_bytes, "new_bytes")
+        occurrences: Counter[bytes] = Counter(cid for cid, _ in entries)
+        lengths: dict[bytes, int] = {}
+        for cid, length in entries:
+            if lengths.setdefault(cid, length) != length:
+                raise InvalidArgument(f"chunk {cid.hex()} appears with lengths "
+                                      f"{lengths[cid]} and {length}")
+        now = time.time_ns()
+        with self._write() as tx:
+            rec = tx.regular_file(inode)  # NotFound: unlinked while the client wrote
+            for bid in sorted({bid for bids in placed.values() for bid in bids}):
+                if tx.benefactor(bid) is None:
+                    raise InvalidArgument(f"placement names unknown benefactor {bid!r}")
+            for cid, count in occurrences.items():
+                self._reference_chunk(tx, cid, lengths[cid], count, placed.get(cid))
+            shared = 0
+            if base_version:
+                base_ids = self._base_ids(tx, base_inode, base_version)
+                shared = sum(1 for cid, _ in entries if cid in base_ids)
+            version = rec.newest_version + 1
+            size = sum(lengths[cid] * count for cid, count in occurrences.items())
+            vrec = metadata_pb2.VersionRecord(
+                size=size, chunks=len(entries), shared_chunks=shared, base_inode=base_inode,
+                base_version=base_version, new_bytes=new_bytes, commit_time_ns=now,
+                mtime_ns=mtime_ns or now)
+            key = _VKEY.pack(inode, version)
+            tx.txn.put(key, vrec.SerializeToString(), db=self._db.versions)
+            tx.txn.put(key, pack_blockmap(entries), db=self._db.blockmaps)
+            rec.newest_version = version
+            rec.size = size
+            rec.mtime_ns = vrec.mtime_ns
+            rec.ctime_ns = now
+            tx.put_inode(inode, rec)
+            return version, _attr(inode, rec)
+
+    @staticmethod
+    def _reference_chunk(tx: _Tx, cid: bytes, length: int, count: int,
+                         locations: list[str] | None) -> None:
+        crec = tx.chunk(cid)
+        if crec is None:
+            if not locations:
+                raise FailedPrecondition(
+                    f"chunk {cid.hex()} is neither stored nor placed: store it on a "
+                    f"benefactor and name it in the commit's placements")
+            crec = metadata_pb2.ChunkRecord(length=length, refcount=count,
+                                            benefactor_ids=locations)
+        else:
+            if crec.length != length:
+                raise InvalidArgument(f"chunk {cid.hex()} has length {crec.length} in the "
+                                      f"index, the commit says {length}")
+            crec.refcount += count
+            for bid in locations or ():
+                if bid not in crec.benefactor_ids:
+                    crec.benefactor_ids.append(bid)
+        tx.put_chunk(cid, crec)
+
+    @staticmethod
+    def _base_ids(tx: _Tx, base_inode: int, base_version: int) -> set[bytes]:
+        """Ids of the base block-map; a base removed since the write began shares nothing."""
+        try:
+            return {cid for cid, _ in tx.blockmap(base_inode, base_version)}
+        except NotFound:
+            return set()
+
+    def block_map(self, inode: int, version: int = 0) -> manager_pb2.BlockMap:
+        """Version VERSION (0: the newest) of a file with the locations of its chunks and the
+        addresses of every benefactor named. No committed version: version 0, empty."""
+        with self._read() as tx:
+            rec = tx.regular_file(inode)
+            version = version or rec.newest_version
+            out = manager_pb2.BlockMap(inode=inode)
+            if version == 0:
+                return out
+            vrec = tx.version(inode, version)
+            chunks = tx.blockmap(inode, version)
+            out.version = version
+            out.size = vrec.size
+            out.chunks.extend(common_pb2.ChunkRef(id=cid, length=n) for cid, n in chunks)
+            named: dict[str, None] = {}
+            for cid in dict.fromkeys(cid for cid, _ in chunks):
+                crec = tx.chunk(cid)
+                if crec is None:
+                    log.error("chunk index damaged: %s of file %d version %d has no record",
+                              cid.hex(), inode, version)
+                    bids: list[str] = []
+                else:
+                    bids = list(crec.benefactor_ids)
+                out.locations.add(id=cid, benefactor_ids=bids)
+                named.update(dict.fromkeys(bids))
+            for bid in named:
+                brec = tx.benefactor(bid)
+                if brec is not None:
+                    out.benefactors.add(id=bid, address=brec.address)
+            return out
+
+    def version_stats(self, inode: int, version: int = 0) -> manager_pb2.VersionStats:
+        with self._read() as tx:
+            rec = tx.regular_file(inode)
+            version = version or rec.newest_version
+            if version == 0:
+                raise NotFound(f"file {inode} has no committed version")
+            v = tx.version(inode, version)
+            return manager_pb2.VersionStats(
+                inode=inode, version=version, size=v.size, chunks=v.chunks,
+                shared_chunks=v.shared_chunks, base_inode=v.base_inode,
+                base_version=v.base_version, new_bytes=v.new_bytes,
+                commit_time_ns=v.commit_time_ns, mtime_ns=v.mtime_ns)
+
+    def versions(self, inode: int) -> list[int]:
+        """Committed version numbers of a file, oldest first."""
+        prefix = _U64.pack(inode)
+        with self._read() as tx:
+            tx.regular_file(inode)
+            cursor = tx.txn.cursor(db=self._db.versions)
+            out = []
+            if cursor.set_range(prefix):
+                for key in cursor.iternext(keys=True, values=False):
+                    if not key.startswith(prefix):
+                        break
+                    out.append(int(_VKEY.unpack(key)[1]))
+            return out
+
+    # --- chunk index ----------------------------------------------------------------------
+
+    def chunk(self, cid: bytes) -> metadata_pb2.ChunkRecord | None:
+        with self._read() as tx:
+            return tx.chunk(cid)
+
+    def chunk_locations(self, ids: Sequence[bytes]) -> list[list[str] | None]:
+        """For each id: the benefactors holding it, or None when it is not in the index."""
+        with self._read() as tx:
+            out: list[list[str] | None] = []
+            for cid in check_ids(ids):
+                rec = tx.chunk(cid)
+                out.append(None if rec is None else list(rec.benefactor_ids))
+            return out
+
+    def refcount_mismatches(self) -> dict[bytes, tuple[int, int]]:
+        """id -> (refcount in the index, count over all block-maps) wherever they differ.
+        Empty when the invariant holds (tests; later, fsck)."""
+        counted: Counter[bytes] = Counter()
+        with self._read() as tx:
+            for _, value in tx.txn.cursor(db=self._db.blockmaps):
+                counted.update(cid for cid, _ in unpack_blockmap(value))
+            out = {}
+            for cid, raw in tx.txn.cursor(db=self._db.chunks):
+                stored = metadata_pb2.ChunkRecord.FromString(raw).refcount
+                if stored != counted.get(cid, 0):
+                    out[cid] = (stored, counted.get(cid, 0))
+            for cid, count in counted.items():
+                if tx.chunk(cid) is None:
+                    out[cid] = (0, count)
+            return out
+
+    # --- benefactor registrations and pools -----------------------------------------------
+
+    def put_benefactor(self, bid: str, rec: metadata_pb2.BenefactorRecord) -> None:
+        check_benefactor_id(bid)
+        with self._write() as tx:
+            tx.txn.put(bid.encode(), rec.SerializeToString(), db=self._db.benefactors)
+
+    def benefactor(self, bid: str) -> metadata_pb2.BenefactorRecord | None:
+        with self._read() as tx:
+            return tx.benefactor(bid)
+
+    def benefactors(self) -> dict[str, metadata_pb2.BenefactorRecord]:
+        with self._read() as tx:
+            return {key.decode(): metadata_pb2.BenefactorRecord.FromString(raw)
+                    for key, raw in tx.txn.cursor(db=self._db.benefactors)}
+
+    def benefactor_addresses(self, bids: Iterable[str]) -> dict[str, str]:
+        """id -> registered address, for the ids that are registered."""
+        with self._read() as tx:
+            out = {}
+            for bid in bids:
+                rec = tx.benefactor(bid)
+                if rec is not None:
+                    out[bid] = rec.address
+            return out
+
+    def pool(self, name: str) -> common_pb2.PoolSettings:
+        with self._read() as tx:
+            rec = tx.pool(name)
+            if rec is None:
+                raise NotFound(f"no pool {name!r}")
+            return rec.settings
+
+    def update_pool(
+        self, name: str, *, replication: int | None = None, stripe_width: int | None = None,
+        chunker: str | None = None, write_semantics: str | None = None,
+        hash_backend: str | None = None,
+    ) -> common_pb2.PoolSettings:
+        """Apply the settings that are not None to pool NAME; returns the result."""
+        with self._write() as tx:
+            rec = tx.pool(name)
+            if rec is None:
+                raise NotFound(f"no pool {name!r}")
+            settings = pools.with_overrides(
+                rec.settings, replication=replication, stripe_width=stripe_width,
+                chunker=chunker, write_semantics=write_semantics, hash_backend=hash_backend)
+            if settings != rec.settings:
+                tx.put_pool(settings)
+            return settings

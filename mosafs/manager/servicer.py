@@ -1,0 +1,133 @@
+"""The Manager gRPC service: each method unpacks its request, calls the domain (core.Manager
+and its metadata store) and packs the answer. Errors are domain errors; `@servicer` turns
+them into status codes (mosafs.rpc.errors)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import grpc
+
+from mosafs._proto import manager_pb2 as pb
+from mosafs._proto import manager_pb2_grpc
+from mosafs.manager.core import Manager
+from mosafs.rpc.errors import servicer
+
+Ctx = grpc.ServicerContext
+
+
+def _optional(request: Any, name: str) -> Any:
+    return getattr(request, name) if request.HasField(name) else None
+
+
+@servicer
+class ManagerServicer(manager_pb2_grpc.ManagerServicer):
+    def __init__(self, manager: Manager) -> None:
+        self._m = manager
+        self._store = manager.store
+
+    # --- namespace ------------------------------------------------------------------------
+
+    def Lookup(self, request: pb.LookupRequest, context: Ctx) -> pb.Attr:
+        return self._store.lookup(request.parent, request.name)
+
+    def GetAttr(self, request: pb.GetAttrRequest, context: Ctx) -> pb.Attr:
+        return self._store.getattr(request.inode)
+
+    def SetAttr(self, request: pb.SetAttrRequest, context: Ctx) -> pb.Attr:
+        return self._store.setattr(
+            request.inode, mode=_optional(request, "mode"), uid=_optional(request, "uid"),
+            gid=_optional(request, "gid"), atime_ns=_optional(request, "atime_ns"),
+            mtime_ns=_optional(request, "mtime_ns"))
+
+    def ReadDir(self, request: pb.ReadDirRequest, context: Ctx) -> pb.ReadDirResponse:
+        entries, more = self._store.readdir(request.inode, request.start_after, request.limit)
+        out = pb.ReadDirResponse(more=more)
+        out.entries.extend(pb.DirEntry(name=name, attr=attr) for name, attr in entries)
+        return out
+
+    def Mkdir(self, request: pb.MkdirRequest, context: Ctx) -> pb.Attr:
+        return self._store.mkdir(request.parent, request.name, request.mode, request.uid,
+                                 request.gid)
+
+    def Create(self, request: pb.CreateRequest, context: Ctx) -> pb.Attr:
+        return self._store.create(request.parent, request.name, request.mode, request.uid,
+                                  request.gid, exclusive=request.exclusive)
+
+    def Unlink(self, request: pb.UnlinkRequest, context: Ctx) -> pb.Empty:
+        self._store.unlink(request.parent, request.name)
+        return pb.Empty()
+
+    def Rmdir(self, request: pb.RmdirRequest, context: Ctx) -> pb.Empty:
+        self._store.rmdir(request.parent, request.name)
+        return pb.Empty()
+
+    def Rename(self, request: pb.RenameRequest, context: Ctx) -> pb.Empty:
+        self._store.rename(request.old_parent, request.old_name, request.new_parent,
+                           request.new_name, no_replace=request.no_replace)
+        return pb.Empty()
+
+    def StatFs(self, request: pb.StatFsRequest, context: Ctx) -> pb.StatFsResponse:
+        return self._m.statfs()
+
+    # --- write sessions -------------------------------------------------------------------
+
+    def OpenWrite(self, request: pb.OpenWriteRequest, context: Ctx) -> pb.OpenWriteResponse:
+        return self._m.open_write(request.inode, request.client_id)
+
+    def RenewLease(self, request: pb.RenewLeaseRequest, context: Ctx) -> pb.RenewLeaseResponse:
+        return pb.RenewLeaseResponse(lease_ttl_ms=self._m.renew_lease(request.lease_id))
+
+    def CommitVersion(self, request: pb.CommitVersionRequest,
+                      context: Ctx) -> pb.CommitVersionResponse:
+        version, attr = self._m.commit_version(
+            request.lease_id, request.inode,
+            [(c.id, c.length) for c in request.chunks],
+            [(p.id, list(p.benefactor_ids)) for p in request.placements],
+            mtime_ns=request.mtime_ns, new_bytes=request.new_bytes)
+        return pb.CommitVersionResponse(version=version, attr=attr)
+
+    def AbortWrite(self, request: pb.AbortWriteRequest, context: Ctx) -> pb.Empty:
+        self._m.abort_write(request.lease_id)
+        return pb.Empty()
+
+    def FindChunks(self, request: pb.FindChunksRequest, context: Ctx) -> pb.FindChunksResponse:
+        return pb.FindChunksResponse(present=self._m.find_chunks(list(request.ids)))
+
+    def LocateChunks(self, request: pb.LocateChunksRequest,
+                     context: Ctx) -> pb.LocateChunksResponse:
+        return self._m.locate_chunks(list(request.ids))
+
+    # --- reads ----------------------------------------------------------------------------
+
+    def GetBlockMap(self, request: pb.GetBlockMapRequest, context: Ctx) -> pb.BlockMap:
+        return self._m.block_map(request.inode, request.version)
+
+    def GetVersionStats(self, request: pb.GetVersionStatsRequest,
+                        context: Ctx) -> pb.VersionStats:
+        return self._store.version_stats(request.inode, request.version)
+
+    # --- benefactor registry --------------------------------------------------------------
+
+    def RegisterBenefactor(self, request: pb.RegisterBenefactorRequest,
+                           context: Ctx) -> pb.RegisterBenefactorResponse:
+        self._m.registry.register(request.info)
+        config = self._m.config
+        return pb.RegisterBenefactorResponse(
+            heartbeat_interval_ms=int(config.heartbeat_interval_s * 1000),
+            lease_ms=int(config.benefactor_lease_s * 1000))
+
+    def Heartbeat(self, request: pb.HeartbeatRequest, context: Ctx) -> pb.HeartbeatResponse:
+        self._m.registry.heartbeat(request.info)
+        return pb.HeartbeatResponse()
+
+    def ListBenefactors(self, request: pb.ListBenefactorsRequest,
+                        context: Ctx) -> pb.ListBenefactorsResponse:
+        return pb.ListBenefactorsResponse(benefactors=self._m.registry.statuses())
+
+
+def add_to_server(manager: Manager) -> Any:
+    """The `add_servicer` callback for mosafs.rpc.channels.server."""
+    def add(server: grpc.Server) -> None:
+        manager_pb2_grpc.add_ManagerServicer_to_server(ManagerServicer(manager), server)
+    return add

@@ -1,0 +1,257 @@
+"""`mosafs up`: a whole single-machine cluster on embedded defaults.
+
+Starts the manager and N benefactors as child processes on free loopback ports (each
+writes a ready file with its address), waits until every benefactor has registered, mounts
+the file system with a `mosafs mount` child, and writes DIR/cluster.json. SIGINT/SIGTERM
+(or a child that dies) unmounts and stops everything in reverse order. A later `up` on the
+same DIR finds every file again: all state lives under DIR.
+
+DIR layout: manager/ (LMDB), benefactors/bN/ (chunks), logs/*.log, run/*.ready.json,
+cluster.json (while running), up.lock (one `up` per DIR).
+"""
+
+from __future__ import annotations
+
+import argparse
+import fcntl
+import json
+import logging
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, Any
+
+from mosafs.errors import ConfigError, Unavailable
+
+log = logging.getLogger("mosafs.up")
+START_TIMEOUT = 120.0
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("mountpoint", help="where to mount (created if missing; must be empty)")
+    parser.add_argument("--data-dir", help="all cluster state (default: a per-user data dir)")
+    parser.add_argument("--benefactors", type=int, default=3, help="storage daemons (default 3)")
+    parser.add_argument("--replication", type=int, help="replication factor R of the pool")
+    parser.add_argument("--chunker", help="chunker spec (default cdc:262144:1048576:4194304)")
+    parser.add_argument("--hash-backend", choices=["auto", "cpu", "gpu"], default="auto")
+    parser.add_argument("--ready-file", help=argparse.SUPPRESS)
+    parser.add_argument("--log-level", default="INFO")
+
+
+@dataclass
+class Child:
+    name: str
+    popen: subprocess.Popen[bytes]
+    ready: dict[str, Any] = field(default_factory=dict)
+
+
+def default_data_dir() -> Path:
+    import platformdirs
+
+    return Path(platformdirs.user_data_dir("mosafs"))
+
+
+def run(args: argparse.Namespace) -> int:
+    from mosafs.procutil import setup_logging
+
+    setup_logging(args.log_level)
+    if args.benefactors < 1:
+        raise ConfigError("--benefactors must be at least 1")
+    if args.chunker:
+        from mosafs.chunking import parse_spec
+
+        parse_spec(args.chunker)  # a bad spec is a one-line error before anything starts
+    data_dir = Path(args.data_dir) if args.data_dir else default_data_dir()
+    mountpoint = Path(args.mountpoint).absolute()
+    _check_mountpoint(mountpoint)
+    for sub in ("logs", "run", "benefactors"):
+        (data_dir / sub).mkdir(parents=True, exist_ok=True)
+    with _exclusive(data_dir):
+        return Cluster(args, data_dir, mountpoint).run()
+
+
+def _check_mountpoint(mountpoint: Path) -> None:
+    mountpoint.mkdir(parents=True, exist_ok=True)
+    if os.path.ismount(mountpoint):
+        raise ConfigError(f"{mountpoint} is already a mount point")
+    if any(mountpoint.iterdir()):
+        raise ConfigError(f"mount point {mountpoint} is not empty")
+
+
+class _exclusive:
+    """Hold DIR/up.lock so that two `mosafs up` never share a data dir."""
+
+    def __init__(self, data_dir: Path) -> None:
+        self.path = data_dir / "up.lock"
+        self.file: IO[str] | None = None
+
+    def __enter__(self) -> None:
+        self.file = open(self.path, "a+")
+        try:
+            fcntl.flock(self.file, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise ConfigError(f"another mosafs up is running on {self.path.parent}") from None
+
+    def __exit__(self, *exc: object) -> None:
+        assert self.file is not None
+        self.file.close()
+
+
+class Cluster:
+    def __init__(self, args: argparse.Namespace, data_dir: Path, mountpoint: Path) -> None:
+        self.args = args
+        self.data_dir = data_dir
+        self.mountpoint = mountpoint
+        self.children: list[Child] = []
+        self.stop = threading.Event()
+
+    def run(self) -> int:
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(sig, lambda *_: self.stop.set())
+        try:
+            self._start_all()
+            self._write_cluster_file()
+            self._announce()
+            return self._supervise()
+        finally:
+            self._stop_all()
+
+    # -- starting --------------------------------------------------------------------------
+
+    def _spawn(self, name: str, args: list[str]) -> Child:
+        ready_file = self.data_dir / "run" / f"{name}.ready.json"
+        ready_file.unlink(missing_ok=True)
+        cmd = [sys.executable, "-m", "mosafs", *args, "--ready-file", str(ready_file),
+               "--log-level", self.args.log_level]
+        # Own process group: a Ctrl-C at the terminal reaches `up` alone, which then stops
+        # the children in order (the mount first).
+        with open(self.data_dir / "logs" / f"{name}.log", "ab") as log_file:
+            popen = subprocess.Popen(cmd, stdout=log_file, stderr=subprocess.STDOUT,
+                                     start_new_session=True)
+        child = Child(name, popen)
+        self.children.append(child)
+        child.ready = self._wait_ready(child, ready_file)
+        return child
+
+    def _wait_ready(self, child: Child, ready_file: Path) -> dict[str, Any]:
+        deadline = time.monotonic() + START_TIMEOUT
+        while not ready_file.exists():
+            if child.popen.poll() is not None:
+                raise Unavailable(f"{child.name} exited with status {child.popen.returncode}; "
+                                  f"see {self.data_dir / 'logs' / (child.name + '.log')}")
+            if self.stop.is_set() or time.monotonic() > deadline:
+                raise Unavailable(f"{child.name} did not start")
+            time.sleep(0.05)
+        return dict(json.loads(ready_file.read_text()))
+
+    def _start_all(self) -> None:
+        manager_args = ["manager", "--data-dir", str(self.data_dir / "manager")]
+        if self.args.replication:
+            manager_args += ["--replication", str(self.args.replication)]
+        if self.args.chunker:
+            manager_args += ["--chunker", self.args.chunker]
+        self.manager = self._spawn("manager", manager_args)
+        address = self.manager.ready["address"]
+        self.benefactors = [
+            self._spawn(f"benefactor-{i}", [
+                "benefactor", "--data-dir", str(self.data_dir / "benefactors" / f"b{i}"),
+                "--manager", address])
+            for i in range(self.args.benefactors)]
+        self._wait_registered(address, {b.ready["id"] for b in self.benefactors})
+        self.mount = self._spawn("mount", [
+            "mount", str(self.mountpoint), "--manager", address,
+            "--hash-backend", self.args.hash_backend])
+
+    def _wait_registered(self, address: str, wanted: set[str]) -> None:
+        from mosafs._proto import manager_pb2 as mpb
+        from mosafs._proto import manager_pb2_grpc as mgrpc
+        from mosafs.rpc.channels import channel
+        from mosafs.rpc.errors import call
+
+        deadline = time.monotonic() + START_TIMEOUT
+        with channel(address) as ch:
+            stub = mgrpc.ManagerStub(ch)
+            while True:
+                reply = call(stub.ListBenefactors, mpb.ListBenefactorsRequest(), timeout=10)
+                alive = {b.info.id for b in reply.benefactors if b.alive}
+                if wanted <= alive:
+                    return
+                if self.stop.is_set() or time.monotonic() > deadline:
+                    raise Unavailable(f"benefactors {sorted(wanted - alive)} did not register")
+                time.sleep(0.05)
+
+    # -- running ---------------------------------------------------------------------------
+
+    def cluster_info(self) -> dict[str, Any]:
+        return {
+            "manager": self.manager.ready["address"],
+            "benefactors": [
+                {"id": b.ready["id"], "address": b.ready["address"],
+                 "data_dir": b.ready["data_dir"], "pid": b.popen.pid}
+                for b in self.benefactors],
+            "mountpoint": str(self.mountpoint),
+            "pid": os.getpid(),
+            "client": {"pid": self.mount.popen.pid},
+            "data_dir": str(self.data_dir),
+            "logs": str(self.data_dir / "logs"),
+        }
+
+    def _write_cluster_file(self) -> None:
+        from mosafs.procutil import write_json_atomic, write_ready_file
+
+        info = self.cluster_info()
+        write_json_atomic(self.data_dir / "cluster.json", info)
+        write_ready_file(self.args.ready_file, address=info["manager"],
+                         **{k: v for k, v in info.items() if k != "pid"})
+
+    def _announce(self) -> None:
+        info = self.cluster_info()
+        print(f"mosafs is mounted at {info['mountpoint']}", flush=True)
+        print(f"  manager     {info['manager']}", flush=True)
+        for b in info["benefactors"]:
+            print(f"  benefactor  {b['address']}  {b['data_dir']}", flush=True)
+        print(f"  cluster     {self.data_dir / 'cluster.json'}", flush=True)
+        print(f"  logs        {info['logs']}", flush=True)
+        print("Press Ctrl-C (or send SIGTERM) to unmount and stop.", flush=True)
+
+    def _supervise(self) -> int:
+        while not self.stop.wait(0.5):
+            for child in self.children:
+                if child.popen.poll() is not None:
+                    log.error("%s exited with status %s; stopping the cluster",
+                              child.name, child.popen.returncode)
+                    return 1
+        log.info("stopping")
+        return 0
+
+    # -- stopping --------------------------------------------------------------------------
+
+    def _stop_all(self) -> None:
+        for child in reversed(self.children):  # mount first, manager last
+            self._stop_child(child)
+        if os.path.ismount(self.mountpoint):
+            _lazy_unmount(self.mountpoint)
+        (self.data_dir / "cluster.json").unlink(missing_ok=True)
+
+    def _stop_child(self, child: Child) -> None:
+        if child.popen.poll() is None:
+            child.popen.send_signal(signal.SIGTERM)
+            try:
+                child.popen.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                log.error("%s ignored SIGTERM; killing it", child.name)
+                child.popen.kill()
+                child.popen.wait()
+
+
+def _lazy_unmount(mountpoint: Path) -> None:
+    """A mount whose client died leaves a dead mount behind; detach it."""
+    tool = shutil.which("fusermount3") or shutil.which("fusermount")
+    cmd = [tool, "-u", "-z", str(mountpoint)] if tool else ["umount", "-l", str(mountpoint)]
+    subprocess.run(cmd, check=False, capture_output=True)

@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# Everything mosafs needs on a fresh Debian (12, Python 3.11): FUSE 3, a compiler for
+# pyfuse3, a virtualenv in .venv with the package. `--dev` adds the test and lint tools.
+# Safe to run again: it only installs what is missing.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+packages=(fuse3 libfuse3-dev pkg-config gcc python3-dev python3-venv)
+missing=()
+for p in "${packages[@]}"; do
+  dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  sudo=""
+  [ "$(id -u)" -eq 0 ] || sudo="sudo"
+  $sudo apt-get update -qq
+  $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
+fi
+
+python="${PYTHON:-python3}"
+[ -x .venv/bin/python ] || "$python" -m venv .venv
+.venv/bin/python -m pip install -q --upgrade pip 2>/dev/null || true
+if [ "${1:-}" = "--dev" ]; then
+  .venv/bin/python -m pip install -q -e '.[dev]'
+else
+  .venv/bin/python -m pip install -q -e .
+fi

@@ -1,0 +1,10 @@
+#!/usr/bin/env bash
+# The test command of the README and of CI: set-up, then every check and every test.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/setup.sh --dev
+.venv/bin/python scripts/gen_proto.py --check
+.venv/bin/ruff check .
+.venv/bin/mypy
+.venv/bin/lint-imports
+.venv/bin/python -m pytest -q "$@"

@@ -1,0 +1,91 @@
+"""Fixtures shared by every test level."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from tests import harness
+
+VECTORS = Path(__file__).resolve().parents[2] / "shared" / "vectors" / "chunking-v1.json"
+
+
+def fuse_available() -> str | None:
+    """Why FUSE mounts cannot run here, or None when they can."""
+    if not os.path.exists("/dev/fuse"):
+        return "no /dev/fuse"
+    if shutil.which("fusermount3") is None:
+        return "fusermount3 is not installed (apt-get install fuse3)"
+    return None
+
+
+@dataclass
+class UpCluster:
+    """A cluster started with `mosafs up` (the main job), as tests see it."""
+
+    proc: harness.Proc
+    mountpoint: Path
+    data_dir: Path
+
+    @property
+    def manager(self) -> str:
+        return str(self.proc.ready["manager"])
+
+    @property
+    def info(self) -> dict:  # type: ignore[type-arg]
+        return self.proc.ready
+
+    def chunk_files(self) -> list[Path]:
+        return sorted(p for p in (self.data_dir / "benefactors").glob("*/chunks/*/*/*")
+                      if p.is_file())
+
+    def stored_bytes(self) -> int:
+        return sum(p.stat().st_size for p in self.chunk_files())
+
+    def stop(self, check: bool = True) -> None:
+        self.proc.stop(check=check, timeout=60)
+        assert not os.path.ismount(self.mountpoint), "mosafs up left its mount behind"
+
+
+@pytest.fixture
+def start_cluster(tmp_path: Path) -> Iterator[Callable[..., UpCluster]]:
+    """start_cluster(*up_args, data_dir=..., expected_noise=[...]) -> UpCluster.
+
+    Every cluster started is stopped at the end of the test; the test fails if `mosafs up`
+    or any of its children logged a warning, an error or a traceback it did not expect.
+    """
+    reason = fuse_available()
+    if reason:
+        pytest.skip(reason)
+    started: list[UpCluster] = []
+
+    def start(*args: str, data_dir: Path | None = None, name: str = "up",
+              expected_noise: list[str] | None = None) -> UpCluster:
+        data = data_dir or tmp_path / "data"
+        mnt = tmp_path / "mnt"
+        proc = harness.start(name, ["up", str(mnt), "--data-dir", str(data), *args],
+                             tmp_path / "procs", timeout=180)
+        proc.expected_noise = list(expected_noise or [])
+        proc.extra_logs = lambda: sorted((data / "logs").glob("*.log"))
+        cluster = UpCluster(proc, mnt, data)
+        started.append(cluster)
+        return cluster
+
+    try:
+        yield start
+    finally:
+        failures = []
+        for cluster in started:
+            if cluster.proc.alive() or cluster.proc.popen.returncode is None:
+                try:
+                    cluster.stop()
+                except AssertionError as exc:
+                    failures.append(str(exc))
+            if os.path.ismount(cluster.mountpoint):
+                os.system(f"fusermount3 -u -z {cluster.mountpoint}")
+        assert not failures, "\n".join(failures)

@@ -1,0 +1,83 @@
+"""File-system operations through a real mount: namespace calls, random-access writes,
+truncation, appends, statfs."""
+
+from __future__ import annotations
+
+import errno
+import os
+
+import pytest
+
+MiB = 1 << 20
+
+
+@pytest.fixture
+def mnt(start_cluster):
+    return start_cluster("--chunker", "cdc:4096:16384:65536").mountpoint
+
+
+def test_fuse_namespace_operations(mnt):
+    (mnt / "d1").mkdir()
+    (mnt / "d1" / "f").write_bytes(b"one")
+    (mnt / "d2").mkdir()
+    assert sorted(os.listdir(mnt)) == ["d1", "d2"]
+    os.rename(mnt / "d1" / "f", mnt / "d2" / "g")
+    assert os.listdir(mnt / "d1") == []
+    assert (mnt / "d2" / "g").read_bytes() == b"one"
+    with pytest.raises(OSError) as info:
+        os.rmdir(mnt / "d2")
+    assert info.value.errno == errno.ENOTEMPTY
+    with pytest.raises(FileExistsError):
+        os.mkdir(mnt / "d2")
+    with pytest.raises(FileNotFoundError):
+        os.stat(mnt / "missing")
+    os.unlink(mnt / "d2" / "g")
+    os.rmdir(mnt / "d2")
+    assert sorted(os.listdir(mnt)) == ["d1"]
+    st = os.stat(mnt / "d1")
+    assert st.st_nlink == 2
+    fd = os.open(mnt / "x", os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o640)
+    os.close(fd)
+    assert os.stat(mnt / "x").st_mode & 0o777 == 0o640
+    with pytest.raises(FileExistsError):
+        os.open(mnt / "x", os.O_CREAT | os.O_EXCL | os.O_WRONLY)
+
+
+def test_fuse_random_writes_truncate_and_append(mnt):
+    path = mnt / "f"
+    model = bytearray(os.urandom(300_000))
+    path.write_bytes(model)
+    with open(path, "r+b") as f:
+        for off, size in [(5, 10), (100_000, 70_000), (299_990, 50), (400_000, 3)]:
+            chunk = os.urandom(size)
+            f.seek(off)
+            f.write(chunk)
+            if off > len(model):
+                model.extend(b"\0" * (off - len(model)))
+            model[off:off + size] = chunk
+        f.flush()
+        f.seek(0)
+        assert f.read() == bytes(model)  # uncommitted content read back through the mount
+    assert path.read_bytes() == bytes(model)
+    os.truncate(path, 123_457)
+    del model[123_457:]
+    assert path.read_bytes() == bytes(model)
+    os.truncate(path, 200_000)
+    model.extend(b"\0" * (200_000 - len(model)))
+    assert path.read_bytes() == bytes(model)
+    with open(path, "ab") as f:
+        tail = os.urandom(90_000)
+        f.write(tail)
+    model.extend(tail)
+    assert os.stat(path).st_size == len(model)
+    assert path.read_bytes() == bytes(model)
+    with open(path, "wb") as f:  # O_TRUNC
+        f.write(b"short")
+    assert path.read_bytes() == b"short"
+
+
+def test_fuse_statfs_reports_benefactor_space(mnt):
+    st = os.statvfs(mnt)
+    assert st.f_blocks > 0
+    assert 0 < st.f_bavail <= st.f_blocks
+    assert st.f_namemax == 255

@@ -1,0 +1,431 @@
+"""The benefactor as a real process (`python -m mosafs benefactor`), spoken to over a real
+gRPC channel with the generated stub. Every process is stopped at the end of its test and
+its log must hold no noise (WARNING/ERROR/Traceback) beyond what a test declares.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import blake3
+import grpc
+import pytest
+
+from mosafs._proto import benefactor_pb2 as pb
+from mosafs._proto import benefactor_pb2_grpc as pb_grpc
+from mosafs.ids import chunk_id
+from mosafs.rpc.channels import MAX_MESSAGE_BYTES, channel
+from tests.harness import Proc, start
+
+Stub = pb_grpc.BenefactorStub
+TIMEOUT = 30.0
+# Standalone unless a test names a manager, whatever the caller's environment says.
+STANDALONE_ENV = {"MOSAFS_MANAGER": ""}
+
+
+def manager_available() -> bool:
+    try:
+        return importlib.util.find_spec("mosafs.manager.main") is not None
+    except ModuleNotFoundError:
+        return False
+
+
+needs_manager = pytest.mark.skipif(
+    not manager_available(), reason="mosafs.manager.main is not written yet")
+
+
+def blob(seed: str, size: int) -> bytes:
+    return blake3.blake3(seed.encode()).digest(length=size)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def code_of(method: Callable[..., Any], request: Any) -> tuple[grpc.StatusCode, str]:
+    """The status code and details a call fails with (it must fail)."""
+    with pytest.raises(grpc.RpcError) as info:
+        method(request, timeout=TIMEOUT)
+    err: Any = info.value
+    return err.code(), err.details() or ""
+
+
+def chunk_path(data_dir: Path, raw: bytes) -> Path:
+    name = raw.hex()
+    return data_dir / "chunks" / name[:2] / name[2:4] / name
+
+
+def start_benefactor(workdir: Path, *extra: str, name: str = "benefactor",
+                     env: dict[str, str] | None = None) -> Proc:
+    data_dir = workdir / f"{name}-data"
+    return start(name, ["benefactor", "--data-dir", str(data_dir), *extra], workdir,
+                 env=env if env is not None else STANDALONE_ENV)
+
+
+def stop_clean(proc: Proc) -> None:
+    """Stop with SIGTERM, assert no noise and exit code 0."""
+    proc.stop()
+    assert proc.popen.returncode == 0, proc.log()
+
+
+@pytest.fixture
+def procs() -> Iterator[list[Proc]]:
+    """Processes a test starts; each still running at the end is stopped and checked."""
+    started: list[Proc] = []
+    try:
+        yield started
+    finally:
+        failures: list[AssertionError] = []
+        for proc in reversed(started):
+            if proc.alive():
+                try:
+                    stop_clean(proc)
+                except AssertionError as exc:  # stop the others before reporting
+                    failures.append(exc)
+                finally:
+                    proc.kill()
+        if failures:
+            raise failures[0]
+
+
+@pytest.fixture
+def benefactor(tmp_path: Path, procs: list[Proc]) -> Proc:
+    proc = start_benefactor(tmp_path)
+    procs.append(proc)
+    return proc
+
+
+@pytest.fixture
+def stub(benefactor: Proc) -> Iterator[Stub]:
+    ch = channel(benefactor.address)
+    try:
+        yield Stub(ch)
+    finally:
+        ch.close()
+
+
+def put(stub: Stub, data: bytes) -> bool:
+    reply = stub.PutChunk(pb.PutChunkRequest(id=chunk_id(data), data=data), timeout=TIMEOUT)
+    return bool(reply.already_present)
+
+
+def assert_serving(stub: Stub, seed: str = "still-serving") -> None:
+    data = blob(seed, 2048)
+    put(stub, data)
+    reply = stub.GetChunk(pb.GetChunkRequest(id=chunk_id(data)), timeout=TIMEOUT)
+    assert reply.data == data
+
+
+# -- chunks -----------------------------------------------------------------------------
+
+
+def test_services_benefactor_put_get_has_round_trip(benefactor: Proc, stub: Stub) -> None:
+    data = blob("round-trip", 1 << 20)
+    raw = chunk_id(data)
+    assert put(stub, data) is False
+    assert put(stub, data) is True
+    assert stub.GetChunk(pb.GetChunkRequest(id=raw), timeout=TIMEOUT).data == data
+    absent = chunk_id(b"absent")
+    has = stub.HasChunks(pb.HasChunksRequest(ids=[raw, absent, raw]), timeout=TIMEOUT)
+    assert list(has.present) == [True, False, True]
+    stored = chunk_path(Path(benefactor.ready["data_dir"]), raw)
+    assert stored.read_bytes() == data  # exactly the chunk's bytes, named by its id
+
+
+def test_services_benefactor_get_missing_is_not_found(benefactor: Proc, stub: Stub) -> None:
+    raw = chunk_id(b"never stored")
+    code, details = code_of(stub.GetChunk, pb.GetChunkRequest(id=raw))
+    assert code == grpc.StatusCode.NOT_FOUND
+    assert raw.hex() in details
+
+
+def test_services_benefactor_mismatching_bytes_refused(benefactor: Proc, stub: Stub) -> None:
+    data = blob("claimed", 4096)
+    raw = chunk_id(data)
+    code, details = code_of(stub.PutChunk, pb.PutChunkRequest(id=raw, data=data[:-1] + b"!"))
+    assert code == grpc.StatusCode.INVALID_ARGUMENT
+    assert "does not match its id" in details
+    has = stub.HasChunks(pb.HasChunksRequest(ids=[raw]), timeout=TIMEOUT)
+    assert list(has.present) == [False]
+    assert stub.GetInfo(pb.GetInfoRequest(), timeout=TIMEOUT).chunks == 0
+
+
+@pytest.mark.parametrize("bad_id", [b"../x", b"", b"\x01" * 31, b"\x01" * 33,
+                                    b"../../../../../etc/passwd"],
+                         ids=["dotdot", "empty", "31-bytes", "33-bytes", "traversal"])
+def test_services_benefactor_invalid_ids_refused_and_still_serving(
+    benefactor: Proc, stub: Stub, bad_id: bytes
+) -> None:
+    calls = [
+        (stub.PutChunk, pb.PutChunkRequest(id=bad_id, data=b"x")),
+        (stub.GetChunk, pb.GetChunkRequest(id=bad_id)),
+        (stub.HasChunks, pb.HasChunksRequest(ids=[chunk_id(b"ok"), bad_id])),
+    ]
+    for method, request in calls:
+        code, details = code_of(method, request)
+        assert code == grpc.StatusCode.INVALID_ARGUMENT
+        assert "32 bytes" in details
+    assert_serving(stub)
+    assert benefactor.alive()
+
+
+def test_services_benefactor_oversized_batch_refused(benefactor: Proc, stub: Stub) -> None:
+    ids = [chunk_id(b"x")] * 100_001
+    code, details = code_of(stub.HasChunks, pb.HasChunksRequest(ids=ids))
+    assert code == grpc.StatusCode.INVALID_ARGUMENT
+    assert "too many ids" in details
+    assert_serving(stub)
+
+
+def test_services_benefactor_oversized_message_exhausted_and_still_serving(
+    benefactor: Proc, stub: Stub
+) -> None:
+    # The client's own limit would refuse to send it: lift it so the server must answer.
+    big = grpc.insecure_channel(benefactor.address,
+                                options=[("grpc.max_send_message_length", -1)])
+    try:
+        data = bytes(MAX_MESSAGE_BYTES + (1 << 20))
+        request = pb.PutChunkRequest(id=chunk_id(data), data=data)
+        code, _ = code_of(Stub(big).PutChunk, request)
+    finally:
+        big.close()
+    assert code == grpc.StatusCode.RESOURCE_EXHAUSTED
+    assert_serving(stub)
+    assert stub.GetInfo(pb.GetInfoRequest(), timeout=TIMEOUT).chunks == 1
+    assert benefactor.alive()
+
+
+def test_services_benefactor_corrupt_chunk_is_data_loss_never_bytes(
+    benefactor: Proc, stub: Stub
+) -> None:
+    data = blob("to-corrupt", 100_000)
+    raw = chunk_id(data)
+    put(stub, data)
+    path = chunk_path(Path(benefactor.ready["data_dir"]), raw)
+    damaged = bytearray(path.read_bytes())
+    damaged[50_000] ^= 0x40
+    path.write_bytes(bytes(damaged))
+    benefactor.expected_noise.append(rf"WARNING .*corrupt chunk {raw.hex()}")
+
+    code, details = code_of(stub.GetChunk, pb.GetChunkRequest(id=raw))
+    assert code == grpc.StatusCode.DATA_LOSS
+    assert raw.hex() in details
+    has = stub.HasChunks(pb.HasChunksRequest(ids=[raw]), timeout=TIMEOUT)
+    assert list(has.present) == [False]  # not offered, so a good copy gets sent again
+    assert put(stub, data) is False  # ... and repairs it
+    assert stub.GetChunk(pb.GetChunkRequest(id=raw), timeout=TIMEOUT).data == data
+    assert f"corrupt chunk {raw.hex()}" in benefactor.log()
+
+
+# -- info, identity, flags --------------------------------------------------------------
+
+
+def test_services_benefactor_get_info_figures(benefactor: Proc, stub: Stub) -> None:
+    sizes = [1000, 20_000, 300_000]
+    for i, size in enumerate(sizes):
+        put(stub, blob(f"info-{i}", size))
+    info = stub.GetInfo(pb.GetInfoRequest(), timeout=TIMEOUT)
+    data_dir = Path(benefactor.ready["data_dir"])
+    identity = json.loads((data_dir / "benefactor.json").read_text())
+    assert info.id == identity["id"] == benefactor.ready["id"]
+    assert info.address == benefactor.address
+    assert info.pool == "default"
+    assert (info.chunks, info.stored_bytes) == (3, sum(sizes))
+    assert 0 < info.free_bytes <= info.capacity_bytes
+    assert benefactor.ready["pid"] == benefactor.popen.pid
+
+
+def test_services_benefactor_capacity_pool_and_advertise_flags(
+    tmp_path: Path, procs: list[Proc]
+) -> None:
+    port = free_port()
+    proc = start_benefactor(tmp_path, "--capacity", "1M", "--pool", "fast",
+                            "--listen", f"127.0.0.1:{port}",
+                            "--advertise", f"storage-7.example:{port}")
+    procs.append(proc)
+    assert proc.address == f"storage-7.example:{port}"
+    ch = channel(f"127.0.0.1:{port}")
+    try:
+        stub = Stub(ch)
+        put(stub, blob("cap-a", 400_000))
+        info = stub.GetInfo(pb.GetInfoRequest(), timeout=TIMEOUT)
+        assert (info.capacity_bytes, info.free_bytes) == (1 << 20, (1 << 20) - 400_000)
+        assert info.pool == "fast"
+        assert info.address == f"storage-7.example:{port}"
+        too_big = blob("cap-b", 700_000)
+        code, details = code_of(stub.PutChunk,
+                                pb.PutChunkRequest(id=chunk_id(too_big), data=too_big))
+        assert code == grpc.StatusCode.RESOURCE_EXHAUSTED
+        assert "capacity" in details
+    finally:
+        ch.close()
+
+
+def test_services_benefactor_restart_keeps_chunks_and_identity(
+    tmp_path: Path, procs: list[Proc]
+) -> None:
+    first = start_benefactor(tmp_path)
+    procs.append(first)
+    data = blob("survives", 123_456)
+    ch = channel(first.address)
+    try:
+        put(Stub(ch), data)
+    finally:
+        ch.close()
+    stop_clean(first)
+
+    second = start_benefactor(tmp_path)
+    procs.append(second)
+    assert second.ready["id"] == first.ready["id"]
+    ch = channel(second.address)
+    try:
+        stub = Stub(ch)
+        assert stub.GetChunk(pb.GetChunkRequest(id=chunk_id(data)), timeout=TIMEOUT).data == data
+        info = stub.GetInfo(pb.GetInfoRequest(), timeout=TIMEOUT)
+        assert (info.chunks, info.stored_bytes) == (1, len(data))
+    finally:
+        ch.close()
+
+
+def test_services_benefactor_sigint_stops_cleanly(benefactor: Proc, stub: Stub) -> None:
+    assert_serving(stub)
+    benefactor.popen.send_signal(signal.SIGINT)
+    assert benefactor.popen.wait(timeout=TIMEOUT) == 0
+    assert benefactor.noise() == []
+
+
+def run_cli(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "mosafs", *args], capture_output=True,
+                          text=True, timeout=timeout, env={**os.environ, **STANDALONE_ENV})
+
+
+def test_services_benefactor_bad_listen_address_is_one_line_error(tmp_path: Path) -> None:
+    result = run_cli("benefactor", "--data-dir", str(tmp_path / "d"), "--listen", "nowhere")
+    assert result.returncode == 2
+    assert "--listen must be HOST:PORT" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_services_benefactor_data_dir_in_use_is_refused(
+    benefactor: Proc, stub: Stub
+) -> None:
+    result = run_cli("benefactor", "--data-dir", benefactor.ready["data_dir"])
+    assert result.returncode == 2
+    assert "in use by another process" in result.stderr
+    assert "Traceback" not in result.stderr
+    assert_serving(stub)
+
+
+# -- the manager ------------------------------------------------------------------------
+
+
+def test_services_benefactor_unreachable_manager_keeps_serving_quietly(
+    tmp_path: Path, procs: list[Proc]
+) -> None:
+    # Starting before the manager is normal: INFO lines, no WARNING, and chunks are served.
+    proc = start_benefactor(tmp_path, "--manager", f"127.0.0.1:{free_port()}")
+    procs.append(proc)
+    ch = channel(proc.address)
+    try:
+        assert_serving(Stub(ch))
+    finally:
+        ch.close()
+    time.sleep(1.0)  # several registration attempts
+    assert "not reachable yet" in proc.log()
+    assert proc.log().count("not reachable yet") == 1  # one line, not one per attempt
+    stop_clean(proc)
+
+
+def list_benefactors(manager: Proc) -> dict[str, Any]:
+    from mosafs._proto import manager_pb2, manager_pb2_grpc
+
+    ch = channel(manager.address)
+    try:
+        reply = manager_pb2_grpc.ManagerStub(ch).ListBenefactors(
+            manager_pb2.ListBenefactorsRequest(), timeout=TIMEOUT)
+    finally:
+        ch.close()
+    return {b.info.id: b for b in reply.benefactors}
+
+
+def wait_for(predicate: Callable[[], bool], what: str, timeout: float = 30) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.1)
+
+
+def start_manager(workdir: Path, port: int) -> Proc:
+    return start("manager", ["manager", "--data-dir", str(workdir / "manager-data"),
+                             "--listen", f"127.0.0.1:{port}"], workdir)
+
+
+@needs_manager
+def test_services_benefactor_registers_and_heartbeats(
+    tmp_path: Path, procs: list[Proc]
+) -> None:
+    manager = start_manager(tmp_path, free_port())
+    procs.append(manager)
+    proc = start_benefactor(tmp_path, "--manager", manager.address)
+    procs.append(proc)
+    bid = proc.ready["id"]
+
+    def registered_alive() -> bool:
+        entry = list_benefactors(manager).get(bid)
+        return entry is not None and entry.alive
+
+    wait_for(registered_alive, "the benefactor to register")
+    entry = list_benefactors(manager)[bid]
+    assert entry.info.address == proc.address
+    assert entry.info.chunks == 0
+
+    ch = channel(proc.address)
+    try:
+        put(Stub(ch), blob("heartbeat-figures", 10_000))
+    finally:
+        ch.close()
+    # The next heartbeat carries the new figures.
+    wait_for(lambda: list_benefactors(manager)[bid].info.chunks == 1, "a heartbeat")
+    assert list_benefactors(manager)[bid].info.stored_bytes == 10_000
+    stop_clean(proc)  # benefactor first: the manager must not be missed while it runs
+
+
+@needs_manager
+def test_services_benefactor_survives_manager_outage(
+    tmp_path: Path, procs: list[Proc]
+) -> None:
+    port = free_port()
+    # The benefactor starts first: the manager not being up yet is normal.
+    proc = start_benefactor(tmp_path, "--manager", f"127.0.0.1:{port}")
+    procs.append(proc)
+    manager = start_manager(tmp_path, port)
+    procs.append(manager)
+    bid = proc.ready["id"]
+    wait_for(lambda: bid in list_benefactors(manager) and list_benefactors(manager)[bid].alive,
+             "registration once the manager is up")
+
+    stop_clean(manager)
+    proc.expected_noise.append(r"WARNING .*manager 127\.0\.0\.1:\d+ unreachable")
+    wait_for(lambda: "unreachable" in proc.log(), "the outage to be noticed")
+    time.sleep(1.0)
+    assert proc.log().count(" unreachable: ") == 1  # once per outage, not per attempt
+
+    manager = start_manager(tmp_path, port)
+    procs.append(manager)
+    wait_for(lambda: bid in list_benefactors(manager) and list_benefactors(manager)[bid].alive,
+             "the benefactor to be alive again after the manager restarted")
+    wait_for(lambda: "reachable again" in proc.log(), "the end of the outage to be logged")
+    stop_clean(proc)

@@ -21,6 +21,7 @@ import json
 import logging
 import os
 import re
+import shutil
 import threading
 import time
 import uuid
@@ -28,6 +29,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Self
 
 from mosafs.errors import ConfigError, IntegrityError, InvalidArgument, NoSpace, NotFound
 from mosafs.ids import check_id, chunk_id, verify
@@ -87,6 +89,7 @@ class ChunkStore(abc.ABC):
     def usage(self) -> Usage:
         """Chunk count, stored bytes, capacity and free space."""
 
+    @abc.abstractmethod
     def close(self) -> None:
         """Release what the store holds (locks, files). Idempotent."""
 
@@ -101,7 +104,7 @@ class ChunkStore(abc.ABC):
             check_id(raw)
         return [self.has(raw) for raw in raw_ids]
 
-    def __enter__(self) -> ChunkStore:
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -220,7 +223,10 @@ class FileChunkStore(ChunkStore):
         removed = 0
         for entry in os.scandir(self._tmp_dir):
             with contextlib.suppress(FileNotFoundError):
-                os.unlink(entry.path)
+                if entry.is_dir(follow_symlinks=False):
+                    shutil.rmtree(entry.path)
+                else:
+                    os.unlink(entry.path)
                 removed += 1
         if removed:
             log.info("removed %d unfinished writes from %s", removed, self._tmp_dir)
@@ -229,7 +235,7 @@ class FileChunkStore(ChunkStore):
         started = time.monotonic()
         chunks = stored = 0
         stray: list[str] = []
-        for _path, size in self._walk(stray):
+        for size in self._chunk_sizes(stray):
             chunks += 1
             stored += size
         with self._stats_lock:
@@ -240,8 +246,8 @@ class FileChunkStore(ChunkStore):
         log.info("%d chunks, %d bytes in %s (scanned in %.2fs)",
                  chunks, stored, self._chunks_dir, time.monotonic() - started)
 
-    def _walk(self, stray: list[str]) -> Iterator[tuple[str, int]]:
-        """(path, size) of every chunk file; anything else is appended to STRAY."""
+    def _chunk_sizes(self, stray: list[str]) -> Iterator[int]:
+        """The size of every chunk file; anything else is appended to STRAY."""
         for top in os.scandir(self._chunks_dir):
             if not (top.is_dir(follow_symlinks=False) and _FANOUT_NAME.fullmatch(top.name)):
                 stray.append(top.path)
@@ -254,7 +260,7 @@ class FileChunkStore(ChunkStore):
                     name = leaf.name
                     if (leaf.is_file(follow_symlinks=False) and _HEX_NAME.fullmatch(name)
                             and name[:2] == top.name and name[2:4] == mid.name):
-                        yield leaf.path, leaf.stat(follow_symlinks=False).st_size
+                        yield leaf.stat(follow_symlinks=False).st_size
                     else:
                         stray.append(leaf.path)
 
@@ -380,9 +386,11 @@ class FileChunkStore(ChunkStore):
         try:
             verify(raw_id, data)
         except IntegrityError as exc:
+            # Once per chunk: readers retrying a corrupt chunk must not flood the log.
+            level = logging.DEBUG if raw_id in self._corrupt else logging.WARNING
             self._corrupt.add(raw_id)
-            log.warning("corrupt chunk %s in %s (not served; needs repair): %s",
-                        raw_id.hex(), path, exc)
+            log.log(level, "corrupt chunk %s in %s (not served; needs repair): %s",
+                    raw_id.hex(), path, exc)
             raise
         return data
 

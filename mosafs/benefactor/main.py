@@ -97,7 +97,6 @@ def split_address(text: str, what: str) -> tuple[str, int]:
 
 def advertised_address(listen_host: str, port: int, advertise: str | None) -> str:
     if advertise:
-        split_address(advertise, "--advertise")
         return advertise
     # A wildcard address is not something a peer can dial: offer the host name instead.
     host = socket.gethostname() if listen_host in _WILDCARD_HOSTS else listen_host
@@ -113,10 +112,13 @@ def run(args: argparse.Namespace) -> int:
     listen_host, _ = split_address(args.listen, "--listen")
     if manager:
         split_address(manager, "--manager")
+    if args.advertise:
+        split_address(args.advertise, "--advertise")
 
     from mosafs.benefactor.chunkstore import FileChunkStore, load_or_create_identity
 
-    with FileChunkStore(args.data_dir, capacity=args.capacity) as store:
+    data_dir = os.path.abspath(args.data_dir)  # the ready file is read from other cwds
+    with FileChunkStore(data_dir, capacity=args.capacity) as store:
         info = InfoSource(store, load_or_create_identity(store.data_dir), args.pool)
         srv, port = _serve(store, info, args.listen)
         info.address = advertised_address(listen_host, port, args.advertise)
@@ -170,8 +172,8 @@ class _LinkLog:
 
     Unreachable before the first contact is normal (the manager may start later): INFO,
     and one WARNING if that lasts SLOW_START_WARN_S. Losing a manager we had reached: one
-    WARNING when the outage starts, one INFO when it ends. A refusal (any other error) is
-    logged as a WARNING once per distinct message.
+    WARNING when the outage starts, one INFO when it ends. A refusal (any other error, e.g.
+    an unknown pool) is a WARNING once per distinct message, and an INFO when it ends.
     """
 
     def __init__(self, manager: str) -> None:
@@ -182,29 +184,34 @@ class _LinkLog:
         self.last_refusal = ""
 
     def failed(self, exc: MosafsError) -> None:
+        if isinstance(exc, Unavailable | DeadlineExceeded):
+            self._unreachable(exc)
+        elif exc.message != self.last_refusal:
+            self.last_refusal = exc.message
+            log.warning("manager %s refused this benefactor: %s; retrying",
+                        self.manager, exc.message)
+
+    def _unreachable(self, exc: MosafsError) -> None:
         now = time.monotonic()
-        unreachable = isinstance(exc, Unavailable | DeadlineExceeded)
-        if not unreachable:
-            if exc.message != self.last_refusal:
-                self.last_refusal = exc.message
-                log.warning("manager %s refused: %s; retrying", self.manager, exc.message)
-        elif self.down_since is None and not self.contacted:
-            log.info("manager %s not reachable yet (%s); retrying until it is",
-                     self.manager, exc.message)
-        elif self.down_since is None:
-            log.warning("manager %s unreachable: %s; retrying", self.manager, exc.message)
+        if self.down_since is None:
+            self.down_since = now
+            if self.contacted:
+                log.warning("manager %s unreachable: %s; retrying", self.manager, exc.message)
+            else:
+                log.info("manager %s not reachable yet (%s); retrying until it is",
+                         self.manager, exc.message)
         elif (not self.contacted and not self.slow_start_warned
               and now - self.down_since >= SLOW_START_WARN_S):
             self.slow_start_warned = True
             log.warning("manager %s still unreachable after %.0fs (%s); is --manager right?",
                         self.manager, now - self.down_since, exc.message)
-        if self.down_since is None:
-            self.down_since = now
 
     def succeeded(self) -> None:
         if self.down_since is not None and (self.contacted or self.slow_start_warned):
             log.info("manager %s reachable again after %.1fs",
                      self.manager, time.monotonic() - self.down_since)
+        if self.last_refusal:
+            log.info("manager %s accepts this benefactor again", self.manager)
         self.contacted = True
         self.down_since = None
         self.slow_start_warned = False

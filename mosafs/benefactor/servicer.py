@@ -16,6 +16,7 @@ from mosafs._proto import benefactor_pb2 as pb
 from mosafs._proto import benefactor_pb2_grpc as pb_grpc
 from mosafs.benefactor.chunkstore import ChunkStore
 from mosafs.rpc.errors import servicer
+from mosafs.rpc.handlers import add_decoding_in_handlers
 
 
 @dataclass(frozen=True)
@@ -69,4 +70,5 @@ class BenefactorServicer(pb_grpc.BenefactorServicer):
 
 def add_to_server(server: grpc.Server, store: ChunkStore,
                   info: Callable[[], pb.BenefactorInfo]) -> None:
-    pb_grpc.add_BenefactorServicer_to_server(BenefactorServicer(store, info), server)
+    add_decoding_in_handlers(pb_grpc.add_BenefactorServicer_to_server,
+                             BenefactorServicer(store, info), server)

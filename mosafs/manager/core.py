@@ -85,8 +85,7 @@ class Manager:
         if len(ids) > MAX_FIND_CHUNKS:
             raise InvalidArgument(f"FindChunks takes at most {MAX_FIND_CHUNKS} ids, got "
                                   f"{len(ids)}: split the batch")
-        check_ids(ids)
-        locations = self.store.chunk_locations(ids)
+        locations = self.store.chunk_locations(ids)  # validates the ids
         return [bids is not None and any(self.registry.is_alive(b) for b in bids)
                 for bids in locations]
 
@@ -97,13 +96,13 @@ class Manager:
             raise InvalidArgument(f"LocateChunks takes at most {MAX_FIND_CHUNKS} ids, got "
                                   f"{len(ids)}: split the batch")
         distinct = list(dict.fromkeys(check_ids(ids)))
+        found = [(cid, bids) for cid, bids in zip(
+            distinct, self.store.chunk_locations(distinct), strict=True) if bids is not None]
+        named = dict.fromkeys(bid for _, bids in found for bid in bids)
+        alive = self.registry.alive_among(named)
         out = manager_pb2.LocateChunksResponse()
-        named: dict[str, None] = {}
-        for cid, bids in zip(distinct, self.store.chunk_locations(distinct), strict=True):
-            if bids is not None:
-                ordered = self.registry.live_first(bids)
-                out.locations.add(id=cid, benefactor_ids=ordered)
-                named.update(dict.fromkeys(ordered))
+        for cid, bids in found:
+            out.locations.add(id=cid, benefactor_ids=_live_first(bids, alive))
         addresses = self.store.benefactor_addresses(named)
         out.benefactors.extend(common_pb2.BenefactorAddress(id=bid, address=addresses[bid])
                                for bid in named if bid in addresses)
@@ -114,13 +113,20 @@ class Manager:
     def block_map(self, inode: int, version: int = 0) -> manager_pb2.BlockMap:
         """The block-map with each chunk's live benefactors listed first."""
         out = self.store.block_map(inode, version)
+        alive = self.registry.alive_among(b.id for b in out.benefactors)
         for location in out.locations:
-            ordered = self.registry.live_first(location.benefactor_ids)
-            del location.benefactor_ids[:]
-            location.benefactor_ids.extend(ordered)
+            if len(location.benefactor_ids) > 1:  # one copy: nothing to order
+                ordered = _live_first(location.benefactor_ids, alive)
+                del location.benefactor_ids[:]
+                location.benefactor_ids.extend(ordered)
         return out
 
     def statfs(self) -> manager_pb2.StatFsResponse:
         capacity, free = self.registry.capacity()
         return manager_pb2.StatFsResponse(capacity_bytes=capacity, free_bytes=free,
                                           files=self.store.inode_count())
+
+
+def _live_first(bids: Iterable[str], alive: set[str]) -> list[str]:
+    """BIDS with the live ones first (stable), so readers try those first."""
+    return sorted(bids, key=lambda bid: bid not in alive)

@@ -114,10 +114,11 @@ class Registry:
         live = self.live()
         return sum(b.capacity_bytes for b in live), sum(b.free_bytes for b in live)
 
-    def live_first(self, bids: Iterable[str]) -> list[str]:
-        """BIDS with the live ones first (stable), so readers try those first."""
-        bids = list(bids)
-        return sorted(bids, key=lambda bid: not self.is_alive(bid))
+    def alive_among(self, bids: Iterable[str]) -> set[str]:
+        """The ids of BIDS that are alive (one lock for the whole set)."""
+        with self._lock:
+            return {bid for bid in bids
+                    if (soft := self._soft.get(bid)) is not None and self._fresh(soft)}
 
     def statuses(self) -> list[manager_pb2.BenefactorStatus]:
         """Every registered benefactor; last_heartbeat_age_ms -1: none since this start."""

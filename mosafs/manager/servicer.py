@@ -4,6 +4,7 @@ them into status codes (mosafs.rpc.errors)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import grpc
@@ -12,6 +13,7 @@ from mosafs._proto import manager_pb2 as pb
 from mosafs._proto import manager_pb2_grpc
 from mosafs.manager.core import Manager
 from mosafs.rpc.errors import servicer
+from mosafs.rpc.handlers import add_decoding_in_handlers
 
 Ctx = grpc.ServicerContext
 
@@ -126,8 +128,9 @@ class ManagerServicer(manager_pb2_grpc.ManagerServicer):
         return pb.ListBenefactorsResponse(benefactors=self._m.registry.statuses())
 
 
-def add_to_server(manager: Manager) -> Any:
+def add_to_server(manager: Manager) -> Callable[[grpc.Server], None]:
     """The `add_servicer` callback for mosafs.rpc.channels.server."""
     def add(server: grpc.Server) -> None:
-        manager_pb2_grpc.add_ManagerServicer_to_server(ManagerServicer(manager), server)
+        add_decoding_in_handlers(manager_pb2_grpc.add_ManagerServicer_to_server,
+                                 ManagerServicer(manager), server)
     return add

@@ -5,7 +5,6 @@ its log must hold no noise (WARNING/ERROR/Traceback) beyond what a test declares
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import signal
@@ -31,17 +30,6 @@ Stub = pb_grpc.BenefactorStub
 TIMEOUT = 30.0
 # Standalone unless a test names a manager, whatever the caller's environment says.
 STANDALONE_ENV = {"MOSAFS_MANAGER": ""}
-
-
-def manager_available() -> bool:
-    try:
-        return importlib.util.find_spec("mosafs.manager.main") is not None
-    except ModuleNotFoundError:
-        return False
-
-
-needs_manager = pytest.mark.skipif(
-    not manager_available(), reason="mosafs.manager.main is not written yet")
 
 
 def blob(seed: str, size: int) -> bytes:
@@ -318,6 +306,13 @@ def test_services_benefactor_bad_listen_address_is_one_line_error(tmp_path: Path
     assert "Traceback" not in result.stderr
 
 
+def test_services_benefactor_bad_capacity_is_usage_error(tmp_path: Path) -> None:
+    result = run_cli("benefactor", "--data-dir", str(tmp_path / "d"), "--capacity", "lots")
+    assert result.returncode == 2
+    assert "not a size in bytes: 'lots'" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
 def test_services_benefactor_data_dir_in_use_is_refused(
     benefactor: Proc, stub: Stub
 ) -> None:
@@ -368,12 +363,16 @@ def wait_for(predicate: Callable[[], bool], what: str, timeout: float = 30) -> N
         time.sleep(0.1)
 
 
-def start_manager(workdir: Path, port: int) -> Proc:
-    return start("manager", ["manager", "--data-dir", str(workdir / "manager-data"),
+def start_manager(workdir: Path, port: int, data: str = "manager-data") -> Proc:
+    return start("manager", ["manager", "--data-dir", str(workdir / data),
                              "--listen", f"127.0.0.1:{port}"], workdir)
 
 
-@needs_manager
+def alive_at(manager: Proc, bid: str) -> bool:
+    entry = list_benefactors(manager).get(bid)
+    return entry is not None and bool(entry.alive)
+
+
 def test_services_benefactor_registers_and_heartbeats(
     tmp_path: Path, procs: list[Proc]
 ) -> None:
@@ -382,12 +381,7 @@ def test_services_benefactor_registers_and_heartbeats(
     proc = start_benefactor(tmp_path, "--manager", manager.address)
     procs.append(proc)
     bid = proc.ready["id"]
-
-    def registered_alive() -> bool:
-        entry = list_benefactors(manager).get(bid)
-        return entry is not None and entry.alive
-
-    wait_for(registered_alive, "the benefactor to register")
+    wait_for(lambda: alive_at(manager, bid), "the benefactor to register")
     entry = list_benefactors(manager)[bid]
     assert entry.info.address == proc.address
     assert entry.info.chunks == 0
@@ -403,7 +397,6 @@ def test_services_benefactor_registers_and_heartbeats(
     stop_clean(proc)  # benefactor first: the manager must not be missed while it runs
 
 
-@needs_manager
 def test_services_benefactor_survives_manager_outage(
     tmp_path: Path, procs: list[Proc]
 ) -> None:
@@ -414,8 +407,7 @@ def test_services_benefactor_survives_manager_outage(
     manager = start_manager(tmp_path, port)
     procs.append(manager)
     bid = proc.ready["id"]
-    wait_for(lambda: bid in list_benefactors(manager) and list_benefactors(manager)[bid].alive,
-             "registration once the manager is up")
+    wait_for(lambda: alive_at(manager, bid), "registration once the manager is up")
 
     stop_clean(manager)
     proc.expected_noise.append(r"WARNING .*manager 127\.0\.0\.1:\d+ unreachable")
@@ -425,7 +417,29 @@ def test_services_benefactor_survives_manager_outage(
 
     manager = start_manager(tmp_path, port)
     procs.append(manager)
-    wait_for(lambda: bid in list_benefactors(manager) and list_benefactors(manager)[bid].alive,
+    wait_for(lambda: alive_at(manager, bid),
              "the benefactor to be alive again after the manager restarted")
     wait_for(lambda: "reachable again" in proc.log(), "the end of the outage to be logged")
+    stop_clean(proc)
+
+
+def test_services_benefactor_registers_again_when_manager_forgets_it(
+    tmp_path: Path, procs: list[Proc]
+) -> None:
+    port = free_port()
+    manager = start_manager(tmp_path, port, "first-manager")
+    procs.append(manager)
+    proc = start_benefactor(tmp_path, "--manager", manager.address)
+    procs.append(proc)
+    bid = proc.ready["id"]
+    wait_for(lambda: alive_at(manager, bid), "the first registration")
+
+    # A manager with empty metadata answers heartbeats with NOT_FOUND: register again.
+    stop_clean(manager)
+    proc.expected_noise.append(r"WARNING .*manager 127\.0\.0\.1:\d+ unreachable")
+    fresh = start_manager(tmp_path, port, "fresh-manager")
+    procs.append(fresh)
+    wait_for(lambda: alive_at(fresh, bid), "registration with the fresh manager")
+    assert "registering again" in proc.log()
+    assert proc.log().count("registered with manager") == 2
     stop_clean(proc)

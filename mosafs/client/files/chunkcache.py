@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import cachetools
 import trio
@@ -17,12 +17,13 @@ log = logging.getLogger(__name__)
 
 
 class ChunkFetcher:
-    def __init__(self, benefactors: Benefactors, cache_bytes: int, nursery: trio.Nursery) -> None:
+    def __init__(self, benefactors: Benefactors, cache_bytes: int,
+                 spawn: Callable[..., None]) -> None:
         self._benefactors = benefactors
         self._cache: cachetools.LRUCache[bytes, bytes] = cachetools.LRUCache(
             maxsize=cache_bytes, getsizeof=len)
         self._inflight: dict[bytes, trio.Event] = {}
-        self._nursery = nursery
+        self._spawn = spawn
 
     def cached(self, chunk_id: bytes) -> bytes | None:
         return self._cache.get(chunk_id)
@@ -43,14 +44,16 @@ class ChunkFetcher:
 
     def prefetch(self, chunk_id: bytes, addresses: Sequence[str]) -> None:
         if chunk_id not in self._cache and chunk_id not in self._inflight:
-            self._nursery.start_soon(self._prefetch, chunk_id, list(addresses))
+            self._spawn(self._prefetch, chunk_id, list(addresses))
 
     async def _prefetch(self, chunk_id: bytes, addresses: list[str]) -> None:
         # A failed prefetch is silent: the real read of this chunk retries and reports it.
         with contextlib.suppress(errors.MosafsError):
-            await self._fetch(chunk_id, addresses)
+            await self.get(chunk_id, addresses)  # joins a fetch a reader started meanwhile
 
     async def _fetch(self, chunk_id: bytes, addresses: Sequence[str]) -> bytes:
+        # Only called when no fetch of this id is in flight (checked without a checkpoint
+        # in between), so this task owns the entry until it sets the event.
         event = self._inflight[chunk_id] = trio.Event()
         try:
             data = await self._from_any_replica(chunk_id, addresses)

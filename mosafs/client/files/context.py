@@ -6,7 +6,7 @@ from __future__ import annotations
 import functools
 import logging
 import uuid
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
@@ -49,7 +49,7 @@ class ClientContext:
         self.cpu_limiter = trio.CapacityLimiter(config.cpu_threads)
         self.manager = ManagerClient(config.manager, self.rpc)
         self.benefactors = Benefactors(self.rpc)
-        self.fetcher = ChunkFetcher(self.benefactors, config.cache_bytes, nursery)
+        self.fetcher = ChunkFetcher(self.benefactors, config.cache_bytes, self.spawn)
         self._chunkers: dict[str, Any] = {}
 
     @classmethod
@@ -59,6 +59,11 @@ class ClientContext:
         ctx.chunker(_default_spec())
         log.info("hash backend: %s", ctx.chunker(_default_spec()).backend)
         return ctx
+
+    def spawn(self, fn: Callable[..., Awaitable[object]], *args: Any) -> None:
+        """Start a background task in the root nursery. A bug in it is logged and stays
+        there: an exception reaching the root nursery would unmount the file system."""
+        self.nursery.start_soon(_guarded, fn, *args)
 
     def chunker(self, spec: str) -> Any:
         chunker = self._chunkers.get(spec)
@@ -74,6 +79,13 @@ class ClientContext:
     def close(self) -> None:
         self.manager.close()
         self.benefactors.close()
+
+
+async def _guarded(fn: Callable[..., Awaitable[object]], *args: Any) -> None:
+    try:
+        await fn(*args)
+    except Exception:
+        log.exception("bug in background task %s", getattr(fn, "__qualname__", fn))
 
 
 def _default_spec() -> str:

@@ -154,7 +154,7 @@ class WriteSession:
             session.prefix = [ChunkEntry(c.id, c.length) for c in lease.base_chunks]
             session.size = lease.base_size
             session.committed_version = lease.base_version
-        ctx.nursery.start_soon(session._renew_leases)
+        ctx.spawn(session._renew_leases)
         return session
 
     # -- leases ----------------------------------------------------------------------------
@@ -210,7 +210,7 @@ class WriteSession:
     async def _append(self, data: bytes) -> None:
         if self._pipeline is None:
             self._pipeline = _Pipeline(self, self._chunker())
-            self.ctx.nursery.start_soon(self._pipeline.run)
+            self.ctx.spawn(self._pipeline.run)
         self._pending += data
         self.size += len(data)
         if len(self._pending) >= self.ctx.config.batch_bytes:
@@ -299,7 +299,7 @@ class WriteSession:
     async def _rechunk(self) -> list[ChunkEntry]:
         """Chunk the spill file from the start; unchanged regions dedupe against the base."""
         pipeline = _Pipeline(self, self._chunker())
-        self.ctx.nursery.start_soon(pipeline.run)
+        self.ctx.spawn(pipeline.run)
         fd = self._spill.fileno()
         batch = self.ctx.config.batch_bytes
         for offset in range(0, self.size, batch):

@@ -1,0 +1,100 @@
+"""The chunker/hasher family: what every backend (CPU now, GPU later) provides.
+
+A backend is a class registered under a name ("cpu", "gpu"); it says whether it can run
+here and builds chunkers and hashers. Callers only see the abstract types below, so a
+CuPy backend plugs in beside the CPU one without changes elsewhere.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import ClassVar
+
+from mosafs.chunking.spec import ChunkerSpec
+
+BytesLike = bytes | bytearray | memoryview
+"""Any C-contiguous buffer works at run time (numpy arrays included); these are typed."""
+
+
+@dataclass(slots=True)
+class Chunk:
+    """One chunk of a stream: where it is, its id (BLAKE3-256, 32 raw bytes), its bytes."""
+
+    offset: int
+    length: int
+    id: bytes
+    data: bytes = field(repr=False)  # a chunk is up to 64 MiB: keep it out of reprs and logs
+
+
+class Hasher(ABC):
+    """Chunk ids of many buffers at once (batching is what makes a GPU worth it)."""
+
+    backend: ClassVar[str]
+
+    @abstractmethod
+    def hash_many(self, buffers: Sequence[BytesLike]) -> list[bytes]:
+        """BLAKE3-256 digest of each buffer, in order."""
+
+
+class ChunkStream(ABC):
+    """Chunks one stream that arrives in pieces; the result does not depend on the split."""
+
+    @abstractmethod
+    def feed(self, piece: BytesLike) -> list[Chunk]:
+        """Add the next piece; return the chunks it completed (often none).
+
+        The stream copies what it keeps, so the caller may reuse `piece` at once.
+        """
+
+    @abstractmethod
+    def finish(self) -> list[Chunk]:
+        """End the stream: the last chunk, if any bytes are left. The stream is then done."""
+
+    @property
+    @abstractmethod
+    def fed(self) -> int:
+        """Bytes fed so far."""
+
+    @property
+    @abstractmethod
+    def pending(self) -> int:
+        """Bytes fed but not yet returned in a chunk."""
+
+
+class Chunker(ABC):
+    """Cuts byte streams into chunks by one spec and names each chunk by its id."""
+
+    backend: ClassVar[str]
+
+    def __init__(self, spec: ChunkerSpec) -> None:
+        self.spec = spec
+
+    @abstractmethod
+    def chunk_all(self, data: BytesLike) -> list[Chunk]:
+        """Chunk a whole stream held in memory (same result as one feed and finish)."""
+
+    @abstractmethod
+    def stream(self) -> ChunkStream:
+        """A new, empty stream."""
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} {self.spec} backend={self.backend}>"
+
+
+class Backend(ABC):
+    """One member of the family: a name, an availability check and two factories."""
+
+    name: ClassVar[str]
+
+    @classmethod
+    @abstractmethod
+    def unavailable_reason(cls) -> str | None:
+        """None when this backend can run here, else why not (completes "... requested but")."""
+
+    @abstractmethod
+    def chunker(self, spec: ChunkerSpec, threads: int) -> Chunker: ...
+
+    @abstractmethod
+    def hasher(self, threads: int) -> Hasher: ...

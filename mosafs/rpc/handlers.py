@@ -1,0 +1,62 @@
+"""Registering servicers so that undecodable requests are bad input, not bugs.
+
+grpc decodes a request before the servicer runs; bytes that do not parse (a string field
+that is not UTF-8, a corrupt wire format) get INTERNAL and an ERROR traceback in the log,
+as if the server had a bug. Moving the decoding into the handler answers them with
+INVALID_ARGUMENT, quietly, like any other bad input. Every mosafs service registers
+through `add_decoding_in_handlers`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import grpc
+from google.protobuf.message import DecodeError
+
+Ctx = grpc.ServicerContext
+
+
+class _HandlerCapture:
+    """Stands in for a grpc.Server so that a generated add_*_to_server function hands us
+    the method handlers it would register."""
+
+    def __init__(self) -> None:
+        self.service = ""
+        self.handlers: dict[str, Any] = {}
+
+    def add_generic_rpc_handlers(self, handlers: Any) -> None:
+        pass  # the same handlers arrive through add_registered_method_handlers
+
+    def add_registered_method_handlers(self, service: str, handlers: dict[str, Any]) -> None:
+        self.service = service
+        self.handlers = dict(handlers)
+
+
+def add_decoding_in_handlers(add_to_server: Callable[[Any, Any], None], servicer_obj: Any,
+                             server: grpc.Server) -> None:
+    """Register SERVICER_OBJ like ADD_TO_SERVER (generated) would, with request decoding
+    done inside each (unary-unary) handler."""
+    capture = _HandlerCapture()
+    add_to_server(servicer_obj, capture)
+    handlers = {name: _decode_inside(h) if h.unary_unary is not None else h
+                for name, h in capture.handlers.items()}
+    server.add_generic_rpc_handlers(
+        (grpc.method_handlers_generic_handler(capture.service, handlers),))
+    server.add_registered_method_handlers(capture.service, handlers)  # type: ignore[attr-defined]
+
+
+def _decode_inside(handler: Any) -> Any:
+    parse = handler.request_deserializer
+    behavior = handler.unary_unary
+
+    def run(raw: bytes, context: Ctx) -> Any:
+        try:
+            request = parse(raw)
+        except DecodeError as exc:
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"malformed request: {exc}")
+        return behavior(request, context)
+
+    return grpc.unary_unary_rpc_method_handler(
+        run, request_deserializer=None, response_serializer=handler.response_serializer)

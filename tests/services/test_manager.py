@@ -1,0 +1,331 @@
+"""A real `mosafs manager` process over a real gRPC channel: the namespace, a write session
+with a benefactor identity registered by the test, malformed requests (each answered with a
+status code while the server keeps serving), and durability across SIGKILL."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import grpc
+import pytest
+
+from mosafs._proto import benefactor_pb2, common_pb2
+from mosafs._proto import manager_pb2 as pb
+from mosafs._proto import manager_pb2_grpc as pb_grpc
+from mosafs.errors import AlreadyExists, InvalidArgument, NoSpace, NotFound
+from mosafs.ids import chunk_id
+from mosafs.rpc.channels import channel
+from mosafs.rpc.errors import call
+from tests import harness
+
+ROOT = 1
+MiB = 1 << 20
+Code = grpc.StatusCode
+
+
+class Mgr:
+    """A manager process and a stub on a channel to it."""
+
+    def __init__(self, proc: harness.Proc) -> None:
+        self.proc = proc
+        self.channel = channel(proc.address)
+        self.stub = pb_grpc.ManagerStub(self.channel)
+
+    def __call__(self, method: str, request: Any) -> Any:
+        return call(getattr(self.stub, method), request, timeout=10)
+
+    def code_of(self, method: str, request: Any, stub: Any = None) -> grpc.StatusCode:
+        """The status code a call fails with (the test fails if it succeeds)."""
+        with pytest.raises(grpc.RpcError) as info:
+            getattr(stub or self.stub, method)(request, timeout=30)
+        return info.value.code()  # type: ignore[no-any-return]
+
+    def serving(self) -> bool:
+        return bool(self("GetAttr", pb.GetAttrRequest(inode=ROOT)).inode == ROOT)
+
+    def close(self) -> None:
+        self.channel.close()
+
+
+@pytest.fixture
+def start_manager(tmp_path: Path) -> Iterator[Callable[..., Mgr]]:
+    """start_manager(*flags, data_dir=...) -> Mgr; every manager is stopped at the end and
+    must have stopped with exit code 0 and a log free of warnings and tracebacks."""
+    started: list[Mgr] = []
+
+    def start(*flags: str, data_dir: Path | None = None, name: str = "manager") -> Mgr:
+        data = data_dir or tmp_path / "data"
+        proc = harness.start(f"{name}{len(started)}", ["manager", "--data-dir", str(data),
+                                                       *flags], tmp_path / "procs")
+        mgr = Mgr(proc)
+        started.append(mgr)
+        return mgr
+
+    try:
+        yield start
+    finally:
+        for mgr in started:
+            mgr.close()
+            was_alive = mgr.proc.alive()
+            mgr.proc.stop()
+            if was_alive:
+                assert mgr.proc.popen.returncode == 0, mgr.proc.log()
+
+
+@pytest.fixture
+def mgr(start_manager: Callable[..., Mgr]) -> Mgr:
+    return start_manager()
+
+
+def register(mgr: Mgr, bid: str, port: int) -> pb.RegisterBenefactorResponse:
+    info = benefactor_pb2.BenefactorInfo(id=bid, address=f"127.0.0.1:{port}",
+                                         capacity_bytes=10**12, free_bytes=10**11)
+    return mgr("RegisterBenefactor", pb.RegisterBenefactorRequest(info=info))
+
+
+def cid(n: int) -> bytes:
+    return chunk_id(f"service chunk {n}".encode())
+
+
+def write(mgr: Mgr, inode: int, chunks: list[tuple[bytes, int]]) -> pb.CommitVersionResponse:
+    """A write session: OpenWrite, then commit CHUNKS placed on the first target."""
+    opened = mgr("OpenWrite", pb.OpenWriteRequest(inode=inode, client_id="test"))
+    target = opened.targets[0].id
+    return mgr("CommitVersion", pb.CommitVersionRequest(
+        lease_id=opened.lease_id, inode=inode, mtime_ns=7, new_bytes=sum(n for _, n in chunks),
+        chunks=[common_pb2.ChunkRef(id=c, length=n) for c, n in chunks],
+        placements=[pb.ChunkPlacement(id=c, benefactor_ids=[target]) for c, _ in chunks]))
+
+
+def test_namespace_over_grpc(mgr: Mgr) -> None:
+    d = mgr("Mkdir", pb.MkdirRequest(parent=ROOT, name="run", mode=0o755))
+    f = mgr("Create", pb.CreateRequest(parent=d.inode, name="app.0.1", mode=0o644, uid=5))
+    assert f.kind == pb.FILE_KIND_REGULAR and f.uid == 5 and f.nlink == 1
+    assert mgr("Lookup", pb.LookupRequest(parent=d.inode, name="app.0.1")) == f
+    with pytest.raises(AlreadyExists):
+        mgr("Create", pb.CreateRequest(parent=d.inode, name="app.0.1", exclusive=True))
+    for i in range(5):
+        mgr("Create", pb.CreateRequest(parent=d.inode, name=f"z{i}", mode=0o600))
+    page = mgr("ReadDir", pb.ReadDirRequest(inode=d.inode, limit=4))
+    assert [e.name for e in page.entries] == ["app.0.1", "z0", "z1", "z2"] and page.more
+    assert page.entries[0].attr == f
+    page = mgr("ReadDir", pb.ReadDirRequest(inode=d.inode, start_after="z2", limit=4))
+    assert [e.name for e in page.entries] == ["z3", "z4"] and not page.more
+    mgr("Rename", pb.RenameRequest(old_parent=d.inode, old_name="app.0.1", new_parent=ROOT,
+                                   new_name="moved"))
+    assert mgr("Lookup", pb.LookupRequest(parent=ROOT, name="moved")).inode == f.inode
+    with pytest.raises(NotFound):
+        mgr("Lookup", pb.LookupRequest(parent=d.inode, name="app.0.1"))
+    out = mgr("SetAttr", pb.SetAttrRequest(inode=f.inode, mode=0o600))
+    assert out.mode == 0o600 and out.uid == 5
+    mgr("Unlink", pb.UnlinkRequest(parent=ROOT, name="moved"))
+    assert mgr("StatFs", pb.StatFsRequest()).files == 7
+    assert mgr("GetAttr", pb.GetAttrRequest(inode=ROOT)).nlink == 3
+
+
+def test_open_write_without_benefactors_is_resource_exhausted(mgr: Mgr) -> None:
+    f = mgr("Create", pb.CreateRequest(parent=ROOT, name="f", mode=0o644))
+    request = pb.OpenWriteRequest(inode=f.inode, client_id="c")
+    assert mgr.code_of("OpenWrite", request) == Code.RESOURCE_EXHAUSTED
+    with pytest.raises(NoSpace, match="no live benefactor"):
+        mgr("OpenWrite", request)
+
+
+def test_write_session_round_trip(mgr: Mgr) -> None:
+    reply = register(mgr, "bf-1", 7101)
+    assert (reply.heartbeat_interval_ms, reply.lease_ms) == (1000, 5000)
+    register(mgr, "bf-2", 7102)
+    f = mgr("Create", pb.CreateRequest(parent=ROOT, name="ckpt", mode=0o644))
+    opened = mgr("OpenWrite", pb.OpenWriteRequest(inode=f.inode, client_id="c"))
+    assert [(t.id, t.address) for t in opened.targets] == [
+        ("bf-1", "127.0.0.1:7101"), ("bf-2", "127.0.0.1:7102")]
+    assert opened.pool.chunker == "cdc:262144:1048576:4194304" and opened.pool.stripe_width == 3
+    assert opened.base_version == 0 and opened.lease_ttl_ms == 60_000
+    assert mgr("RenewLease", pb.RenewLeaseRequest(lease_id=opened.lease_id)).lease_ttl_ms
+    chunks = [common_pb2.ChunkRef(id=cid(1), length=MiB), common_pb2.ChunkRef(id=cid(2), length=5)]
+    committed = mgr("CommitVersion", pb.CommitVersionRequest(
+        lease_id=opened.lease_id, inode=f.inode, chunks=chunks, mtime_ns=99, new_bytes=MiB + 5,
+        placements=[pb.ChunkPlacement(id=cid(1), benefactor_ids=["bf-1"]),
+                    pb.ChunkPlacement(id=cid(2), benefactor_ids=["bf-2"])]))
+    assert committed.version == 1 and committed.attr.size == MiB + 5
+    bm = mgr("GetBlockMap", pb.GetBlockMapRequest(inode=f.inode))
+    assert (bm.version, bm.size, list(bm.chunks)) == (1, MiB + 5, chunks)
+    assert {loc.id: list(loc.benefactor_ids) for loc in bm.locations} == {
+        cid(1): ["bf-1"], cid(2): ["bf-2"]}
+    assert {(b.id, b.address) for b in bm.benefactors} == {
+        ("bf-1", "127.0.0.1:7101"), ("bf-2", "127.0.0.1:7102")}
+    present = mgr("FindChunks", pb.FindChunksRequest(ids=[cid(2), cid(3)])).present
+    assert list(present) == [True, False]
+    # The next write dedupes against version 1.
+    opened = mgr("OpenWrite", pb.OpenWriteRequest(inode=f.inode, client_id="c"))
+    assert opened.targets[0].id == "bf-2"  # round-robin moved on
+    assert (opened.base_version, opened.base_size, list(opened.base_chunks)) == (
+        1, MiB + 5, chunks)
+    mgr("CommitVersion", pb.CommitVersionRequest(
+        lease_id=opened.lease_id, inode=f.inode, chunks=chunks[:1], new_bytes=0))
+    stats = mgr("GetVersionStats", pb.GetVersionStatsRequest(inode=f.inode))
+    assert (stats.version, stats.chunks, stats.shared_chunks, stats.base_version) == (2, 1, 1, 1)
+    listed = mgr("ListBenefactors", pb.ListBenefactorsRequest()).benefactors
+    assert [(s.info.id, s.alive) for s in listed] == [("bf-1", True), ("bf-2", True)]
+    mgr("Heartbeat", pb.HeartbeatRequest(info=listed[0].info))
+    with pytest.raises(NotFound):
+        mgr("Heartbeat", pb.HeartbeatRequest(
+            info=benefactor_pb2.BenefactorInfo(id="stranger", address="h:1")))
+
+
+def test_malformed_requests_get_status_codes_and_the_server_keeps_serving(mgr: Mgr) -> None:
+    register(mgr, "bf-1", 7201)
+    f = mgr("Create", pb.CreateRequest(parent=ROOT, name="f", mode=0o644))
+    lease = mgr("OpenWrite", pb.OpenWriteRequest(inode=f.inode, client_id="c")).lease_id
+
+    def commit(ids: list[bytes], length: int = 10) -> pb.CommitVersionRequest:
+        return pb.CommitVersionRequest(
+            lease_id=lease, inode=f.inode,
+            chunks=[common_pb2.ChunkRef(id=i, length=length) for i in ids],
+            placements=[pb.ChunkPlacement(id=i, benefactor_ids=["bf-1"]) for i in ids])
+
+    cases: list[tuple[str, Any, grpc.StatusCode]] = [
+        ("CommitVersion", commit([b"../x"]), Code.INVALID_ARGUMENT),
+        ("CommitVersion", commit([cid(1) + b"\0"]), Code.INVALID_ARGUMENT),
+        ("CommitVersion", commit([cid(1)], length=0), Code.INVALID_ARGUMENT),
+        ("CommitVersion", pb.CommitVersionRequest(
+            lease_id=lease, inode=f.inode, chunks=[common_pb2.ChunkRef(id=cid(9), length=1)]),
+         Code.FAILED_PRECONDITION),
+        ("CommitVersion", pb.CommitVersionRequest(lease_id=lease + 10**6, inode=f.inode),
+         Code.FAILED_PRECONDITION),
+        ("FindChunks", pb.FindChunksRequest(ids=[b"../x"]), Code.INVALID_ARGUMENT),
+        ("FindChunks", pb.FindChunksRequest(ids=[b"\0" * 33]), Code.INVALID_ARGUMENT),
+        ("LocateChunks", pb.LocateChunksRequest(ids=[b"x"]), Code.INVALID_ARGUMENT),
+        ("Lookup", pb.LookupRequest(parent=ROOT, name="a/b"), Code.INVALID_ARGUMENT),
+        ("Create", pb.CreateRequest(parent=ROOT, name="../etc"), Code.INVALID_ARGUMENT),
+        ("Mkdir", pb.MkdirRequest(parent=ROOT, name=".."), Code.INVALID_ARGUMENT),
+        ("Mkdir", pb.MkdirRequest(parent=ROOT, name="x" * 256), Code.INVALID_ARGUMENT),
+        ("Rename", pb.RenameRequest(old_parent=ROOT, old_name="f", new_parent=ROOT,
+                                    new_name="a/b"), Code.INVALID_ARGUMENT),
+        ("GetAttr", pb.GetAttrRequest(inode=0), Code.NOT_FOUND),
+        ("GetAttr", pb.GetAttrRequest(inode=2**64 - 1), Code.NOT_FOUND),
+        ("ReadDir", pb.ReadDirRequest(inode=f.inode), Code.FAILED_PRECONDITION),
+        ("GetBlockMap", pb.GetBlockMapRequest(inode=123456), Code.NOT_FOUND),
+        ("GetBlockMap", pb.GetBlockMapRequest(inode=f.inode, version=5), Code.NOT_FOUND),
+        ("GetVersionStats", pb.GetVersionStatsRequest(inode=f.inode), Code.NOT_FOUND),
+        ("OpenWrite", pb.OpenWriteRequest(inode=ROOT), Code.FAILED_PRECONDITION),
+        ("SetAttr", pb.SetAttrRequest(inode=f.inode, mode=0o777777), Code.INVALID_ARGUMENT),
+        ("RenewLease", pb.RenewLeaseRequest(lease_id=1), Code.FAILED_PRECONDITION),
+        ("RegisterBenefactor", pb.RegisterBenefactorRequest(
+            info=benefactor_pb2.BenefactorInfo(id="../evil", address="h:1")),
+         Code.INVALID_ARGUMENT),
+        ("RegisterBenefactor", pb.RegisterBenefactorRequest(
+            info=benefactor_pb2.BenefactorInfo(id="ok", address="h:99999")),
+         Code.INVALID_ARGUMENT),
+    ]
+    for method, request, expected in cases:
+        assert mgr.code_of(method, request) == expected, (method, request)
+        assert mgr.serving()
+    # The lease survived the refused commits: a correct one succeeds.
+    assert mgr("CommitVersion", commit([cid(1)])).version == 1
+    with pytest.raises(InvalidArgument):
+        call(mgr.stub.FindChunks, pb.FindChunksRequest(ids=[b"../x"]))
+
+
+def test_undecodable_requests_are_invalid_argument(mgr: Mgr) -> None:
+    undecodable = [
+        ("Lookup", b"\x08\x01\x12\x02\xff\xfe"),  # parent=1, name: 2 bytes, not UTF-8
+        ("CommitVersion", b"\xff\xff\xff"),  # not the protobuf wire format
+        ("Mkdir", b"\x12\x05ab"),  # a string field cut short
+    ]
+    for method, raw in undecodable:
+        rpc = mgr.channel.unary_unary(f"/mosafs.v1.Manager/{method}")
+        with pytest.raises(grpc.RpcError) as info:
+            rpc(raw, timeout=10)
+        assert info.value.code() == Code.INVALID_ARGUMENT, method
+        assert "malformed request" in (info.value.details() or "")
+        assert mgr.serving()
+    # Well-formed raw bytes still reach the servicer.
+    rpc = mgr.channel.unary_unary("/mosafs.v1.Manager/GetAttr")
+    assert pb.Attr.FromString(rpc(pb.GetAttrRequest(inode=ROOT).SerializeToString())).inode == 1
+
+
+def test_oversized_message_is_resource_exhausted(mgr: Mgr) -> None:
+    # The test's channel sends what the standard channel would refuse to send.
+    big = grpc.insecure_channel(mgr.proc.address, options=[
+        ("grpc.max_send_message_length", 128 * MiB)])
+    try:
+        stub = pb_grpc.ManagerStub(big)
+        request = pb.FindChunksRequest(ids=[b"\0" * (65 * MiB)])
+        assert mgr.code_of("FindChunks", request, stub) == Code.RESOURCE_EXHAUSTED
+    finally:
+        big.close()
+    assert mgr.serving()
+
+
+def test_committed_version_survives_sigkill(start_manager: Callable[..., Mgr],
+                                            tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    first = start_manager(data_dir=data)
+    register(first, "bf-1", 7301)
+    f = first("Create", pb.CreateRequest(parent=ROOT, name="ckpt", mode=0o644))
+    chunks = [(cid(i), 1000 + i) for i in range(50)]
+    committed = write(first, f.inode, chunks)
+    first.proc.kill(signal.SIGKILL)  # right after CommitVersion returned
+    assert first.proc.popen.returncode == -signal.SIGKILL
+
+    second = start_manager(data_dir=data)
+    bm = second("GetBlockMap", pb.GetBlockMapRequest(inode=f.inode))
+    assert bm.version == committed.version == 1
+    assert [(c.id, c.length) for c in bm.chunks] == chunks
+    assert {b.id for b in bm.benefactors} == {"bf-1"}
+    assert second("Lookup", pb.LookupRequest(parent=ROOT, name="ckpt")) == committed.attr
+    # The registration persisted, the liveness did not: re-registration brings it back.
+    listed = second("ListBenefactors", pb.ListBenefactorsRequest()).benefactors
+    assert [(s.info.id, s.alive, s.last_heartbeat_age_ms) for s in listed] == [
+        ("bf-1", False, -1)]
+    register(second, "bf-1", 7301)
+    assert write(second, f.inode, chunks[:10]).version == 2
+
+
+def test_pool_flags_update_the_default_pool(start_manager: Callable[..., Mgr],
+                                            tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    first = start_manager("--stripe-width", "2", "--chunker", "fixed:65536",
+                          "--replication", "2", "--write-semantics", "pessimistic",
+                          data_dir=data)
+    for i in range(3):
+        register(first, f"bf-{i}", 7400 + i)
+    f = first("Create", pb.CreateRequest(parent=ROOT, name="f", mode=0o644))
+    opened = first("OpenWrite", pb.OpenWriteRequest(inode=f.inode))
+    assert len(opened.targets) == 2
+    assert (opened.pool.name, opened.pool.chunker, opened.pool.replication,
+            opened.pool.write_semantics) == ("default", "fixed:65536", 2, "pessimistic")
+    first.close()
+    first.proc.stop()
+    # Flags left out keep the stored settings; given ones replace them.
+    second = start_manager("--replication", "1", data_dir=data)
+    for i in range(3):
+        register(second, f"bf-{i}", 7400 + i)
+    pool = second("OpenWrite", pb.OpenWriteRequest(inode=f.inode)).pool
+    assert (pool.stripe_width, pool.chunker, pool.replication) == (2, "fixed:65536", 1)
+
+
+def run_manager(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "mosafs", "manager", *args],
+                          capture_output=True, text=True, timeout=60)
+
+
+def test_bad_flags_exit_with_one_line_reason(tmp_path: Path) -> None:
+    done = run_manager("--data-dir", str(tmp_path / "d"), "--chunker", "cdc:1:3:2")
+    assert done.returncode == 2
+    assert "bad chunker spec 'cdc:1:3:2'" in done.stderr and "Traceback" not in done.stderr
+    done = run_manager("--data-dir", str(tmp_path / "d"), "--listen", "nonsense")
+    assert done.returncode == 2 and "HOST:PORT" in done.stderr
+
+
+def test_second_manager_on_the_same_data_dir_is_refused(mgr: Mgr, tmp_path: Path) -> None:
+    done = run_manager("--data-dir", str(tmp_path / "data"))
+    assert done.returncode == 2
+    assert "another manager is running" in done.stderr and "Traceback" not in done.stderr
+    assert mgr.serving()

@@ -1,0 +1,806 @@
+"""The manager's domain: the LMDB metadata store, leases, the benefactor registry and the
+write protocol (core.Manager), on a real LMDB environment in tmp_path. Time for leases and
+liveness comes from a test clock so expiry is exact and instant."""
+
+from __future__ import annotations
+
+import stat
+import struct
+from collections.abc import Iterator
+from pathlib import Path
+
+import lmdb
+import pytest
+
+from mosafs._proto import benefactor_pb2, manager_pb2
+from mosafs.errors import (
+    AlreadyExists,
+    ConfigError,
+    DirectoryNotEmpty,
+    FailedPrecondition,
+    InvalidArgument,
+    IsADirectory,
+    LeaseExpired,
+    NameTooLong,
+    NoSpace,
+    NotADirectory,
+    NotFound,
+)
+from mosafs.ids import chunk_id
+from mosafs.manager import metadata, pools
+from mosafs.manager.core import MAX_FIND_CHUNKS, Manager, ManagerConfig
+from mosafs.manager.metadata import ROOT_INODE, MetadataStore
+
+DIR = manager_pb2.FILE_KIND_DIRECTORY
+REG = manager_pb2.FILE_KIND_REGULAR
+MiB = 1 << 20
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> Iterator[MetadataStore]:
+    with MetadataStore(tmp_path / "metadata.lmdb", map_size=256 * MiB) as s:
+        yield s
+
+
+@pytest.fixture
+def clock() -> Clock:
+    return Clock()
+
+
+@pytest.fixture
+def mgr(store: MetadataStore, clock: Clock) -> Manager:
+    config = ManagerConfig(heartbeat_interval_s=1, benefactor_lease_s=5, write_lease_s=60)
+    return Manager(store, config, clock=clock)
+
+
+def cid(n: int) -> bytes:
+    return chunk_id(f"chunk {n}".encode())
+
+
+def register(mgr: Manager, bid: str, *, free: int = 10**12, capacity: int = 2 * 10**12,
+             port: int = 7000) -> None:
+    mgr.registry.register(benefactor_pb2.BenefactorInfo(
+        id=bid, address=f"127.0.0.1:{port}", capacity_bytes=capacity, free_bytes=free))
+
+
+def new_file(store: MetadataStore, name: str, parent: int = ROOT_INODE) -> int:
+    return store.create(parent, name, 0o644).inode
+
+
+def commit(mgr: Manager, inode: int, chunks: list[tuple[bytes, int]],
+           place_on: str = "b1") -> int:
+    """One write session: open, place every chunk the index lacks on PLACE_ON, commit."""
+    lease = mgr.open_write(inode, "test")
+    missing = [c for c, _ in chunks if mgr.store.chunk(c) is None]
+    version, _ = mgr.commit_version(lease.lease_id, inode, chunks,
+                                    [(c, [place_on]) for c in missing])
+    return version
+
+
+def refcount(store: MetadataStore, c: bytes) -> int:
+    rec = store.chunk(c)
+    assert rec is not None
+    return rec.refcount
+
+
+# --- namespace ----------------------------------------------------------------------------
+
+def test_root_directory_exists_on_first_open(store: MetadataStore) -> None:
+    root = store.getattr(ROOT_INODE)
+    assert (root.kind, root.mode, root.nlink, root.uid, root.gid) == (DIR, 0o755, 2, 0, 0)
+    assert store.readdir(ROOT_INODE) == ([], False)
+    assert store.inode_count() == 1
+    assert store.pool("default") == pools.default_settings()
+
+
+def test_create_then_lookup_and_getattr(store: MetadataStore) -> None:
+    attr = store.create(ROOT_INODE, "ckpt.0", 0o640, uid=10, gid=20)
+    assert (attr.kind, attr.mode, attr.nlink, attr.size, attr.version) == (REG, 0o640, 1, 0, 0)
+    assert (attr.uid, attr.gid) == (10, 20)
+    assert attr.inode > ROOT_INODE
+    assert store.lookup(ROOT_INODE, "ckpt.0") == attr
+    assert store.getattr(attr.inode) == attr
+
+
+@pytest.mark.parametrize("name", ["", ".", "..", "a/b", "/", "a\0b"])
+def test_invalid_names_are_refused(store: MetadataStore, name: str) -> None:
+    for op in (lambda: store.create(ROOT_INODE, name, 0o644),
+               lambda: store.mkdir(ROOT_INODE, name, 0o755),
+               lambda: store.lookup(ROOT_INODE, name),
+               lambda: store.unlink(ROOT_INODE, name)):
+        with pytest.raises(InvalidArgument):
+            op()
+
+
+def test_name_length_is_counted_in_utf8_bytes(store: MetadataStore) -> None:
+    store.create(ROOT_INODE, "x" * 255, 0o644)
+    store.create(ROOT_INODE, "é" * 127, 0o644)  # 254 bytes
+    with pytest.raises(NameTooLong):
+        store.create(ROOT_INODE, "x" * 256, 0o644)
+    with pytest.raises(NameTooLong):
+        store.create(ROOT_INODE, "é" * 128, 0o644)  # 128 characters, 256 bytes
+    with pytest.raises(InvalidArgument):
+        store.create(ROOT_INODE, "\ud800", 0o644)  # a lone surrogate is not UTF-8
+
+
+def test_lookup_errors(store: MetadataStore) -> None:
+    f = new_file(store, "f")
+    with pytest.raises(NotFound):
+        store.lookup(ROOT_INODE, "missing")
+    with pytest.raises(NotADirectory):
+        store.lookup(f, "x")
+    with pytest.raises(NotFound):
+        store.lookup(999, "x")
+    with pytest.raises(NotFound):
+        store.getattr(0)
+    with pytest.raises(NotFound):
+        store.getattr(1 << 64)
+
+
+def test_mkdir_counts_links_and_refuses_existing_names(store: MetadataStore) -> None:
+    a = store.mkdir(ROOT_INODE, "a", 0o750)
+    assert (a.kind, a.mode, a.nlink) == (DIR, 0o750, 2)
+    store.mkdir(a.inode, "sub", 0o755)
+    new_file(store, "file", a.inode)  # files do not count
+    assert store.getattr(ROOT_INODE).nlink == 3
+    assert store.getattr(a.inode).nlink == 3
+    with pytest.raises(AlreadyExists):
+        store.mkdir(ROOT_INODE, "a", 0o755)
+    with pytest.raises(AlreadyExists):
+        store.mkdir(a.inode, "file", 0o755)
+    with pytest.raises(NotADirectory):
+        store.mkdir(store.lookup(a.inode, "file").inode, "x", 0o755)
+
+
+def test_create_existing_name(store: MetadataStore) -> None:
+    f = store.create(ROOT_INODE, "f", 0o644)
+    again = store.create(ROOT_INODE, "f", 0o600)  # open(O_CREAT) without O_EXCL
+    assert again.inode == f.inode and again.mode == 0o644
+    with pytest.raises(AlreadyExists):
+        store.create(ROOT_INODE, "f", 0o644, exclusive=True)
+    store.mkdir(ROOT_INODE, "d", 0o755)
+    with pytest.raises(IsADirectory):
+        store.create(ROOT_INODE, "d", 0o644)
+    with pytest.raises(AlreadyExists):
+        store.create(ROOT_INODE, "d", 0o644, exclusive=True)
+
+
+def test_mode_keeps_permission_bits_only(store: MetadataStore) -> None:
+    assert store.create(ROOT_INODE, "f", stat.S_IFREG | 0o4755).mode == 0o4755
+    assert store.mkdir(ROOT_INODE, "d", stat.S_IFDIR | 0o1777).mode == 0o1777
+    with pytest.raises(InvalidArgument):
+        store.create(ROOT_INODE, "g", stat.S_IFDIR | 0o644)
+    with pytest.raises(InvalidArgument):
+        store.create(ROOT_INODE, "h", 0o200000)
+
+
+def test_setattr_changes_only_given_fields(store: MetadataStore) -> None:
+    f = store.create(ROOT_INODE, "f", 0o644, uid=1, gid=2)
+    out = store.setattr(f.inode, mode=0o600, mtime_ns=123)
+    assert (out.mode, out.uid, out.gid, out.mtime_ns, out.atime_ns) == (
+        0o600, 1, 2, 123, f.atime_ns)
+    assert out.ctime_ns >= f.ctime_ns
+    out = store.setattr(f.inode, uid=7, gid=8, atime_ns=-5)
+    assert (out.mode, out.uid, out.gid, out.atime_ns, out.mtime_ns) == (0o600, 7, 8, -5, 123)
+    assert store.getattr(f.inode) == out
+    with pytest.raises(InvalidArgument):
+        store.setattr(f.inode, mode=0o170000)
+    with pytest.raises(NotFound):
+        store.setattr(12345, mode=0o600)
+
+
+def test_readdir_pages_in_bytewise_order(store: MetadataStore) -> None:
+    names = [f"n{i:02d}" for i in range(25)] + ["B", "a", "é"]
+    for name in names:
+        new_file(store, name)
+    store.mkdir(ROOT_INODE, "dir", 0o755)
+    expected = sorted([*names, "dir"], key=lambda n: n.encode())
+    seen: list[str] = []
+    after = ""
+    pages = []
+    while True:
+        entries, more = store.readdir(ROOT_INODE, after, 10)
+        pages.append(len(entries))
+        seen.extend(name for name, _ in entries)
+        if not more:
+            break
+        after = entries[-1][0]
+    assert seen == expected
+    assert pages == [10, 10, 9]
+    entries, _ = store.readdir(ROOT_INODE, "dir", 1)
+    assert entries[0][0] == "n00" and entries[0][1] == store.lookup(ROOT_INODE, "n00")
+    # start_after need not exist: the page starts at the next name.
+    assert store.readdir(ROOT_INODE, "n105", 2)[0][0][0] == "n11"
+    assert store.readdir(ROOT_INODE, "é") == ([], False)
+    with pytest.raises(NotADirectory):
+        store.readdir(store.lookup(ROOT_INODE, "a").inode)
+    with pytest.raises(InvalidArgument):
+        store.readdir(ROOT_INODE, "x" * 256)
+
+
+def test_readdir_limit_is_capped(store: MetadataStore) -> None:
+    for i in range(metadata.READDIR_MAX + 5):
+        new_file(store, f"f{i:06d}")
+    entries, more = store.readdir(ROOT_INODE, "", 10**9)
+    assert len(entries) == metadata.READDIR_MAX and more
+    entries, more = store.readdir(ROOT_INODE)  # 0: the default page
+    assert len(entries) == metadata.READDIR_DEFAULT and more
+
+
+def test_unlink(store: MetadataStore) -> None:
+    f = new_file(store, "f")
+    store.mkdir(ROOT_INODE, "d", 0o755)
+    before = store.getattr(ROOT_INODE)
+    with pytest.raises(NotFound):
+        store.unlink(ROOT_INODE, "missing")
+    with pytest.raises(IsADirectory):
+        store.unlink(ROOT_INODE, "d")
+    store.unlink(ROOT_INODE, "f")
+    with pytest.raises(NotFound):
+        store.getattr(f)
+    with pytest.raises(NotFound):
+        store.lookup(ROOT_INODE, "f")
+    assert store.getattr(ROOT_INODE).mtime_ns >= before.mtime_ns
+    assert store.inode_count() == 2  # root and d
+
+
+def test_rmdir(store: MetadataStore) -> None:
+    d = store.mkdir(ROOT_INODE, "d", 0o755).inode
+    new_file(store, "f")
+    new_file(store, "inner", d)
+    assert store.getattr(ROOT_INODE).nlink == 3
+    with pytest.raises(NotADirectory):
+        store.rmdir(ROOT_INODE, "f")
+    with pytest.raises(DirectoryNotEmpty):
+        store.rmdir(ROOT_INODE, "d")
+    with pytest.raises(NotFound):
+        store.rmdir(ROOT_INODE, "missing")
+    store.unlink(d, "inner")
+    store.rmdir(ROOT_INODE, "d")
+    assert store.getattr(ROOT_INODE).nlink == 2
+    with pytest.raises(NotFound):
+        store.getattr(d)
+
+
+def test_inode_numbers_are_never_reused(store: MetadataStore) -> None:
+    a = new_file(store, "a")
+    store.unlink(ROOT_INODE, "a")
+    assert new_file(store, "a") > a
+
+
+# --- rename -------------------------------------------------------------------------------
+
+def test_rename_within_a_directory(store: MetadataStore) -> None:
+    f = new_file(store, "old")
+    store.rename(ROOT_INODE, "old", ROOT_INODE, "new")
+    assert store.lookup(ROOT_INODE, "new").inode == f
+    with pytest.raises(NotFound):
+        store.lookup(ROOT_INODE, "old")
+    with pytest.raises(NotFound):
+        store.rename(ROOT_INODE, "old", ROOT_INODE, "x")
+    store.rename(ROOT_INODE, "new", ROOT_INODE, "new")  # same entry: nothing happens
+    assert store.readdir(ROOT_INODE)[0][0][0] == "new"
+
+
+def test_rename_directory_across_parents_fixes_links_and_parent(store: MetadataStore) -> None:
+    a = store.mkdir(ROOT_INODE, "a", 0o755).inode
+    b = store.mkdir(ROOT_INODE, "b", 0o755).inode
+    d = store.mkdir(a, "d", 0o755).inode
+    store.rename(a, "d", b, "d2")
+    assert store.getattr(a).nlink == 2
+    assert store.getattr(b).nlink == 3
+    assert store.getattr(ROOT_INODE).nlink == 4
+    assert store.lookup(b, "d2").inode == d
+    # d's parent pointer now says b: moving b under d is moving b into its own subtree.
+    with pytest.raises(InvalidArgument):
+        store.rename(ROOT_INODE, "b", d, "loop")
+    store.rename(ROOT_INODE, "a", d, "a")  # a is not above d: allowed
+    assert store.getattr(d).nlink == 3
+    assert store.getattr(ROOT_INODE).nlink == 3
+
+
+def test_rename_refusals(store: MetadataStore) -> None:
+    d = store.mkdir(ROOT_INODE, "d", 0o755).inode
+    store.mkdir(ROOT_INODE, "full", 0o755)
+    new_file(store, "x", store.lookup(ROOT_INODE, "full").inode)
+    new_file(store, "f")
+    new_file(store, "g")
+    with pytest.raises(AlreadyExists):
+        store.rename(ROOT_INODE, "f", ROOT_INODE, "g", no_replace=True)
+    with pytest.raises(IsADirectory):
+        store.rename(ROOT_INODE, "f", ROOT_INODE, "d")
+    with pytest.raises(NotADirectory):
+        store.rename(ROOT_INODE, "d", ROOT_INODE, "f")
+    with pytest.raises(DirectoryNotEmpty):
+        store.rename(ROOT_INODE, "d", ROOT_INODE, "full")
+    with pytest.raises(InvalidArgument):
+        store.rename(ROOT_INODE, "d", d, "inside")
+    with pytest.raises(NotADirectory):
+        store.rename(ROOT_INODE, "f", store.lookup(ROOT_INODE, "g").inode, "x")
+    with pytest.raises(InvalidArgument):
+        store.rename(ROOT_INODE, "f", ROOT_INODE, "a/b")
+    # Nothing changed.
+    names = [n for n, _ in store.readdir(ROOT_INODE)[0]]
+    assert names == ["d", "f", "full", "g"]
+    assert store.getattr(ROOT_INODE).nlink == 4
+
+
+def test_rename_directory_over_empty_directory(store: MetadataStore) -> None:
+    src = store.mkdir(ROOT_INODE, "src", 0o755).inode
+    other = store.mkdir(ROOT_INODE, "other", 0o755).inode
+    empty = store.mkdir(other, "empty", 0o755).inode
+    store.rename(ROOT_INODE, "src", other, "empty")
+    assert store.lookup(other, "empty").inode == src
+    with pytest.raises(NotFound):
+        store.getattr(empty)
+    assert store.getattr(other).nlink == 3
+    assert store.getattr(ROOT_INODE).nlink == 3
+
+
+def test_rename_file_over_file_unlinks_the_target(mgr: Manager) -> None:
+    store = mgr.store
+    register(mgr, "b1")
+    src, dst = new_file(store, "src"), new_file(store, "dst")
+    commit(mgr, src, [(cid(1), 100), (cid(2), 100)])
+    commit(mgr, dst, [(cid(2), 100), (cid(3), 100)])
+    commit(mgr, dst, [(cid(3), 100)])
+    assert (refcount(store, cid(2)), refcount(store, cid(3))) == (2, 2)
+    store.rename(ROOT_INODE, "src", ROOT_INODE, "dst")
+    assert store.lookup(ROOT_INODE, "dst").inode == src
+    with pytest.raises(NotFound):
+        store.getattr(dst)
+    assert [refcount(store, cid(n)) for n in (1, 2, 3)] == [1, 1, 0]
+    assert store.chunk(cid(3)) is not None  # refcount 0 stays until GC
+    assert store.refcount_mismatches() == {}
+
+
+# --- versions, block-maps, refcounts ------------------------------------------------------
+
+def test_block_map_encoding_round_trip() -> None:
+    chunks = [(cid(1), 1), (cid(2), 64 * MiB), (cid(1), 12345)]
+    packed = metadata.pack_blockmap(chunks)
+    assert len(packed) == 40 * len(chunks)
+    assert packed[:32] == cid(1)
+    assert struct.unpack("<Q", packed[72:80]) == (64 * MiB,)
+    assert metadata.unpack_blockmap(packed) == chunks
+    assert metadata.unpack_blockmap(memoryview(packed)) == chunks
+    assert metadata.unpack_blockmap(b"") == []
+    with pytest.raises(RuntimeError):
+        metadata.unpack_blockmap(packed[:-1])
+
+
+def test_commit_then_block_map(mgr: Manager) -> None:
+    store = mgr.store
+    register(mgr, "b1", port=7001)
+    register(mgr, "b2", port=7002)
+    f = new_file(store, "f")
+    lease = mgr.open_write(f, "client-1")
+    assert lease.base_version == 0 and not lease.base_chunks
+    chunks = [(cid(1), 1000), (cid(2), 2000), (cid(1), 1000)]
+    version, attr = mgr.commit_version(
+        lease.lease_id, f, chunks, [(cid(1), ["b1"]), (cid(2), ["b2"]), (cid(2), ["b1"])],
+        mtime_ns=42, new_bytes=3000)
+    assert version == 1
+    assert (attr.version, attr.size, attr.mtime_ns) == (1, 4000, 42)
+    assert store.getattr(f) == attr
+    bm = mgr.block_map(f)
+    assert (bm.inode, bm.version, bm.size) == (f, 1, 4000)
+    assert [(c.id, c.length) for c in bm.chunks] == chunks
+    assert {loc.id: list(loc.benefactor_ids) for loc in bm.locations} == {
+        cid(1): ["b1"], cid(2): ["b2", "b1"]}
+    assert len(bm.locations) == 2
+    assert {(b.id, b.address) for b in bm.benefactors} == {
+        ("b1", "127.0.0.1:7001"), ("b2", "127.0.0.1:7002")}
+    assert mgr.block_map(f, 1) == bm
+    stats = store.version_stats(f)
+    assert (stats.version, stats.size, stats.chunks, stats.new_bytes, stats.mtime_ns) == (
+        1, 4000, 3, 3000, 42)
+    assert stats.base_version == 0 and stats.commit_time_ns > 0
+    assert refcount(store, cid(1)) == 2 and refcount(store, cid(2)) == 1
+
+
+def test_versions_accumulate_and_dedupe_against_the_newest(mgr: Manager) -> None:
+    store = mgr.store
+    register(mgr, "b1")
+    f = new_file(store, "f")
+    v1 = [(cid(1), 10), (cid(2), 20), (cid(3), 30)]
+    assert commit(mgr, f, v1) == 1
+    lease = mgr.open_write(f, "c")
+    assert (lease.base_inode, lease.base_version, lease.base_size) == (f, 1, 60)
+    assert [(c.id, c.length) for c in lease.base_chunks] == v1
+    v2 = [(cid(1), 10), (cid(4), 40), (cid(3), 30)]
+    version, attr = mgr.commit_version(lease.lease_id, f, v2, [(cid(4), ["b1"])])
+    assert version == 2 and attr.size == 80 and attr.version == 2
+    stats = store.version_stats(f)
+    assert (stats.shared_chunks, stats.base_inode, stats.base_version) == (2, f, 1)
+    old = store.version_stats(f, 1)
+    assert (old.shared_chunks, old.base_version, old.size) == (0, 0, 60)
+    assert [(c.id, c.length) for c in mgr.block_map(f, 1).chunks] == v1
+    assert store.versions(f) == [1, 2]
+    assert [refcount(store, cid(n)) for n in (1, 2, 3, 4)] == [2, 1, 2, 1]
+    assert store.refcount_mismatches() == {}
+
+
+def test_refcounts_match_block_maps_through_commits_and_unlinks(mgr: Manager) -> None:
+    store = mgr.store
+    register(mgr, "b1")
+    a, b = new_file(store, "a"), new_file(store, "b")
+    commit(mgr, a, [(cid(1), 5), (cid(1), 5), (cid(2), 5)])
+    commit(mgr, a, [(cid(2), 5), (cid(3), 5)])
+    commit(mgr, b, [(cid(1), 5), (cid(3), 5), (cid(3), 5)])
+    assert store.refcount_mismatches() == {}
+    assert [refcount(store, cid(n)) for n in (1, 2, 3)] == [3, 2, 3]
+    store.unlink(ROOT_INODE, "a")
+    assert store.refcount_mismatches() == {}
+    assert [refcount(store, cid(n)) for n in (1, 2, 3)] == [1, 0, 2]
+    with pytest.raises(NotFound):
+        store.version_stats(a, 1)
+    store.unlink(ROOT_INODE, "b")
+    assert [refcount(store, cid(n)) for n in (1, 2, 3)] == [0, 0, 0]
+    assert store.refcount_mismatches() == {}
+
+
+def test_empty_file_version(mgr: Manager) -> None:
+    register(mgr, "b1")
+    f = new_file(mgr.store, "empty")
+    assert commit(mgr, f, []) == 1
+    bm = mgr.block_map(f)
+    assert (bm.version, bm.size, len(bm.chunks)) == (1, 0, 0)
+
+
+def test_unplaced_new_chunk_fails_precondition_and_commits_nothing(mgr: Manager) -> None:
+    store = mgr.store
+    register(mgr, "b1")
+    f = new_file(store, "f")
+    lease = mgr.open_write(f, "c")
+    with pytest.raises(FailedPrecondition, match=cid(2).hex()) as info:
+        mgr.commit_version(lease.lease_id, f, [(cid(1), 10), (cid(2), 10)],
+                           [(cid(1), ["b1"])])
+    assert "neither stored nor placed" in str(info.value)
+    assert store.getattr(f).version == 0
+    assert store.chunk(cid(1)) is None  # the transaction was rolled back
+    # The lease survives a refused commit: the client stores the chunk and retries.
+    version, _ = mgr.commit_version(lease.lease_id, f, [(cid(1), 10), (cid(2), 10)],
+                                    [(cid(1), ["b1"]), (cid(2), ["b1"])])
+    assert version == 1
+
+
+@pytest.mark.parametrize("chunks, placements, match", [
+    ([(b"../x", 10)], [], "32 bytes"),
+    ([(cid(1)[:31], 10)], [], "32 bytes"),
+    ([(cid(1), 0)], [(cid(1), ["b1"])], "length 0"),
+    ([(cid(1), 64 * MiB + 1)], [(cid(1), ["b1"])], "outside"),
+    ([(cid(1), 10), (cid(1), 11)], [(cid(1), ["b1"])], "lengths"),
+    ([(cid(1), 10)], [(cid(1), ["nobody"])], "unknown benefactor"),
+    ([(cid(1), 10)], [(cid(1), ["bad/id"])], "benefactor id"),
+    ([(cid(1), 10)], [(cid(1), [])], "names no benefactor"),
+    ([(cid(1), 10)], [(b"short", ["b1"])], "32 bytes"),
+])
+def test_commit_validates_its_input(mgr: Manager, chunks: list[tuple[bytes, int]],
+                                    placements: list[tuple[bytes, list[str]]],
+                                    match: str) -> None:
+    register(mgr, "b1")
+    f = new_file(mgr.store, "f")
+    lease = mgr.open_write(f, "c")
+    with pytest.raises(InvalidArgument, match=match):
+        mgr.commit_version(lease.lease_id, f, chunks, placements)
+    assert mgr.store.getattr(f).version == 0
+
+
+def test_commit_length_must_match_the_index(mgr: Manager) -> None:
+    register(mgr, "b1")
+    f = new_file(mgr.store, "f")
+    commit(mgr, f, [(cid(1), 10)])
+    lease = mgr.open_write(f, "c")
+    with pytest.raises(InvalidArgument, match="length 10 in the index"):
+        mgr.commit_version(lease.lease_id, f, [(cid(1), 11)], [])
+
+
+def test_commit_adds_new_locations_of_known_chunks(mgr: Manager) -> None:
+    register(mgr, "b1", port=1)
+    register(mgr, "b2", port=2)
+    f = new_file(mgr.store, "f")
+    commit(mgr, f, [(cid(1), 10)], place_on="b1")
+    lease = mgr.open_write(f, "c")
+    mgr.commit_version(lease.lease_id, f, [(cid(1), 10)], [(cid(1), ["b2", "b1"])])
+    rec = mgr.store.chunk(cid(1))
+    assert rec is not None and list(rec.benefactor_ids) == ["b1", "b2"]
+
+
+def test_commit_to_an_unlinked_file_is_not_found(mgr: Manager) -> None:
+    register(mgr, "b1")
+    f = new_file(mgr.store, "f")
+    lease = mgr.open_write(f, "c")
+    mgr.store.unlink(ROOT_INODE, "f")
+    with pytest.raises(NotFound):
+        mgr.commit_version(lease.lease_id, f, [(cid(1), 10)], [(cid(1), ["b1"])])
+    assert mgr.store.chunk(cid(1)) is None
+
+
+def test_block_map_and_stats_of_unknown_versions(mgr: Manager) -> None:
+    store = mgr.store
+    f = new_file(store, "f")
+    bm = mgr.block_map(f)
+    assert (bm.version, bm.size, len(bm.chunks)) == (0, 0, 0)
+    with pytest.raises(NotFound):
+        mgr.block_map(f, 1)
+    with pytest.raises(NotFound):
+        store.version_stats(f)
+    with pytest.raises(NotFound):
+        mgr.block_map(777)
+    with pytest.raises(IsADirectory):
+        mgr.block_map(ROOT_INODE)
+
+
+def test_reopen_keeps_everything(tmp_path: Path, clock: Clock) -> None:
+    path = tmp_path / "metadata.lmdb"
+    with MetadataStore(path, map_size=64 * MiB) as store:
+        mgr = Manager(store, clock=clock)
+        register(mgr, "b1")
+        d = store.mkdir(ROOT_INODE, "d", 0o755).inode
+        f = new_file(store, "f", d)
+        commit(mgr, f, [(cid(1), 10), (cid(2), 20)])
+        commit(mgr, f, [(cid(2), 20)])
+        store.update_pool("default", stripe_width=5)
+        before = (store.getattr(f), mgr.block_map(f, 1), mgr.block_map(f, 2),
+                  store.version_stats(f), store.inode_count())
+    with MetadataStore(path, map_size=64 * MiB) as store:
+        mgr = Manager(store, clock=clock)
+        after = (store.getattr(f), mgr.block_map(f, 1), mgr.block_map(f, 2),
+                 store.version_stats(f), store.inode_count())
+        assert after == before
+        assert store.lookup(d, "f").inode == f
+        assert store.pool("default").stripe_width == 5
+        assert store.refcount_mismatches() == {}
+        assert new_file(store, "g") > f
+        # Registrations persist; liveness does not.
+        assert [(s.info.id, s.alive) for s in mgr.registry.statuses()] == [("b1", False)]
+
+
+def test_schema_mismatch_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "metadata.lmdb"
+    MetadataStore(path, map_size=64 * MiB).close()
+    env = lmdb.open(str(path), max_dbs=16)
+    with env.begin(write=True, db=env.open_db(b"meta")) as txn:
+        txn.put(b"schema", b"99")
+    env.close()
+    with pytest.raises(ConfigError, match="schema"):
+        MetadataStore(path, map_size=64 * MiB)
+
+
+def test_full_map_is_no_space(tmp_path: Path, clock: Clock) -> None:
+    with MetadataStore(tmp_path / "small.lmdb", map_size=1 * MiB) as store:
+        mgr = Manager(store, clock=clock)
+        register(mgr, "b1")
+        f = new_file(store, "f")
+        chunks = [(cid(i), 10) for i in range(30_000)]  # 1.2 MB of block-map alone
+        lease = mgr.open_write(f, "c")
+        with pytest.raises(NoSpace, match="map-size"):
+            mgr.commit_version(lease.lease_id, f, chunks, [(c, ["b1"]) for c, _ in chunks])
+        assert store.getattr(f).version == 0  # and the store still works
+
+
+# --- leases -------------------------------------------------------------------------------
+
+def test_write_lease_expires_unless_renewed(mgr: Manager, clock: Clock) -> None:
+    register(mgr, "b1")
+    f = new_file(mgr.store, "f")
+    lease = mgr.open_write(f, "c")
+    assert lease.lease_ttl_ms == 60_000
+    clock.now += 50
+    assert mgr.renew_lease(lease.lease_id) == 60_000
+    clock.now += 50  # 100 s after opening, 50 s after renewing
+    register(mgr, "b1")  # keep the benefactor alive
+    mgr.commit_version(lease.lease_id, f, [(cid(1), 1)], [(cid(1), ["b1"])])
+    lease = mgr.open_write(f, "c")
+    clock.now += 61
+    with pytest.raises(LeaseExpired, match="expired"):
+        mgr.renew_lease(lease.lease_id)
+    with pytest.raises(LeaseExpired):
+        mgr.commit_version(lease.lease_id, f, [(cid(1), 1)], [])
+    assert mgr.store.getattr(f).version == 1
+
+
+def test_lease_is_consumed_and_bound_to_its_inode(mgr: Manager) -> None:
+    register(mgr, "b1")
+    f, g = new_file(mgr.store, "f"), new_file(mgr.store, "g")
+    lease = mgr.open_write(f, "c")
+    with pytest.raises(LeaseExpired, match=f"inode {f}"):
+        mgr.commit_version(lease.lease_id, g, [], [])
+    mgr.commit_version(lease.lease_id, f, [], [])
+    with pytest.raises(LeaseExpired, match="unknown"):
+        mgr.commit_version(lease.lease_id, f, [], [])
+    with pytest.raises(LeaseExpired):
+        mgr.renew_lease(12345)
+    lease = mgr.open_write(f, "c")
+    mgr.abort_write(lease.lease_id)
+    mgr.abort_write(lease.lease_id)  # idempotent
+    mgr.abort_write(999)
+    with pytest.raises(LeaseExpired):
+        mgr.commit_version(lease.lease_id, f, [], [])
+    assert mgr.store.getattr(f).version == 1
+
+
+def test_expired_leases_are_forgotten(mgr: Manager, clock: Clock) -> None:
+    register(mgr, "b1")
+    f = new_file(mgr.store, "f")
+    for _ in range(5):
+        mgr.open_write(f, "c")
+    assert len(mgr.leases) == 5
+    clock.now += 120
+    register(mgr, "b1")
+    mgr.open_write(f, "c")
+    assert len(mgr.leases) == 1
+
+
+# --- open-write placement and the registry ------------------------------------------------
+
+def test_open_write_errors(mgr: Manager, clock: Clock) -> None:
+    f = new_file(mgr.store, "f")
+    with pytest.raises(NoSpace, match="no live benefactor"):
+        mgr.open_write(f, "c")
+    register(mgr, "full", free=0)
+    with pytest.raises(NoSpace):
+        mgr.open_write(f, "c")
+    register(mgr, "b1")
+    with pytest.raises(IsADirectory):
+        mgr.open_write(ROOT_INODE, "c")
+    with pytest.raises(NotFound):
+        mgr.open_write(4242, "c")
+    assert [t.id for t in mgr.open_write(f, "c").targets] == ["b1"]
+    clock.now += 5.1  # b1's benefactor lease runs out
+    with pytest.raises(NoSpace):
+        mgr.open_write(f, "c")
+    assert len(mgr.leases) == 1
+
+
+def test_placement_round_robin(mgr: Manager) -> None:
+    for i in range(4):
+        register(mgr, f"b{i}", port=7000 + i)
+    f = new_file(mgr.store, "f")
+    firsts = []
+    for _ in range(5):
+        reply = mgr.open_write(f, "c")
+        ids = [t.id for t in reply.targets]
+        assert len(ids) == 3 == len(set(ids))
+        firsts.append(ids[0])
+        start = int(ids[0][1:])
+        assert ids == [f"b{(start + k) % 4}" for k in range(3)]
+        assert reply.targets[0].address == f"127.0.0.1:{7000 + start}"
+        assert reply.pool == mgr.store.pool("default")
+    assert firsts == ["b0", "b1", "b2", "b3", "b0"]
+
+
+def test_stripe_width_is_capped_by_available_benefactors(mgr: Manager) -> None:
+    mgr.store.update_pool("default", stripe_width=8)
+    register(mgr, "b1")
+    register(mgr, "b2")
+    register(mgr, "b3", free=0)
+    reply = mgr.open_write(new_file(mgr.store, "f"), "c")
+    assert sorted(t.id for t in reply.targets) == ["b1", "b2"]
+
+
+def test_register_validates_identity(mgr: Manager) -> None:
+    bad = [("", "h:1"), ("a b", "h:1"), ("x" * 129, "h:1"), ("ok", "nohostport"),
+           ("ok", "h:0"), ("ok", "h:65536"), ("ok", ":80"), ("ok", "h:http")]
+    for bid, address in bad:
+        with pytest.raises(InvalidArgument):
+            mgr.registry.register(benefactor_pb2.BenefactorInfo(id=bid, address=address))
+    with pytest.raises(InvalidArgument, match="pool"):
+        mgr.registry.register(benefactor_pb2.BenefactorInfo(
+            id="ok", address="h:1", pool="nope"))
+    mgr.registry.register(benefactor_pb2.BenefactorInfo(id="A-z_0.9", address="[::1]:70"))
+    assert mgr.store.benefactors().keys() == {"A-z_0.9"}
+
+
+def test_heartbeats_and_liveness(mgr: Manager, store: MetadataStore, clock: Clock) -> None:
+    info = benefactor_pb2.BenefactorInfo(id="b1", address="h:1", capacity_bytes=100,
+                                         free_bytes=60, chunks=3)
+    with pytest.raises(NotFound, match="register"):
+        mgr.registry.heartbeat(info)
+    mgr.registry.register(info)
+    clock.now += 4
+    info.free_bytes = 50
+    mgr.registry.heartbeat(info)
+    clock.now += 4
+    [status] = mgr.registry.statuses()
+    assert status.alive and status.last_heartbeat_age_ms == 4000
+    assert status.info.free_bytes == 50 and status.info.pool == "default"
+    assert mgr.statfs() == manager_pb2.StatFsResponse(capacity_bytes=100, free_bytes=50,
+                                                      files=1)
+    moved = benefactor_pb2.BenefactorInfo(id="b1", address="h:2")
+    with pytest.raises(NotFound, match="register again"):
+        mgr.registry.heartbeat(moved)
+    clock.now += 2
+    assert not mgr.registry.is_alive("b1")
+    assert mgr.statfs().capacity_bytes == 0
+    # A restarted manager knows the registration but not the liveness, until a heartbeat.
+    restarted = Manager(store, ManagerConfig(benefactor_lease_s=5), clock=clock)
+    [status] = restarted.registry.statuses()
+    assert not status.alive and status.last_heartbeat_age_ms == -1
+    restarted.registry.heartbeat(info)
+    assert restarted.registry.is_alive("b1")
+
+
+def test_find_and_locate_chunks(mgr: Manager, clock: Clock) -> None:
+    register(mgr, "b1", port=1)
+    register(mgr, "b2", port=2)
+    f = new_file(mgr.store, "f")
+    commit(mgr, f, [(cid(1), 10)], place_on="b1")
+    commit(mgr, f, [(cid(1), 10), (cid(2), 10)], place_on="b2")
+    assert mgr.find_chunks([cid(1), cid(2), cid(3), cid(1)]) == [True, True, False, True]
+    reply = mgr.locate_chunks([cid(2), cid(3), cid(2)])
+    assert [(loc.id, list(loc.benefactor_ids)) for loc in reply.locations] == [(cid(2), ["b2"])]
+    assert [(b.id, b.address) for b in reply.benefactors] == [("b2", "127.0.0.1:2")]
+    clock.now += 3
+    register(mgr, "b2", port=2)  # only b2 keeps its lease
+    clock.now += 3
+    assert mgr.find_chunks([cid(1), cid(2)]) == [False, True]
+    with pytest.raises(InvalidArgument, match="32 bytes"):
+        mgr.find_chunks([cid(1), b"../x"])
+    with pytest.raises(InvalidArgument, match="at most"):
+        mgr.find_chunks([cid(1)] * (MAX_FIND_CHUNKS + 1))
+    with pytest.raises(InvalidArgument):
+        mgr.locate_chunks([b""])
+
+
+def test_block_map_lists_live_replicas_first(mgr: Manager, clock: Clock) -> None:
+    register(mgr, "b1", port=1)
+    register(mgr, "b2", port=2)
+    f = new_file(mgr.store, "f")
+    lease = mgr.open_write(f, "c")
+    mgr.commit_version(lease.lease_id, f, [(cid(1), 10)], [(cid(1), ["b1", "b2"])])
+    assert list(mgr.block_map(f).locations[0].benefactor_ids) == ["b1", "b2"]
+    clock.now += 4
+    register(mgr, "b2", port=2)
+    clock.now += 4
+    assert list(mgr.block_map(f).locations[0].benefactor_ids) == ["b2", "b1"]
+
+
+# --- pools --------------------------------------------------------------------------------
+
+def test_update_pool_validates_and_keeps_what_is_not_given(store: MetadataStore) -> None:
+    out = store.update_pool("default", replication=2, chunker="fixed:65536")
+    assert (out.replication, out.stripe_width, out.chunker) == (2, 3, "fixed:65536")
+    assert store.update_pool("default") == out
+    for kwargs in ({"chunker": "cdc:1:3:8"}, {"chunker": "fixed:x"}, {"chunker": "rabin:4"},
+                   {"chunker": "fixed:0"}, {"chunker": f"fixed:{64 * MiB + 1}"},
+                   {"replication": 0}, {"stripe_width": -1}, {"write_semantics": "eventual"},
+                   {"hash_backend": "tpu"}):
+        with pytest.raises(ConfigError):
+            store.update_pool("default", **kwargs)  # type: ignore[arg-type]
+    assert store.pool("default") == out
+    with pytest.raises(NotFound):
+        store.update_pool("nope", replication=1)
+
+
+def test_concurrent_operations_from_threads(mgr: Manager) -> None:
+    """The gRPC worker threads share one store: writers serialise, readers see snapshots,
+    and no update is lost."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    store = mgr.store
+    register(mgr, "b1")
+    d = store.mkdir(ROOT_INODE, "d", 0o755).inode
+
+    def work(i: int) -> int:
+        f = new_file(store, f"f{i}", d)
+        commit(mgr, f, [(cid(i % 7), 10), (cid(100), 10)])
+        store.readdir(d)
+        store.mkdir(d, f"sub{i}", 0o755)
+        return f
+
+    with ThreadPoolExecutor(16) as pool:
+        inodes = list(pool.map(work, range(64)))
+    assert len(set(inodes)) == 64
+    assert store.getattr(d).nlink == 2 + 64
+    assert refcount(store, cid(100)) == 64
+    assert store.refcount_mismatches() == {}

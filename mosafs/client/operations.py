@@ -207,7 +207,7 @@ class Operations(pyfuse3.Operations):
 
     @_errno_mapped
     async def fsync(self, fh: int, datasync: bool) -> None:
-        await self.fs.flush(fh)
+        await self.fs.flush(fh, fsync=True)
 
     @_errno_mapped
     async def release(self, fh: int) -> None:

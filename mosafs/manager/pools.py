@@ -6,13 +6,14 @@ assignments can plug in later."""
 from __future__ import annotations
 
 from mosafs._proto import common_pb2
-from mosafs.errors import ConfigError, MosafsError
+from mosafs.chunking.spec import DEFAULT_SPEC, MAX_CHUNK, parse_spec
+from mosafs.errors import ConfigError
 
 DEFAULT_POOL = "default"
-DEFAULT_CHUNKER = "cdc:262144:1048576:4194304"
+DEFAULT_CHUNKER = DEFAULT_SPEC
 WRITE_SEMANTICS = ("optimistic", "pessimistic")
 HASH_BACKENDS = ("auto", "cpu", "gpu")
-MAX_CHUNK_BYTES = 64 << 20  # the largest chunk a spec may ask for (and a commit may name)
+MAX_CHUNK_BYTES = MAX_CHUNK  # the largest chunk a spec (and a commit) may name
 MAX_REPLICATION = 16
 MAX_STRIPE_WIDTH = 1024
 
@@ -25,38 +26,8 @@ def default_settings(name: str = DEFAULT_POOL) -> common_pb2.PoolSettings:
 
 
 def check_chunker(spec: str) -> str:
-    """Validate a chunker spec; the chunking package owns the full parser when it is present."""
-    try:
-        from mosafs.chunking.spec import parse_spec  # type: ignore[import-not-found]
-    except ImportError:
-        try:
-            from mosafs.chunking import parse_spec  # type: ignore[attr-defined,no-redef]
-        except ImportError:
-            return _check_chunker_minimal(spec)
-    try:
-        parse_spec(spec)
-    except (MosafsError, ValueError) as exc:
-        raise ConfigError(f"bad chunker spec {spec!r}: {exc}") from None
-    return spec
-
-
-def _check_chunker_minimal(spec: str) -> str:
-    """`fixed:SIZE` or `cdc:MIN:AVG:MAX` with positive integers (DESIGN §5)."""
-    kind, _, rest = spec.partition(":")
-    try:
-        sizes = [int(part) for part in rest.split(":")]
-    except ValueError:
-        sizes = []
-    usage = "use fixed:SIZE or cdc:MIN:AVG:MAX (bytes, AVG a power of two)"
-    if kind == "fixed" and len(sizes) == 1:
-        ok = 0 < sizes[0] <= MAX_CHUNK_BYTES
-    elif kind == "cdc" and len(sizes) == 3:
-        lo, avg, hi = sizes
-        ok = 0 < lo <= avg <= hi <= MAX_CHUNK_BYTES and avg & (avg - 1) == 0
-    else:
-        ok = False
-    if not ok:
-        raise ConfigError(f"bad chunker spec {spec!r}: {usage}, at most {MAX_CHUNK_BYTES} bytes")
+    """Validate a chunker spec with the chunking package's parser (its message is clear)."""
+    parse_spec(spec)
     return spec
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import errno
 import os
+import time
 
 import pytest
 
@@ -81,3 +82,33 @@ def test_fuse_statfs_reports_benefactor_space(mnt):
     assert st.f_blocks > 0
     assert 0 < st.f_bavail <= st.f_blocks
     assert st.f_namemax == 255
+
+
+def _version(path) -> int:
+    return int(os.getxattr(path, "user.mosafs.version"))
+
+
+def test_fuse_each_close_after_writing_makes_one_version(mnt):
+    path = mnt / "f"
+    path.write_bytes(b"first")
+    assert _version(path) == 1
+    # What a shell does for `echo x > f`: open(O_TRUNC), dup2 the fd, close the original
+    # (a flush of the still-empty file), write, close.
+    fd = os.open(path, os.O_WRONLY | os.O_TRUNC)
+    dup = os.dup(fd)
+    os.close(fd)
+    os.write(dup, b"second")
+    os.close(dup)
+    assert path.read_bytes() == b"second"
+    assert _version(path) == 2
+    # Emptying a file on purpose is a version too, committed by the release that follows
+    # the last close (the kernel sends it asynchronously, so wait for it).
+    os.close(os.open(path, os.O_WRONLY | os.O_TRUNC))
+    assert path.read_bytes() == b""
+    deadline = time.monotonic() + 10
+    while _version(path) != 3 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert _version(path) == 3
+    # Reopening without writing commits nothing.
+    os.close(os.open(path, os.O_RDWR))
+    assert _version(path) == 3

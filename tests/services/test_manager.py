@@ -319,7 +319,7 @@ def run_manager(*args: str) -> subprocess.CompletedProcess[str]:
 def test_bad_flags_exit_with_one_line_reason(tmp_path: Path) -> None:
     done = run_manager("--data-dir", str(tmp_path / "d"), "--chunker", "cdc:1:3:2")
     assert done.returncode == 2
-    assert "bad chunker spec 'cdc:1:3:2'" in done.stderr and "Traceback" not in done.stderr
+    assert "chunker 'cdc:1:3:2'" in done.stderr and "Traceback" not in done.stderr
     done = run_manager("--data-dir", str(tmp_path / "d"), "--listen", "nonsense")
     assert done.returncode == 2 and "HOST:PORT" in done.stderr
 

@@ -197,19 +197,21 @@ class FileSystem:
             finally:
                 await session.close()
 
-    async def flush(self, fh: int) -> None:
+    async def flush(self, fh: int, *, fsync: bool = False) -> None:
         """close(2) and fsync(2): commit this inode's changes (close-to-open semantics)."""
         handle = self._handle(fh)
         if not handle.writable:
             return
         async with self._lock(handle.inode):
             session = self._sessions.get(handle.inode)
-            if session is None:
-                return
-            try:
-                await session.commit()
-            except errors.NotFound:
-                log.info("inode %d was removed before its changes were committed", handle.inode)
+            if session is not None and (fsync or not session.only_emptied):
+                await self._commit(session)
+
+    async def _commit(self, session: WriteSession) -> None:
+        try:
+            await session.commit()
+        except errors.NotFound:
+            log.info("inode %d was removed before its changes were committed", session.inode)
 
     async def release(self, fh: int) -> None:
         handle = self._handles.pop(fh, None)
@@ -224,7 +226,12 @@ class FileSystem:
             return
         self._writers.pop(inode, None)
         session = self._sessions.pop(inode, None)
-        if session is not None:
+        if session is None:
+            return
+        try:
+            if session.dirty:  # only an emptying open(O_TRUNC) waits for the last release
+                await self._commit(session)
+        finally:
             await session.close()
 
     async def version_stats(self, inode: int) -> mpb.VersionStats:

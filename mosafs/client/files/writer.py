@@ -138,6 +138,11 @@ class WriteSession:
         self.committed_version = 0
         self.size = 0
         self.dirty = False
+        # Truncated to empty and not written since: what open(O_TRUNC) leaves before the
+        # first write. Shells dup2() the new fd and close the original, and every close
+        # flushes; committing this state there would make an empty version of every
+        # `echo x > f`. So it is committed by fsync or by the last release only.
+        self.only_emptied = False
         self.mtime_ns = time.time_ns()
         self._pipeline: _Pipeline | None = None
         self._pending = bytearray()
@@ -198,6 +203,7 @@ class WriteSession:
         if self.lease is None:
             await self._acquire_lease()
         self.dirty = True
+        self.only_emptied = False
         self.mtime_ns = time.time_ns()
         if self._spill is None and offset == self.size:
             await self._append(data)
@@ -229,6 +235,7 @@ class WriteSession:
             await self._acquire_lease()
         self.dirty = True
         self.mtime_ns = time.time_ns()
+        self.only_emptied = size == 0
         if size == 0:
             await self._drop_content()
             return
@@ -293,7 +300,7 @@ class WriteSession:
         reply = await self._commit_entries(entries)
         self.prefix = entries
         self.committed_version = reply.version
-        self.dirty = False
+        self.dirty = self.only_emptied = False
         return reply
 
     async def _rechunk(self) -> list[ChunkEntry]:

@@ -7,14 +7,20 @@ tests start daemons on port 0 and learn the real address from it.
 
 from __future__ import annotations
 
+import fcntl
 import json
 import logging
 import os
 import signal
+import socket
 import sys
 import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
+
+from mosafs.errors import ConfigError
 
 LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s[%(process)d]: %(message)s"
 
@@ -52,3 +58,45 @@ def stop_event() -> threading.Event:
     signal.signal(signal.SIGINT, handler)
     signal.signal(signal.SIGTERM, handler)
     return event
+
+
+_WILDCARD_HOSTS = {"", "0.0.0.0", "::", "[::]"}
+
+
+def split_address(text: str, what: str) -> tuple[str, int]:
+    """(host, port) of HOST:PORT (IPv6 hosts in brackets); ConfigError otherwise."""
+    host, sep, port = text.rpartition(":")
+    if not sep or not port.isdigit() or int(port) > 65535:
+        raise ConfigError(f"{what} must be HOST:PORT, got {text!r}")
+    return host, int(port)
+
+
+def advertised_address(listen_host: str, port: int, advertise: str | None = None) -> str:
+    if advertise:
+        return advertise
+    # A wildcard address is not something a peer can dial: offer the host name instead.
+    host = socket.gethostname() if listen_host in _WILDCARD_HOSTS else listen_host
+    return f"{host}:{port}"
+
+
+def listen(add_servicer: Callable[[Any], None], address: str) -> tuple[Any, int]:
+    """Start a gRPC server on ADDRESS; a busy or foreign address is a ConfigError."""
+    from mosafs.rpc.channels import server
+
+    try:
+        return server(add_servicer, address)
+    except (OSError, RuntimeError) as exc:
+        raise ConfigError(f"cannot listen on {address} (in use, or not an address of this "
+                          f"host): {exc}") from None
+
+
+@contextmanager
+def exclusive(lock_path: Path, busy_message: str) -> Iterator[None]:
+    """Hold an flock on LOCK_PATH for the block. The kernel drops it when the process dies,
+    so a daemon killed with SIGKILL restarts without clean-up."""
+    with open(lock_path, "a") as lock:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise ConfigError(busy_message) from None
+        yield

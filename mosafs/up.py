@@ -13,7 +13,6 @@ cluster.json (while running), up.lock (one `up` per DIR).
 from __future__ import annotations
 
 import argparse
-import fcntl
 import json
 import logging
 import os
@@ -25,7 +24,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
 from mosafs.errors import ConfigError, Unavailable
 
@@ -72,7 +71,9 @@ def run(args: argparse.Namespace) -> int:
     _check_mountpoint(mountpoint)
     for sub in ("logs", "run", "benefactors"):
         (data_dir / sub).mkdir(parents=True, exist_ok=True)
-    with _exclusive(data_dir):
+    from mosafs.procutil import exclusive
+
+    with exclusive(data_dir / "up.lock", f"another mosafs up is running on {data_dir}"):
         return Cluster(args, data_dir, mountpoint).run()
 
 
@@ -82,25 +83,6 @@ def _check_mountpoint(mountpoint: Path) -> None:
         raise ConfigError(f"{mountpoint} is already a mount point")
     if any(mountpoint.iterdir()):
         raise ConfigError(f"mount point {mountpoint} is not empty")
-
-
-class _exclusive:
-    """Hold DIR/up.lock so that two `mosafs up` never share a data dir."""
-
-    def __init__(self, data_dir: Path) -> None:
-        self.path = data_dir / "up.lock"
-        self.file: IO[str] | None = None
-
-    def __enter__(self) -> None:
-        self.file = open(self.path, "a+")
-        try:
-            fcntl.flock(self.file, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            raise ConfigError(f"another mosafs up is running on {self.path.parent}") from None
-
-    def __exit__(self, *exc: object) -> None:
-        assert self.file is not None
-        self.file.close()
 
 
 class Cluster:

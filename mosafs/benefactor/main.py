@@ -13,14 +13,12 @@ from __future__ import annotations
 import argparse
 import logging
 import os
-import socket
 import threading
 import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from mosafs.errors import (
-    ConfigError,
     DeadlineExceeded,
     MosafsError,
     NotFound,
@@ -43,7 +41,6 @@ BACKOFF_FIRST_S = 0.1       # registration retries: 0.1 s doubling ...
 BACKOFF_MAX_S = 5.0         # ... up to 5 s
 DEFAULT_HEARTBEAT_S = 2.0   # when the manager's answer names no interval
 SLOW_START_WARN_S = 30.0    # a manager never reached for this long is worth a WARNING
-_WILDCARD_HOSTS = {"", "0.0.0.0", "::", "[::]"}
 _SIZE_SUFFIXES = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
 
 
@@ -87,24 +84,16 @@ def parse_size(text: str) -> int:
     return value
 
 
-def split_address(text: str, what: str) -> tuple[str, int]:
-    """(host, port) of HOST:PORT (IPv6 hosts in brackets); ConfigError otherwise."""
-    host, sep, port = text.rpartition(":")
-    if not sep or not port.isdigit() or int(port) > 65535:
-        raise ConfigError(f"{what} must be HOST:PORT, got {text!r}")
-    return host, int(port)
-
-
-def advertised_address(listen_host: str, port: int, advertise: str | None) -> str:
-    if advertise:
-        return advertise
-    # A wildcard address is not something a peer can dial: offer the host name instead.
-    host = socket.gethostname() if listen_host in _WILDCARD_HOSTS else listen_host
-    return f"{host}:{port}"
-
-
 def run(args: argparse.Namespace) -> int:
-    from mosafs.procutil import setup_logging, stop_event, write_ready_file
+    from mosafs.benefactor.servicer import add_to_server
+    from mosafs.procutil import (
+        advertised_address,
+        listen,
+        setup_logging,
+        split_address,
+        stop_event,
+        write_ready_file,
+    )
 
     setup_logging(args.log_level)
     stop = stop_event()  # first: a signal during start-up still stops us cleanly
@@ -120,7 +109,7 @@ def run(args: argparse.Namespace) -> int:
     data_dir = os.path.abspath(args.data_dir)  # the ready file is read from other cwds
     with FileChunkStore(data_dir, capacity=args.capacity) as store:
         info = InfoSource(store, load_or_create_identity(store.data_dir), args.pool)
-        srv, port = _serve(store, info, args.listen)
+        srv, port = listen(lambda srv: add_to_server(srv, store, info), args.listen)
         info.address = advertised_address(listen_host, port, args.advertise)
         registrar = Registrar(manager, info) if manager else None
         try:
@@ -139,17 +128,6 @@ def run(args: argparse.Namespace) -> int:
             srv.stop(STOP_GRACE_S).wait()
     log.info("stopped")
     return 0
-
-
-def _serve(store: ChunkStore, info: InfoSource, listen: str) -> tuple[grpc.Server, int]:
-    from mosafs.benefactor.servicer import add_to_server
-    from mosafs.rpc.channels import server
-
-    try:
-        return server(lambda srv: add_to_server(srv, store, info), listen)
-    except (OSError, RuntimeError) as exc:
-        raise ConfigError(f"cannot listen on {listen} (in use, or not an address of this "
-                          f"host): {exc}") from None
 
 
 class InfoSource:

@@ -12,11 +12,7 @@ from __future__ import annotations
 
 import argparse
 import logging
-import socket
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
 
 from mosafs.errors import ConfigError
 
@@ -24,7 +20,6 @@ log = logging.getLogger("mosafs.manager")
 
 DEFAULT_LISTEN = "127.0.0.1:0"
 STOP_GRACE_S = 2.0  # in-flight RPCs get this long to finish on SIGTERM
-_WILDCARD_HOSTS = {"", "0.0.0.0", "::", "[::]"}
 
 
 def _positive_int(text: str) -> int:
@@ -92,11 +87,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from mosafs.procutil import setup_logging, stop_event, write_ready_file
+    from mosafs.procutil import (
+        advertised_address,
+        exclusive,
+        listen,
+        setup_logging,
+        split_address,
+        stop_event,
+        write_ready_file,
+    )
 
     setup_logging(args.log_level)
     stop = stop_event()  # first: a signal during start-up still stops us cleanly
-    listen_host = _split_address(args.listen)
+    listen_host, _ = split_address(args.listen, "--listen")
     if args.benefactor_lease < args.heartbeat_interval:
         raise ConfigError("--benefactor-lease must be at least --heartbeat-interval "
                           "(otherwise live benefactors flap between alive and dead)")
@@ -106,8 +109,12 @@ def run(args: argparse.Namespace) -> int:
     from mosafs.manager.core import Manager, ManagerConfig
     from mosafs.manager.metadata import MetadataStore
     from mosafs.manager.pools import DEFAULT_POOL
+    from mosafs.manager.servicer import add_to_server
 
-    with _exclusive(data_dir), MetadataStore(data_dir / "metadata.lmdb",
+    # Two managers on one data directory would each hand out leases and placements the
+    # other does not know about.
+    busy = f"another manager is running on {data_dir}"
+    with exclusive(data_dir / "manager.lock", busy), MetadataStore(data_dir / "metadata.lmdb",
                                              map_size=args.map_size) as store:
         pool = store.update_pool(
             DEFAULT_POOL, replication=args.replication, stripe_width=args.stripe_width,
@@ -116,9 +123,9 @@ def run(args: argparse.Namespace) -> int:
                                benefactor_lease_s=args.benefactor_lease,
                                write_lease_s=args.write_lease)
         manager = Manager(store, config)
-        srv, port = _serve(manager, args.listen)
+        srv, port = listen(add_to_server(manager), args.listen)
         try:
-            address = _advertised(listen_host, port)
+            address = advertised_address(listen_host, port)
             write_ready_file(args.ready_file, address=address, data_dir=str(data_dir))
             log.info("manager serving %s on %s (default pool: %s, R=%d, W=%d, %s)", data_dir,
                      address, pool.chunker, pool.replication, pool.stripe_width,
@@ -129,42 +136,3 @@ def run(args: argparse.Namespace) -> int:
             srv.stop(STOP_GRACE_S).wait()
     log.info("stopped")
     return 0
-
-
-def _split_address(text: str) -> str:
-    host, sep, port = text.rpartition(":")
-    if not sep or not port.isdigit() or int(port) > 65535:
-        raise ConfigError(f"--listen must be HOST:PORT, got {text!r}")
-    return host
-
-
-def _advertised(listen_host: str, port: int) -> str:
-    # A wildcard address is not something a peer can dial: offer the host name instead.
-    host = socket.gethostname() if listen_host in _WILDCARD_HOSTS else listen_host
-    return f"{host}:{port}"
-
-
-def _serve(manager: Any, listen: str) -> tuple[Any, int]:
-    from mosafs.manager.servicer import add_to_server
-    from mosafs.rpc.channels import server
-
-    try:
-        return server(add_to_server(manager), listen)
-    except (OSError, RuntimeError) as exc:
-        raise ConfigError(f"cannot listen on {listen} (in use, or not an address of this "
-                          f"host): {exc}") from None
-
-
-@contextmanager
-def _exclusive(data_dir: Path) -> Iterator[None]:
-    """Hold an flock on DATA_DIR/manager.lock: two managers on one data directory would each
-    hand out leases and placements the other does not know about. The kernel drops the lock
-    when the process dies, so a manager killed with SIGKILL restarts without cleanup."""
-    import fcntl
-
-    with open(data_dir / "manager.lock", "a") as lock:
-        try:
-            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            raise ConfigError(f"another manager is running on {data_dir}") from None
-        yield

@@ -77,6 +77,37 @@ class NameTooLong(MosafsError):
     exit_code = 2
 
 
+class NotPermitted(MosafsError):
+    """The operation is never allowed on this object (EPERM): a hard link to a directory,
+    a device node, a write to a read-only mosafs attribute."""
+
+    kind = "not-permitted"
+    errno = _errno.EPERM
+    exit_code = 4
+
+
+class NotSupported(MosafsError):
+    kind = "not-supported"
+    errno = _errno.EOPNOTSUPP
+    exit_code = 4
+
+
+class NoAttribute(MosafsError):
+    """No such extended attribute (ENODATA, which Linux also calls ENOATTR)."""
+
+    kind = "no-attribute"
+    errno = _errno.ENODATA
+    exit_code = 3
+
+
+class ValueTooLarge(MosafsError):
+    """An extended attribute value or a symlink target over its limit."""
+
+    kind = "too-large"
+    errno = _errno.E2BIG
+    exit_code = 2
+
+
 class NoSpace(MosafsError):
     """No live benefactor with space can take the data."""
 
@@ -139,7 +170,8 @@ class InternalError(MosafsError):
 
 ALL_ERRORS: tuple[type[MosafsError], ...] = (
     MosafsError, InvalidArgument, ConfigError, NotFound, AlreadyExists, NotADirectory,
-    IsADirectory, DirectoryNotEmpty, NameTooLong, NoSpace, LeaseExpired, FailedPrecondition,
+    IsADirectory, DirectoryNotEmpty, NameTooLong, NotPermitted, NotSupported, NoAttribute,
+    ValueTooLarge, NoSpace, LeaseExpired, FailedPrecondition,
     IntegrityError, Unavailable, DeadlineExceeded, ResourceExhausted, InternalError,
 )
 BY_KIND: dict[str, type[MosafsError]] = {cls.kind: cls for cls in ALL_ERRORS}

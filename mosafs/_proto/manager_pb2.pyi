@@ -14,9 +14,15 @@ class FileKind(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     FILE_KIND_UNSPECIFIED: _ClassVar[FileKind]
     FILE_KIND_DIRECTORY: _ClassVar[FileKind]
     FILE_KIND_REGULAR: _ClassVar[FileKind]
+    FILE_KIND_SYMLINK: _ClassVar[FileKind]
+    FILE_KIND_FIFO: _ClassVar[FileKind]
+    FILE_KIND_SOCKET: _ClassVar[FileKind]
 FILE_KIND_UNSPECIFIED: FileKind
 FILE_KIND_DIRECTORY: FileKind
 FILE_KIND_REGULAR: FileKind
+FILE_KIND_SYMLINK: FileKind
+FILE_KIND_FIFO: FileKind
+FILE_KIND_SOCKET: FileKind
 
 class Empty(_message.Message):
     __slots__ = ()
@@ -63,20 +69,22 @@ class GetAttrRequest(_message.Message):
     def __init__(self, inode: _Optional[int] = ...) -> None: ...
 
 class SetAttrRequest(_message.Message):
-    __slots__ = ("inode", "mode", "uid", "gid", "atime_ns", "mtime_ns")
+    __slots__ = ("inode", "mode", "uid", "gid", "atime_ns", "mtime_ns", "ctime_ns")
     INODE_FIELD_NUMBER: _ClassVar[int]
     MODE_FIELD_NUMBER: _ClassVar[int]
     UID_FIELD_NUMBER: _ClassVar[int]
     GID_FIELD_NUMBER: _ClassVar[int]
     ATIME_NS_FIELD_NUMBER: _ClassVar[int]
     MTIME_NS_FIELD_NUMBER: _ClassVar[int]
+    CTIME_NS_FIELD_NUMBER: _ClassVar[int]
     inode: int
     mode: int
     uid: int
     gid: int
     atime_ns: int
     mtime_ns: int
-    def __init__(self, inode: _Optional[int] = ..., mode: _Optional[int] = ..., uid: _Optional[int] = ..., gid: _Optional[int] = ..., atime_ns: _Optional[int] = ..., mtime_ns: _Optional[int] = ...) -> None: ...
+    ctime_ns: int
+    def __init__(self, inode: _Optional[int] = ..., mode: _Optional[int] = ..., uid: _Optional[int] = ..., gid: _Optional[int] = ..., atime_ns: _Optional[int] = ..., mtime_ns: _Optional[int] = ..., ctime_ns: _Optional[int] = ...) -> None: ...
 
 class ReadDirRequest(_message.Message):
     __slots__ = ("inode", "start_after", "limit")
@@ -163,6 +171,106 @@ class RenameRequest(_message.Message):
     new_name: str
     no_replace: bool
     def __init__(self, old_parent: _Optional[int] = ..., old_name: _Optional[str] = ..., new_parent: _Optional[int] = ..., new_name: _Optional[str] = ..., no_replace: _Optional[bool] = ...) -> None: ...
+
+class SymlinkRequest(_message.Message):
+    __slots__ = ("parent", "name", "target", "uid", "gid")
+    PARENT_FIELD_NUMBER: _ClassVar[int]
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    TARGET_FIELD_NUMBER: _ClassVar[int]
+    UID_FIELD_NUMBER: _ClassVar[int]
+    GID_FIELD_NUMBER: _ClassVar[int]
+    parent: int
+    name: str
+    target: bytes
+    uid: int
+    gid: int
+    def __init__(self, parent: _Optional[int] = ..., name: _Optional[str] = ..., target: _Optional[bytes] = ..., uid: _Optional[int] = ..., gid: _Optional[int] = ...) -> None: ...
+
+class ReadlinkRequest(_message.Message):
+    __slots__ = ("inode",)
+    INODE_FIELD_NUMBER: _ClassVar[int]
+    inode: int
+    def __init__(self, inode: _Optional[int] = ...) -> None: ...
+
+class ReadlinkResponse(_message.Message):
+    __slots__ = ("target",)
+    TARGET_FIELD_NUMBER: _ClassVar[int]
+    target: bytes
+    def __init__(self, target: _Optional[bytes] = ...) -> None: ...
+
+class MknodRequest(_message.Message):
+    __slots__ = ("parent", "name", "kind", "mode", "uid", "gid")
+    PARENT_FIELD_NUMBER: _ClassVar[int]
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    KIND_FIELD_NUMBER: _ClassVar[int]
+    MODE_FIELD_NUMBER: _ClassVar[int]
+    UID_FIELD_NUMBER: _ClassVar[int]
+    GID_FIELD_NUMBER: _ClassVar[int]
+    parent: int
+    name: str
+    kind: FileKind
+    mode: int
+    uid: int
+    gid: int
+    def __init__(self, parent: _Optional[int] = ..., name: _Optional[str] = ..., kind: _Optional[_Union[FileKind, str]] = ..., mode: _Optional[int] = ..., uid: _Optional[int] = ..., gid: _Optional[int] = ...) -> None: ...
+
+class LinkRequest(_message.Message):
+    __slots__ = ("inode", "new_parent", "new_name")
+    INODE_FIELD_NUMBER: _ClassVar[int]
+    NEW_PARENT_FIELD_NUMBER: _ClassVar[int]
+    NEW_NAME_FIELD_NUMBER: _ClassVar[int]
+    inode: int
+    new_parent: int
+    new_name: str
+    def __init__(self, inode: _Optional[int] = ..., new_parent: _Optional[int] = ..., new_name: _Optional[str] = ...) -> None: ...
+
+class SetXattrRequest(_message.Message):
+    __slots__ = ("inode", "name", "value", "create", "replace")
+    INODE_FIELD_NUMBER: _ClassVar[int]
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    VALUE_FIELD_NUMBER: _ClassVar[int]
+    CREATE_FIELD_NUMBER: _ClassVar[int]
+    REPLACE_FIELD_NUMBER: _ClassVar[int]
+    inode: int
+    name: str
+    value: bytes
+    create: bool
+    replace: bool
+    def __init__(self, inode: _Optional[int] = ..., name: _Optional[str] = ..., value: _Optional[bytes] = ..., create: _Optional[bool] = ..., replace: _Optional[bool] = ...) -> None: ...
+
+class GetXattrRequest(_message.Message):
+    __slots__ = ("inode", "name")
+    INODE_FIELD_NUMBER: _ClassVar[int]
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    inode: int
+    name: str
+    def __init__(self, inode: _Optional[int] = ..., name: _Optional[str] = ...) -> None: ...
+
+class GetXattrResponse(_message.Message):
+    __slots__ = ("value",)
+    VALUE_FIELD_NUMBER: _ClassVar[int]
+    value: bytes
+    def __init__(self, value: _Optional[bytes] = ...) -> None: ...
+
+class ListXattrRequest(_message.Message):
+    __slots__ = ("inode",)
+    INODE_FIELD_NUMBER: _ClassVar[int]
+    inode: int
+    def __init__(self, inode: _Optional[int] = ...) -> None: ...
+
+class ListXattrResponse(_message.Message):
+    __slots__ = ("names",)
+    NAMES_FIELD_NUMBER: _ClassVar[int]
+    names: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, names: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class RemoveXattrRequest(_message.Message):
+    __slots__ = ("inode", "name")
+    INODE_FIELD_NUMBER: _ClassVar[int]
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    inode: int
+    name: str
+    def __init__(self, inode: _Optional[int] = ..., name: _Optional[str] = ...) -> None: ...
 
 class StatFsRequest(_message.Message):
     __slots__ = ()

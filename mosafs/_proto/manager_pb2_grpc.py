@@ -84,6 +84,46 @@ class ManagerStub:
                 request_serializer=mosafs_dot_v1_dot_manager__pb2.StatFsRequest.SerializeToString,
                 response_deserializer=mosafs_dot_v1_dot_manager__pb2.StatFsResponse.FromString,
                 _registered_method=True)
+        self.Symlink = channel.unary_unary(
+                '/mosafs.v1.Manager/Symlink',
+                request_serializer=mosafs_dot_v1_dot_manager__pb2.SymlinkRequest.SerializeToString,
+                response_deserializer=mosafs_dot_v1_dot_manager__pb2.Attr.FromString,
+                _registered_method=True)
+        self.Readlink = channel.unary_unary(
+                '/mosafs.v1.Manager/Readlink',
+                request_serializer=mosafs_dot_v1_dot_manager__pb2.ReadlinkRequest.SerializeToString,
+                response_deserializer=mosafs_dot_v1_dot_manager__pb2.ReadlinkResponse.FromString,
+                _registered_method=True)
+        self.Mknod = channel.unary_unary(
+                '/mosafs.v1.Manager/Mknod',
+                request_serializer=mosafs_dot_v1_dot_manager__pb2.MknodRequest.SerializeToString,
+                response_deserializer=mosafs_dot_v1_dot_manager__pb2.Attr.FromString,
+                _registered_method=True)
+        self.Link = channel.unary_unary(
+                '/mosafs.v1.Manager/Link',
+                request_serializer=mosafs_dot_v1_dot_manager__pb2.LinkRequest.SerializeToString,
+                response_deserializer=mosafs_dot_v1_dot_manager__pb2.Attr.FromString,
+                _registered_method=True)
+        self.SetXattr = channel.unary_unary(
+                '/mosafs.v1.Manager/SetXattr',
+                request_serializer=mosafs_dot_v1_dot_manager__pb2.SetXattrRequest.SerializeToString,
+                response_deserializer=mosafs_dot_v1_dot_manager__pb2.Empty.FromString,
+                _registered_method=True)
+        self.GetXattr = channel.unary_unary(
+                '/mosafs.v1.Manager/GetXattr',
+                request_serializer=mosafs_dot_v1_dot_manager__pb2.GetXattrRequest.SerializeToString,
+                response_deserializer=mosafs_dot_v1_dot_manager__pb2.GetXattrResponse.FromString,
+                _registered_method=True)
+        self.ListXattr = channel.unary_unary(
+                '/mosafs.v1.Manager/ListXattr',
+                request_serializer=mosafs_dot_v1_dot_manager__pb2.ListXattrRequest.SerializeToString,
+                response_deserializer=mosafs_dot_v1_dot_manager__pb2.ListXattrResponse.FromString,
+                _registered_method=True)
+        self.RemoveXattr = channel.unary_unary(
+                '/mosafs.v1.Manager/RemoveXattr',
+                request_serializer=mosafs_dot_v1_dot_manager__pb2.RemoveXattrRequest.SerializeToString,
+                response_deserializer=mosafs_dot_v1_dot_manager__pb2.Empty.FromString,
+                _registered_method=True)
         self.OpenWrite = channel.unary_unary(
                 '/mosafs.v1.Manager/OpenWrite',
                 request_serializer=mosafs_dot_v1_dot_manager__pb2.OpenWriteRequest.SerializeToString,
@@ -200,6 +240,57 @@ class ManagerServicer:
         raise NotImplementedError('Method not implemented!')
 
     def StatFs(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def Symlink(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def Readlink(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def Mknod(self, request, context):
+        """FIFOs and sockets (metadata only); device nodes are refused.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def Link(self, request, context):
+        """A hard link: another name for a regular file, symlink, FIFO or socket.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def SetXattr(self, request, context):
+        """Extended attributes. Names are stored as given (the client admits `user.*` only).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def GetXattr(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListXattr(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def RemoveXattr(self, request, context):
         """Missing associated documentation comment in .proto file."""
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -328,6 +419,46 @@ def add_ManagerServicer_to_server(servicer, server):
                     servicer.StatFs,
                     request_deserializer=mosafs_dot_v1_dot_manager__pb2.StatFsRequest.FromString,
                     response_serializer=mosafs_dot_v1_dot_manager__pb2.StatFsResponse.SerializeToString,
+            ),
+            'Symlink': grpc.unary_unary_rpc_method_handler(
+                    servicer.Symlink,
+                    request_deserializer=mosafs_dot_v1_dot_manager__pb2.SymlinkRequest.FromString,
+                    response_serializer=mosafs_dot_v1_dot_manager__pb2.Attr.SerializeToString,
+            ),
+            'Readlink': grpc.unary_unary_rpc_method_handler(
+                    servicer.Readlink,
+                    request_deserializer=mosafs_dot_v1_dot_manager__pb2.ReadlinkRequest.FromString,
+                    response_serializer=mosafs_dot_v1_dot_manager__pb2.ReadlinkResponse.SerializeToString,
+            ),
+            'Mknod': grpc.unary_unary_rpc_method_handler(
+                    servicer.Mknod,
+                    request_deserializer=mosafs_dot_v1_dot_manager__pb2.MknodRequest.FromString,
+                    response_serializer=mosafs_dot_v1_dot_manager__pb2.Attr.SerializeToString,
+            ),
+            'Link': grpc.unary_unary_rpc_method_handler(
+                    servicer.Link,
+                    request_deserializer=mosafs_dot_v1_dot_manager__pb2.LinkRequest.FromString,
+                    response_serializer=mosafs_dot_v1_dot_manager__pb2.Attr.SerializeToString,
+            ),
+            'SetXattr': grpc.unary_unary_rpc_method_handler(
+                    servicer.SetXattr,
+                    request_deserializer=mosafs_dot_v1_dot_manager__pb2.SetXattrRequest.FromString,
+                    response_serializer=mosafs_dot_v1_dot_manager__pb2.Empty.SerializeToString,
+            ),
+            'GetXattr': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetXattr,
+                    request_deserializer=mosafs_dot_v1_dot_manager__pb2.GetXattrRequest.FromString,
+                    response_serializer=mosafs_dot_v1_dot_manager__pb2.GetXattrResponse.SerializeToString,
+            ),
+            'ListXattr': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListXattr,
+                    request_deserializer=mosafs_dot_v1_dot_manager__pb2.ListXattrRequest.FromString,
+                    response_serializer=mosafs_dot_v1_dot_manager__pb2.ListXattrResponse.SerializeToString,
+            ),
+            'RemoveXattr': grpc.unary_unary_rpc_method_handler(
+                    servicer.RemoveXattr,
+                    request_deserializer=mosafs_dot_v1_dot_manager__pb2.RemoveXattrRequest.FromString,
+                    response_serializer=mosafs_dot_v1_dot_manager__pb2.Empty.SerializeToString,
             ),
             'OpenWrite': grpc.unary_unary_rpc_method_handler(
                     servicer.OpenWrite,
@@ -655,6 +786,222 @@ class Manager:
             '/mosafs.v1.Manager/StatFs',
             mosafs_dot_v1_dot_manager__pb2.StatFsRequest.SerializeToString,
             mosafs_dot_v1_dot_manager__pb2.StatFsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Symlink(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/mosafs.v1.Manager/Symlink',
+            mosafs_dot_v1_dot_manager__pb2.SymlinkRequest.SerializeToString,
+            mosafs_dot_v1_dot_manager__pb2.Attr.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Readlink(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/mosafs.v1.Manager/Readlink',
+            mosafs_dot_v1_dot_manager__pb2.ReadlinkRequest.SerializeToString,
+            mosafs_dot_v1_dot_manager__pb2.ReadlinkResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Mknod(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/mosafs.v1.Manager/Mknod',
+            mosafs_dot_v1_dot_manager__pb2.MknodRequest.SerializeToString,
+            mosafs_dot_v1_dot_manager__pb2.Attr.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Link(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/mosafs.v1.Manager/Link',
+            mosafs_dot_v1_dot_manager__pb2.LinkRequest.SerializeToString,
+            mosafs_dot_v1_dot_manager__pb2.Attr.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def SetXattr(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/mosafs.v1.Manager/SetXattr',
+            mosafs_dot_v1_dot_manager__pb2.SetXattrRequest.SerializeToString,
+            mosafs_dot_v1_dot_manager__pb2.Empty.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetXattr(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/mosafs.v1.Manager/GetXattr',
+            mosafs_dot_v1_dot_manager__pb2.GetXattrRequest.SerializeToString,
+            mosafs_dot_v1_dot_manager__pb2.GetXattrResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListXattr(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/mosafs.v1.Manager/ListXattr',
+            mosafs_dot_v1_dot_manager__pb2.ListXattrRequest.SerializeToString,
+            mosafs_dot_v1_dot_manager__pb2.ListXattrResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def RemoveXattr(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/mosafs.v1.Manager/RemoveXattr',
+            mosafs_dot_v1_dot_manager__pb2.RemoveXattrRequest.SerializeToString,
+            mosafs_dot_v1_dot_manager__pb2.Empty.FromString,
             options,
             channel_credentials,
             insecure,

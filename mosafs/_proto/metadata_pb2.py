@@ -26,7 +26,7 @@ from mosafs._proto import common_pb2 as mosafs_dot_v1_dot_common__pb2
 from mosafs._proto import manager_pb2 as mosafs_dot_v1_dot_manager__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x18mosafs/v1/metadata.proto\x12\tmosafs.v1\x1a\x16mosafs/v1/common.proto\x1a\x17mosafs/v1/manager.proto\"\xd3\x01\n\x0bInodeRecord\x12!\n\x04kind\x18\x01 \x01(\x0e\x32\x13.mosafs.v1.FileKind\x12\x0c\n\x04mode\x18\x02 \x01(\r\x12\r\n\x05nlink\x18\x03 \x01(\r\x12\x0b\n\x03uid\x18\x04 \x01(\r\x12\x0b\n\x03gid\x18\x05 \x01(\r\x12\x10\n\x08\x61time_ns\x18\x06 \x01(\x03\x12\x10\n\x08mtime_ns\x18\x07 \x01(\x03\x12\x10\n\x08\x63time_ns\x18\x08 \x01(\x03\x12\x16\n\x0enewest_version\x18\t \x01(\x04\x12\x0c\n\x04size\x18\n \x01(\x04\x12\x0e\n\x06parent\x18\x0b \x01(\x04\"\xab\x01\n\rVersionRecord\x12\x0c\n\x04size\x18\x01 \x01(\x04\x12\x0e\n\x06\x63hunks\x18\x02 \x01(\x04\x12\x15\n\rshared_chunks\x18\x03 \x01(\x04\x12\x12\n\nbase_inode\x18\x04 \x01(\x04\x12\x14\n\x0c\x62\x61se_version\x18\x05 \x01(\x04\x12\x11\n\tnew_bytes\x18\x06 \x01(\x04\x12\x16\n\x0e\x63ommit_time_ns\x18\x07 \x01(\x03\x12\x10\n\x08mtime_ns\x18\x08 \x01(\x03\"G\n\x0b\x43hunkRecord\x12\x0e\n\x06length\x18\x01 \x01(\x04\x12\x10\n\x08refcount\x18\x02 \x01(\x04\x12\x16\n\x0e\x62\x65nefactor_ids\x18\x03 \x03(\t\"\x84\x01\n\x10\x42\x65nefactorRecord\x12\x0f\n\x07\x61\x64\x64ress\x18\x01 \x01(\t\x12\x0c\n\x04pool\x18\x02 \x01(\t\x12\x16\n\x0e\x63\x61pacity_bytes\x18\x03 \x01(\x04\x12\x12\n\nfree_bytes\x18\x04 \x01(\x04\x12\x0e\n\x06\x63hunks\x18\x05 \x01(\x04\x12\x15\n\rregistered_ns\x18\x06 \x01(\x03\"7\n\nPoolRecord\x12)\n\x08settings\x18\x01 \x01(\x0b\x32\x17.mosafs.v1.PoolSettingsb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x18mosafs/v1/metadata.proto\x12\tmosafs.v1\x1a\x16mosafs/v1/common.proto\x1a\x17mosafs/v1/manager.proto\"\xeb\x01\n\x0bInodeRecord\x12!\n\x04kind\x18\x01 \x01(\x0e\x32\x13.mosafs.v1.FileKind\x12\x0c\n\x04mode\x18\x02 \x01(\r\x12\r\n\x05nlink\x18\x03 \x01(\r\x12\x0b\n\x03uid\x18\x04 \x01(\r\x12\x0b\n\x03gid\x18\x05 \x01(\r\x12\x10\n\x08\x61time_ns\x18\x06 \x01(\x03\x12\x10\n\x08mtime_ns\x18\x07 \x01(\x03\x12\x10\n\x08\x63time_ns\x18\x08 \x01(\x03\x12\x16\n\x0enewest_version\x18\t \x01(\x04\x12\x0c\n\x04size\x18\n \x01(\x04\x12\x0e\n\x06parent\x18\x0b \x01(\x04\x12\x16\n\x0esymlink_target\x18\x0c \x01(\x0c\"\xab\x01\n\rVersionRecord\x12\x0c\n\x04size\x18\x01 \x01(\x04\x12\x0e\n\x06\x63hunks\x18\x02 \x01(\x04\x12\x15\n\rshared_chunks\x18\x03 \x01(\x04\x12\x12\n\nbase_inode\x18\x04 \x01(\x04\x12\x14\n\x0c\x62\x61se_version\x18\x05 \x01(\x04\x12\x11\n\tnew_bytes\x18\x06 \x01(\x04\x12\x16\n\x0e\x63ommit_time_ns\x18\x07 \x01(\x03\x12\x10\n\x08mtime_ns\x18\x08 \x01(\x03\"G\n\x0b\x43hunkRecord\x12\x0e\n\x06length\x18\x01 \x01(\x04\x12\x10\n\x08refcount\x18\x02 \x01(\x04\x12\x16\n\x0e\x62\x65nefactor_ids\x18\x03 \x03(\t\"\x84\x01\n\x10\x42\x65nefactorRecord\x12\x0f\n\x07\x61\x64\x64ress\x18\x01 \x01(\t\x12\x0c\n\x04pool\x18\x02 \x01(\t\x12\x16\n\x0e\x63\x61pacity_bytes\x18\x03 \x01(\x04\x12\x12\n\nfree_bytes\x18\x04 \x01(\x04\x12\x0e\n\x06\x63hunks\x18\x05 \x01(\x04\x12\x15\n\rregistered_ns\x18\x06 \x01(\x03\"7\n\nPoolRecord\x12)\n\x08settings\x18\x01 \x01(\x0b\x32\x17.mosafs.v1.PoolSettingsb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -34,13 +34,13 @@ _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'mosafs.v1.metadata_pb2', _g
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
   _globals['_INODERECORD']._serialized_start=89
-  _globals['_INODERECORD']._serialized_end=300
-  _globals['_VERSIONRECORD']._serialized_start=303
-  _globals['_VERSIONRECORD']._serialized_end=474
-  _globals['_CHUNKRECORD']._serialized_start=476
-  _globals['_CHUNKRECORD']._serialized_end=547
-  _globals['_BENEFACTORRECORD']._serialized_start=550
-  _globals['_BENEFACTORRECORD']._serialized_end=682
-  _globals['_POOLRECORD']._serialized_start=684
-  _globals['_POOLRECORD']._serialized_end=739
+  _globals['_INODERECORD']._serialized_end=324
+  _globals['_VERSIONRECORD']._serialized_start=327
+  _globals['_VERSIONRECORD']._serialized_end=498
+  _globals['_CHUNKRECORD']._serialized_start=500
+  _globals['_CHUNKRECORD']._serialized_end=571
+  _globals['_BENEFACTORRECORD']._serialized_start=574
+  _globals['_BENEFACTORRECORD']._serialized_end=706
+  _globals['_POOLRECORD']._serialized_start=708
+  _globals['_POOLRECORD']._serialized_end=763
 # @@protoc_insertion_point(module_scope)

@@ -9,7 +9,7 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class InodeRecord(_message.Message):
-    __slots__ = ("kind", "mode", "nlink", "uid", "gid", "atime_ns", "mtime_ns", "ctime_ns", "newest_version", "size", "parent")
+    __slots__ = ("kind", "mode", "nlink", "uid", "gid", "atime_ns", "mtime_ns", "ctime_ns", "newest_version", "size", "parent", "symlink_target")
     KIND_FIELD_NUMBER: _ClassVar[int]
     MODE_FIELD_NUMBER: _ClassVar[int]
     NLINK_FIELD_NUMBER: _ClassVar[int]
@@ -21,6 +21,7 @@ class InodeRecord(_message.Message):
     NEWEST_VERSION_FIELD_NUMBER: _ClassVar[int]
     SIZE_FIELD_NUMBER: _ClassVar[int]
     PARENT_FIELD_NUMBER: _ClassVar[int]
+    SYMLINK_TARGET_FIELD_NUMBER: _ClassVar[int]
     kind: _manager_pb2.FileKind
     mode: int
     nlink: int
@@ -32,7 +33,8 @@ class InodeRecord(_message.Message):
     newest_version: int
     size: int
     parent: int
-    def __init__(self, kind: _Optional[_Union[_manager_pb2.FileKind, str]] = ..., mode: _Optional[int] = ..., nlink: _Optional[int] = ..., uid: _Optional[int] = ..., gid: _Optional[int] = ..., atime_ns: _Optional[int] = ..., mtime_ns: _Optional[int] = ..., ctime_ns: _Optional[int] = ..., newest_version: _Optional[int] = ..., size: _Optional[int] = ..., parent: _Optional[int] = ...) -> None: ...
+    symlink_target: bytes
+    def __init__(self, kind: _Optional[_Union[_manager_pb2.FileKind, str]] = ..., mode: _Optional[int] = ..., nlink: _Optional[int] = ..., uid: _Optional[int] = ..., gid: _Optional[int] = ..., atime_ns: _Optional[int] = ..., mtime_ns: _Optional[int] = ..., ctime_ns: _Optional[int] = ..., newest_version: _Optional[int] = ..., size: _Optional[int] = ..., parent: _Optional[int] = ..., symlink_target: _Optional[bytes] = ...) -> None: ...
 
 class VersionRecord(_message.Message):
     __slots__ = ("size", "chunks", "shared_chunks", "base_inode", "base_version", "new_bytes", "commit_time_ns", "mtime_ns")

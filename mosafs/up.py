@@ -146,9 +146,13 @@ class Cluster:
                 "--manager", address])
             for i in range(self.args.benefactors)]
         self._wait_registered(address, {b.ready["id"] for b in self.benefactors})
-        self.mount = self._spawn("mount", [
-            "mount", str(self.mountpoint), "--manager", address,
-            "--hash-backend", self.args.hash_backend])
+        mount_args = ["mount", str(self.mountpoint), "--manager", address,
+                      "--hash-backend", self.args.hash_backend]
+        if os.geteuid() == 0:
+            # A cluster run by root serves every user of the machine; the kernel checks
+            # permissions (default_permissions), as on a local file system.
+            mount_args.append("--allow-other")
+        self.mount = self._spawn("mount", mount_args)
 
     def _wait_registered(self, address: str, wanted: set[str]) -> None:
         from mosafs._proto import manager_pb2 as mpb

@@ -17,7 +17,9 @@ import stat
 from collections.abc import Callable, Coroutine
 from typing import Any, TypeVar
 
+import cachetools
 import pyfuse3
+import trio
 
 from mosafs import errors
 from mosafs._proto import manager_pb2 as mpb
@@ -27,9 +29,14 @@ log = logging.getLogger(__name__)
 
 F = TypeVar("F", bound=Callable[..., Coroutine[Any, Any, Any]])
 BLOCK = 512
-XATTR_PREFIX = b"user.mosafs."
-# The kernel asks about these on every write; answering "no attribute" quickly matters.
-NO_XATTR = pyfuse3.ENOATTR
+_KINDS = {
+    mpb.FILE_KIND_DIRECTORY: stat.S_IFDIR,
+    mpb.FILE_KIND_REGULAR: stat.S_IFREG,
+    mpb.FILE_KIND_SYMLINK: stat.S_IFLNK,
+    mpb.FILE_KIND_FIFO: stat.S_IFIFO,
+    mpb.FILE_KIND_SOCKET: stat.S_IFSOCK,
+}
+_KIND_OF = {mode: kind for kind, mode in _KINDS.items() if kind != mpb.FILE_KIND_DIRECTORY}
 
 
 def _errno_mapped(method: F) -> F:
@@ -66,10 +73,14 @@ class Operations(pyfuse3.Operations):
         self.attr_timeout = attr_timeout
         self._dirs: dict[int, list[mpb.DirEntry]] = {}
         self._next_dir = 1
+        # inode -> the file version whose attributes the kernel was last given
+        self._told: cachetools.LRUCache[int, int] = cachetools.LRUCache(100_000)
 
     def _entry(self, attr: mpb.Attr) -> pyfuse3.EntryAttributes:
+        """Attributes for the kernel; remembers which version of the file it was told."""
         entry = pyfuse3.EntryAttributes()
-        kind = stat.S_IFDIR if attr.kind == mpb.FILE_KIND_DIRECTORY else stat.S_IFREG
+        kind = _KINDS.get(attr.kind, stat.S_IFREG)
+        self._told[attr.inode] = attr.version
         entry.st_ino = attr.inode
         entry.st_mode = kind | (attr.mode & 0o7777)
         entry.st_nlink = attr.nlink
@@ -189,9 +200,16 @@ class Operations(pyfuse3.Operations):
 
     @_errno_mapped
     async def open(self, inode: int, flags: int, ctx: Any) -> pyfuse3.FileInfo:
+        fh, version = await self.fs.open(inode, flags)
+        told = self._told.get(inode)
+        if told is not None and told != version:
+            # Another mount committed since the kernel cached this file's attributes: make
+            # it ask again before it trusts the old size (close-to-open across clients).
+            await trio.to_thread.run_sync(pyfuse3.invalidate_inode, inode, True)
+            self._told[inode] = version
         # keep_cache=False: the kernel drops cached pages on open, so a reader sees the
-        # newest committed version (close-to-open), whoever wrote it.
-        return pyfuse3.FileInfo(fh=await self.fs.open(inode, flags), keep_cache=False)
+        # newest committed version, whoever wrote it.
+        return pyfuse3.FileInfo(fh=fh, keep_cache=False)
 
     @_errno_mapped
     async def read(self, fh: int, off: int, size: int) -> bytes:
@@ -213,19 +231,49 @@ class Operations(pyfuse3.Operations):
     async def release(self, fh: int) -> None:
         await self.fs.release(fh)
 
-    # -- read-only mosafs attributes -------------------------------------------------------
+    # -- symlinks, special files, hard links ---------------------------------------------------
+
+    @_errno_mapped
+    async def symlink(self, parent_inode: int, name: bytes, target: bytes,
+                      ctx: Any) -> pyfuse3.EntryAttributes:
+        return self._entry(await self.fs.symlink(parent_inode, _decode(name), target,
+                                                 ctx.uid, ctx.gid))
+
+    @_errno_mapped
+    async def readlink(self, inode: int, ctx: Any) -> bytes:
+        return await self.fs.readlink(inode)
+
+    @_errno_mapped
+    async def mknod(self, parent_inode: int, name: bytes, mode: int, rdev: int,
+                    ctx: Any) -> pyfuse3.EntryAttributes:
+        kind = _KIND_OF.get(stat.S_IFMT(mode))
+        if kind is None:  # device nodes mean nothing on a distributed file system
+            raise pyfuse3.FUSEError(errno.EPERM)
+        return self._entry(await self.fs.mknod(parent_inode, _decode(name), kind,
+                                               mode & 0o7777, ctx.uid, ctx.gid))
+
+    @_errno_mapped
+    async def link(self, inode: int, new_parent_inode: int, new_name: bytes,
+                   ctx: Any) -> pyfuse3.EntryAttributes:
+        return self._entry(await self.fs.link(inode, new_parent_inode, _decode(new_name)))
+
+    # -- extended attributes -------------------------------------------------------------------
 
     @_errno_mapped
     async def getxattr(self, inode: int, name: bytes, ctx: Any) -> bytes:
-        if name == XATTR_PREFIX + b"manager":
-            return self.fs.manager.address.encode()
-        if name == XATTR_PREFIX + b"version":
-            return str((await self.fs.getattr(inode)).version).encode()
-        raise pyfuse3.FUSEError(NO_XATTR)
+        return await self.fs.getxattr(inode, _decode(name))
 
     @_errno_mapped
     async def listxattr(self, inode: int, ctx: Any) -> list[bytes]:
-        return [XATTR_PREFIX + b"manager", XATTR_PREFIX + b"version"]
+        return [os.fsencode(n) for n in await self.fs.listxattr(inode)]
+
+    @_errno_mapped
+    async def setxattr(self, inode: int, name: bytes, value: bytes, ctx: Any) -> None:
+        await self.fs.setxattr(inode, _decode(name), value)
+
+    @_errno_mapped
+    async def removexattr(self, inode: int, name: bytes, ctx: Any) -> None:
+        await self.fs.removexattr(inode, _decode(name))
 
 
 def _check_all_handlers_mapped() -> None:

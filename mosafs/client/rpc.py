@@ -100,6 +100,39 @@ class ManagerClient:
             old_parent=old_parent, old_name=old_name, new_parent=new_parent,
             new_name=new_name, no_replace=no_replace))
 
+    async def symlink(self, parent: int, name: str, target: bytes, uid: int,
+                      gid: int) -> mpb.Attr:
+        return await self._call("Symlink", mpb.SymlinkRequest(
+            parent=parent, name=name, target=target, uid=uid, gid=gid))
+
+    async def readlink(self, inode: int) -> bytes:
+        reply = await self._call("Readlink", mpb.ReadlinkRequest(inode=inode))
+        return bytes(reply.target)
+
+    async def mknod(self, parent: int, name: str, kind: int, mode: int, uid: int,
+                    gid: int) -> mpb.Attr:
+        return await self._call("Mknod", mpb.MknodRequest(
+            parent=parent, name=name, kind=kind, mode=mode, uid=uid,  # type: ignore[arg-type]
+            gid=gid))
+
+    async def link(self, inode: int, new_parent: int, new_name: str) -> mpb.Attr:
+        return await self._call("Link", mpb.LinkRequest(
+            inode=inode, new_parent=new_parent, new_name=new_name))
+
+    async def setxattr(self, inode: int, name: str, value: bytes) -> None:
+        await self._call("SetXattr", mpb.SetXattrRequest(inode=inode, name=name, value=value))
+
+    async def getxattr(self, inode: int, name: str) -> bytes:
+        reply = await self._call("GetXattr", mpb.GetXattrRequest(inode=inode, name=name))
+        return bytes(reply.value)
+
+    async def listxattr(self, inode: int) -> list[str]:
+        reply = await self._call("ListXattr", mpb.ListXattrRequest(inode=inode))
+        return list(reply.names)
+
+    async def removexattr(self, inode: int, name: str) -> None:
+        await self._call("RemoveXattr", mpb.RemoveXattrRequest(inode=inode, name=name))
+
     async def statfs(self) -> mpb.StatFsResponse:
         return await self._call("StatFs", mpb.StatFsRequest())
 

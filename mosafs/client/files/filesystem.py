@@ -12,6 +12,7 @@ import trio
 
 from mosafs import errors
 from mosafs._proto import manager_pb2 as mpb
+from mosafs.client.files.attrcache import AttrCache
 from mosafs.client.files.blockmap import BlockMapView
 from mosafs.client.files.context import ClientContext
 from mosafs.client.files.writer import WriteSession
@@ -21,6 +22,8 @@ log = logging.getLogger(__name__)
 Attr = mpb.Attr
 DirEntry = mpb.DirEntry
 StatFs = mpb.StatFsResponse
+USER_XATTR = "user."
+MOSAFS_XATTR = "user.mosafs."
 
 
 @dataclass
@@ -41,6 +44,7 @@ class FileSystem:
         self._sessions: dict[int, WriteSession] = {}
         self._writers: dict[int, int] = {}  # inode -> open writable handles
         self._session_locks: dict[int, trio.Lock] = {}
+        self._cache = AttrCache(ctx.config.attr_timeout)
 
     @classmethod
     async def create(cls, ctx: ClientContext) -> FileSystem:
@@ -64,39 +68,138 @@ class FileSystem:
         return attr
 
     async def lookup(self, parent: int, name: str) -> Attr:
-        return self._overlay(await self.manager.lookup(parent, name))
+        inode = self._cache.child(parent, name)
+        attr = self._cache.attr(inode) if inode is not None else None
+        if attr is None:
+            attr = self._cache.put_entry(parent, name, await self.manager.lookup(parent, name))
+        return self._overlay(attr)
 
     async def getattr(self, inode: int) -> Attr:
-        return self._overlay(await self.manager.getattr(inode))
+        attr = self._cache.attr(inode)
+        if attr is None:
+            attr = self._cache.put(await self.manager.getattr(inode))
+        return self._overlay(attr)
 
     async def setattr(self, inode: int, size: int | None, **fields: int) -> Attr:
         if size is not None:
             await self.truncate(inode, size)
         if fields:
-            return self._overlay(await self.manager.setattr(inode, **fields))
+            self._cache.put(await self.manager.setattr(inode, **fields))
         return await self.getattr(inode)
 
     async def readdir(self, inode: int) -> list[DirEntry]:
-        entries = await self.manager.readdir(inode)
+        entries = self._cache.listing(inode)
+        if entries is None:
+            entries = await self.manager.readdir(inode)
+            self._cache.put_listing(inode, entries)
+        out = []
         for entry in entries:
-            entry.attr.CopyFrom(self._overlay(entry.attr))
-        return entries
+            overlaid = self._overlay(entry.attr)
+            out.append(entry if overlaid is entry.attr else DirEntry(name=entry.name,
+                                                                      attr=overlaid))
+        return out
 
     async def mkdir(self, parent: int, name: str, mode: int, uid: int, gid: int) -> Attr:
-        return await self.manager.mkdir(parent, name, mode, uid, gid)
+        attr = await self.manager.mkdir(parent, name, mode, uid, gid)
+        return self._created(parent, name, attr)
+
+    async def symlink(self, parent: int, name: str, target: bytes, uid: int,
+                      gid: int) -> Attr:
+        attr = await self.manager.symlink(parent, name, target, uid, gid)
+        return self._created(parent, name, attr)
+
+    async def readlink(self, inode: int) -> bytes:
+        return await self.manager.readlink(inode)
+
+    async def mknod(self, parent: int, name: str, kind: int, mode: int, uid: int,
+                    gid: int) -> Attr:
+        if kind == mpb.FILE_KIND_REGULAR:  # mknod(2) may make an empty regular file
+            attr = await self.manager.create(parent, name, mode, uid, gid, exclusive=True)
+        else:
+            attr = await self.manager.mknod(parent, name, kind, mode, uid, gid)
+        return self._created(parent, name, attr)
+
+    async def link(self, inode: int, new_parent: int, new_name: str) -> Attr:
+        attr = await self.manager.link(inode, new_parent, new_name)
+        return self._overlay(self._created(new_parent, new_name, attr))
+
+    def _created(self, parent: int, name: str, attr: Attr) -> Attr:
+        self._cache.drop_entry(parent, name)
+        return self._cache.put_entry(parent, name, attr)
 
     async def unlink(self, parent: int, name: str) -> None:
+        self._cache.drop_entry(parent, name)
         await self.manager.unlink(parent, name)
+        self._cache.drop_entry(parent, name)  # a lookup may have refilled it meanwhile
 
     async def rmdir(self, parent: int, name: str) -> None:
+        self._cache.drop_entry(parent, name)
         await self.manager.rmdir(parent, name)
+        self._cache.drop_entry(parent, name)
 
     async def rename(self, old_parent: int, old_name: str, new_parent: int, new_name: str,
                      no_replace: bool) -> None:
-        await self.manager.rename(old_parent, old_name, new_parent, new_name, no_replace)
+        moved = self._cache.child(old_parent, old_name)
+        try:
+            await self.manager.rename(old_parent, old_name, new_parent, new_name, no_replace)
+        finally:
+            self._cache.drop_entry(old_parent, old_name)
+            self._cache.drop_entry(new_parent, new_name)
+            if moved is not None:
+                self._cache.drop(moved)
 
     async def statfs(self) -> StatFs:
         return await self.manager.statfs()
+
+    # -- extended attributes -------------------------------------------------------------------
+
+    async def getxattr(self, inode: int, name: str) -> bytes:
+        if name.startswith(MOSAFS_XATTR):
+            values = await self._mosafs_xattrs(inode)
+            if name not in values:
+                raise errors.NoAttribute(f"no attribute {name}")
+            return values[name].encode()
+        if not name.startswith(USER_XATTR):
+            raise errors.NoAttribute(f"no attribute {name}")
+        return await self.manager.getxattr(inode, name)
+
+    async def listxattr(self, inode: int) -> list[str]:
+        stored = await self.manager.listxattr(inode)
+        return [*stored, *await self._mosafs_xattrs(inode)]
+
+    async def setxattr(self, inode: int, name: str, value: bytes) -> None:
+        self._check_xattr_name(name)
+        await self.manager.setxattr(inode, name, value)
+        self._cache.drop(inode)  # ctime
+
+    async def removexattr(self, inode: int, name: str) -> None:
+        self._check_xattr_name(name)
+        await self.manager.removexattr(inode, name)
+        self._cache.drop(inode)
+
+    @staticmethod
+    def _check_xattr_name(name: str) -> None:
+        if name.startswith(MOSAFS_XATTR):
+            raise errors.NotPermitted(f"{name} is a read-only mosafs attribute")
+        if not name.startswith(USER_XATTR):
+            raise errors.NotSupported(f"only user.* extended attributes are stored, not {name}")
+
+    async def _mosafs_xattrs(self, inode: int) -> dict[str, str]:
+        """The read-only user.mosafs.* attributes: the manager, and for a regular file its
+        newest version and dedupe figures (DESIGN §9 `mosafs stats`)."""
+        values = {MOSAFS_XATTR + "manager": self.manager.address}
+        attr = await self.getattr(inode)
+        if attr.kind == mpb.FILE_KIND_REGULAR:
+            values[MOSAFS_XATTR + "version"] = str(attr.version)
+            if attr.version:
+                stats = await self.manager.version_stats(inode)
+                values.update({
+                    MOSAFS_XATTR + "chunks": str(stats.chunks),
+                    MOSAFS_XATTR + "shared_chunks": str(stats.shared_chunks),
+                    MOSAFS_XATTR + "new_bytes": str(stats.new_bytes),
+                    MOSAFS_XATTR + "base_version": str(stats.base_version),
+                })
+        return values
 
     # -- open files ----------------------------------------------------------------------------
 
@@ -104,10 +207,14 @@ class FileSystem:
                      gid: int) -> tuple[int, Attr]:
         attr = await self.manager.create(parent, name, mode, uid, gid,
                                          exclusive=bool(flags & os.O_EXCL))
-        fh = await self.open(attr.inode, flags)
+        self._created(parent, name, attr)
+        fh, _ = await self.open(attr.inode, flags)
         return fh, await self.getattr(attr.inode)
 
-    async def open(self, inode: int, flags: int) -> int:
+    async def open(self, inode: int, flags: int) -> tuple[int, int]:
+        """A new handle, and the file's newest committed version as of this open: the FUSE
+        layer compares it with what the kernel was told and drops stale kernel attributes
+        (a file another mount changed since)."""
         access = flags & os.O_ACCMODE
         handle = Handle(inode, readable=access != os.O_WRONLY, writable=access != os.O_RDONLY)
         if handle.writable:
@@ -117,6 +224,7 @@ class FileSystem:
                     session = await WriteSession.create(self.ctx, inode)
                     self._sessions[inode] = session
                 self._writers[inode] = self._writers.get(inode, 0) + 1
+                version = session.committed_version
                 if flags & os.O_TRUNC:
                     try:
                         await session.truncate(0)
@@ -126,9 +234,18 @@ class FileSystem:
         elif handle.readable:
             # Close-to-open: a reader sees the version that was newest when it opened.
             handle.view = BlockMapView.from_proto(await self.manager.block_map(inode))
+            version = handle.view.version
+        else:
+            version = (await self.getattr(inode)).version
+        self._revalidate(inode, version)
         fh = next(self._fh)
         self._handles[fh] = handle
-        return fh
+        return fh, version
+
+    def _revalidate(self, inode: int, version: int) -> None:
+        cached = self._cache.attr(inode)
+        if cached is not None and cached.version != version:
+            self._cache.drop(inode)
 
     def _lock(self, inode: int) -> trio.Lock:
         lock = self._session_locks.get(inode)
@@ -193,9 +310,18 @@ class FileSystem:
             session = await WriteSession.create(self.ctx, inode)
             try:
                 await session.truncate(size)
-                await session.commit()
+                await self._commit(session)
             finally:
                 await session.close()
+
+    async def _commit(self, session: WriteSession) -> None:
+        try:
+            reply = await session.commit()
+        except errors.NotFound:
+            log.info("inode %d was removed before its changes were committed", session.inode)
+            return
+        if reply is not None:
+            self._cache.put(reply.attr)
 
     async def flush(self, fh: int, *, fsync: bool = False) -> None:
         """close(2) and fsync(2): commit this inode's changes (close-to-open semantics)."""
@@ -207,11 +333,6 @@ class FileSystem:
             if session is not None and (fsync or not session.only_emptied):
                 await self._commit(session)
 
-    async def _commit(self, session: WriteSession) -> None:
-        try:
-            await session.commit()
-        except errors.NotFound:
-            log.info("inode %d was removed before its changes were committed", session.inode)
 
     async def release(self, fh: int) -> None:
         handle = self._handles.pop(fh, None)

@@ -1,0 +1,57 @@
+"""The client's metadata caches: attributes by inode, names by (parent, name), directory
+listings. Entries live for the attribute timeout (what the kernel is told too), and every
+change this mount makes updates or drops what it touches, so this mount always sees its own
+changes at once and other mounts' changes within the timeout. A file's version is
+revalidated on every open (close-to-open), see FileSystem.open.
+"""
+
+from __future__ import annotations
+
+import cachetools
+
+from mosafs._proto import manager_pb2 as mpb
+
+MAX_ENTRIES = 100_000
+
+
+class AttrCache:
+    def __init__(self, ttl: float) -> None:
+        self._attrs: cachetools.TTLCache[int, mpb.Attr] = cachetools.TTLCache(MAX_ENTRIES, ttl)
+        self._names: cachetools.TTLCache[tuple[int, str], int] = cachetools.TTLCache(
+            MAX_ENTRIES, ttl)
+        self._listings: cachetools.TTLCache[int, list[mpb.DirEntry]] = cachetools.TTLCache(
+            MAX_ENTRIES // 10, ttl)
+
+    def attr(self, inode: int) -> mpb.Attr | None:
+        return self._attrs.get(inode)
+
+    def child(self, parent: int, name: str) -> int | None:
+        return self._names.get((parent, name))
+
+    def listing(self, inode: int) -> list[mpb.DirEntry] | None:
+        return self._listings.get(inode)
+
+    def put(self, attr: mpb.Attr) -> mpb.Attr:
+        self._attrs[attr.inode] = attr
+        return attr
+
+    def put_entry(self, parent: int, name: str, attr: mpb.Attr) -> mpb.Attr:
+        self._names[(parent, name)] = attr.inode
+        return self.put(attr)
+
+    def put_listing(self, inode: int, entries: list[mpb.DirEntry]) -> None:
+        self._listings[inode] = entries
+        for entry in entries:
+            self.put_entry(inode, entry.name, entry.attr)
+
+    def drop(self, inode: int) -> None:
+        self._attrs.pop(inode, None)
+
+    def drop_entry(self, parent: int, name: str) -> None:
+        """A name changed in PARENT: forget the name, its inode's attributes (nlink and
+        ctime change), the listing and the parent's attributes (mtime, nlink)."""
+        child = self._names.pop((parent, name), None)
+        if child is not None:
+            self._attrs.pop(child, None)
+        self._listings.pop(parent, None)
+        self._attrs.pop(parent, None)

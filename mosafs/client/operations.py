@@ -65,7 +65,7 @@ def _decode(name: bytes) -> str:
 
 class Operations(pyfuse3.Operations):
     supports_dot_lookup = False
-    enable_writeback_cache = False
+    enable_writeback_cache = True
 
     def __init__(self, fs: FileSystem, *, attr_timeout: float = 1.0) -> None:
         super().__init__()

@@ -1,5 +1,6 @@
 """The manager's metadata store: one LMDB environment holding the namespace, file versions
-and their block-maps, the chunk index, benefactor registrations and pools.
+and their block-maps, extended attributes, the chunk index, benefactor registrations and
+pools.
 
 Schema version 1 (docs/metadata.md says the same at more length). The environment lives in
 DATA_DIR/metadata.lmdb/ (a directory: data.mdb, lock.mdb), opened with sync and metasync
@@ -14,28 +15,43 @@ records are the messages of protos/mosafs/v1/metadata.proto.
   dirents       u64be parent + name (utf-8)  u64be child inode
   versions      u64be inode + u64be version  VersionRecord
   blockmaps     u64be inode + u64be version  packed block-map (below)
+  xattrs        u64be inode + name (utf-8)   the attribute's value, raw bytes
   chunks        32-byte chunk id             ChunkRecord
   benefactors   benefactor id (utf-8)        BenefactorRecord
   pools         pool name (utf-8)            PoolRecord
+
+The xattrs sub-database and InodeRecord.symlink_target were added to schema 1 without a
+new schema number: both are additive (a store written before them has no symlinks and an
+empty xattrs sub-database, which is created on open).
 
 Packed block-map: the concatenation, in file order, of one 40-byte record per chunk: the
 32-byte chunk id, then the chunk's length as u64 little-endian (struct "<32sQ"). A version
 of N chunks is 40*N bytes; it parses with struct.iter_unpack without copying.
 
+Inode kinds: directories, regular files, symbolic links (the target in
+InodeRecord.symlink_target, size = its length), FIFOs and sockets (metadata only, size 0).
+Device nodes are refused (EPERM, as on a nodev mount).
+
 Invariants (every write transaction keeps them):
   - Inode 1 is the root directory; its parent is itself. Inode numbers are never reused:
     next_inode only grows.
-  - Every dirent names an existing inode; every inode except the root is named by exactly
-    one dirent (there are no hard links), and a directory's InodeRecord.parent is the inode
-    whose dirent names it. Names: 1..255 bytes of UTF-8, no "/" or NUL, not "." or "..".
-  - nlink: a directory has 2 + its number of subdirectories; a file has 1.
+  - Every dirent names an existing inode. Every directory except the root is named by
+    exactly one dirent, and its InodeRecord.parent is the inode whose dirent names it
+    (parent is 0 and unused for every other kind). Every non-directory is named by
+    nlink >= 1 dirents (hard links); its last name going removes it.
+    Names: 1..255 bytes of UTF-8, no "/" or NUL, not "." or "..".
+  - nlink: a directory has 2 + its number of subdirectories; a non-directory has the
+    number of dirents naming it (nlink_mismatches() checks both).
   - A regular file has versions 1..newest_version (keep-all) each with a VersionRecord and
     a block-map; InodeRecord.size is the newest version's size (0 with no version).
-    Directories have no versions.
+    Other kinds have no versions.
   - ChunkRecord.refcount equals the number of block-map entries naming the id, over every
     version of every file (an id twice in a block-map counts twice). Every id named by a
     block-map has a ChunkRecord. A record whose refcount drops to 0 stays until garbage
     collection (later work) removes it.
+  - Every xattrs key names an existing inode (xattr_orphans() checks it); names start with
+    "user." and not "user.mosafs."; an inode's names and values total at most 1 MiB, its
+    names (each + 1) at most 64 KiB.
   - Pool "default" exists.
 """
 
@@ -62,9 +78,13 @@ from mosafs.errors import (
     InvalidArgument,
     IsADirectory,
     NameTooLong,
+    NoAttribute,
     NoSpace,
     NotADirectory,
     NotFound,
+    NotPermitted,
+    NotSupported,
+    ValueTooLarge,
 )
 from mosafs.ids import ID_LEN
 from mosafs.manager import pools
@@ -79,12 +99,32 @@ MAX_NAME_BYTES = 255
 MAX_CHUNK_BYTES = pools.MAX_CHUNK_BYTES
 READDIR_DEFAULT = 1000
 READDIR_MAX = 10_000
+MAX_SYMLINK_BYTES = 4095  # PATH_MAX - 1: the longest target Linux accepts
+MAX_LINKS = (1 << 32) - 1  # InodeRecord.nlink is a uint32
+XATTR_PREFIX = "user."  # the only namespace stored (the client admits user.* only)
+XATTR_RESERVED_PREFIX = "user.mosafs."  # the client's read-only attributes: never stored
+XATTR_NAME_MAX = 255  # Linux's limits
+XATTR_SIZE_MAX = 64 * 1024
+XATTR_LIST_MAX = 64 * 1024  # the names of one inode, each with its NUL, as listxattr(2)
+XATTR_TOTAL_MAX = 1 << 20  # names + values of one inode
 _MAX_U64 = (1 << 64) - 1
+_MAX_U32 = (1 << 32) - 1
+_MIN_I64, _MAX_I64 = -(1 << 63), (1 << 63) - 1
 
 DIRECTORY = manager_pb2.FILE_KIND_DIRECTORY
 REGULAR = manager_pb2.FILE_KIND_REGULAR
-_S_IFDIR = 0o040000
-_S_IFREG = 0o100000
+SYMLINK = manager_pb2.FILE_KIND_SYMLINK
+FIFO = manager_pb2.FILE_KIND_FIFO
+SOCKET = manager_pb2.FILE_KIND_SOCKET
+# The S_IF* file-type bits of each kind, as FUSE passes them in a mode.
+_TYPE_BITS: dict[int, int] = {
+    DIRECTORY: 0o040000, REGULAR: 0o100000, SYMLINK: 0o120000, FIFO: 0o010000,
+    SOCKET: 0o140000,
+}
+_KIND_NAMES: dict[int, str] = {
+    DIRECTORY: "a directory", REGULAR: "a regular file", SYMLINK: "a symbolic link",
+    FIFO: "a FIFO", SOCKET: "a socket",
+}
 
 _U64 = struct.Struct(">Q")
 _VKEY = struct.Struct(">QQ")
@@ -179,8 +219,7 @@ def _merge_placements(
 
 def _permissions(mode: int, kind: int) -> int:
     """Permission bits of MODE; the file-type bits of KIND are tolerated (FUSE passes them)."""
-    type_bits = _S_IFDIR if kind == DIRECTORY else _S_IFREG
-    if mode & ~0o7777 not in (0, type_bits):
+    if not 0 <= mode <= _MAX_U32 or mode & ~0o7777 not in (0, _TYPE_BITS[kind]):
         raise InvalidArgument(f"mode {mode:#o} has bits outside the permission bits 0o7777")
     return mode & 0o7777
 
@@ -189,6 +228,61 @@ def _check_u64(value: int, what: str) -> int:
     if not 0 <= value <= _MAX_U64:
         raise InvalidArgument(f"{what} {value} is not an unsigned 64-bit integer")
     return value
+
+
+def _check_owner(uid: int, gid: int) -> None:
+    for what, value in (("uid", uid), ("gid", gid)):
+        if not 0 <= value <= _MAX_U32:
+            raise InvalidArgument(f"{what} {value} is not an unsigned 32-bit integer")
+
+
+def _check_time(value: int, what: str) -> int:
+    if not _MIN_I64 <= value <= _MAX_I64:
+        raise InvalidArgument(f"{what} {value} is not a signed 64-bit integer")
+    return value
+
+
+def kind_name(kind: int) -> str:
+    return _KIND_NAMES.get(kind, f"of unknown kind {kind}")
+
+
+def check_symlink_target(target: bytes) -> bytes:
+    """A symlink target as stored: 1..4095 bytes, any but NUL (symlink(2)'s rules)."""
+    target = bytes(target)
+    if not target:
+        raise InvalidArgument("a symbolic link's target must not be empty")
+    if b"\0" in target:
+        raise InvalidArgument(f"symbolic link target {target[:80]!r} contains NUL")
+    if len(target) > MAX_SYMLINK_BYTES:
+        raise NameTooLong(f"symbolic link target of {len(target)} bytes; the limit is "
+                          f"{MAX_SYMLINK_BYTES}")
+    return target
+
+
+def check_xattr_name(name: str, *, writing: bool) -> bytes:
+    """An extended attribute name as stored (UTF-8 bytes). Only `user.*` is stored;
+    `user.mosafs.*` belongs to the client's read-only attributes, so WRITING one (set,
+    remove) is NotPermitted, and reading one here finds nothing."""
+    try:
+        raw = name.encode("utf-8")
+    except UnicodeEncodeError:
+        raise InvalidArgument(f"attribute name {name[:80]!r} is not valid Unicode") from None
+    if not raw:
+        raise InvalidArgument("an attribute name must not be empty")
+    if b"\0" in raw:
+        raise InvalidArgument(f"attribute name {name[:80]!r} contains NUL")
+    if len(raw) > XATTR_NAME_MAX:
+        raise NameTooLong(f"attribute name {name[:40]!r}... is {len(raw)} bytes long; "
+                          f"the limit is {XATTR_NAME_MAX}")
+    if not name.startswith(XATTR_PREFIX):
+        raise NotSupported(f"attribute {name[:80]!r}: only the {XATTR_PREFIX!r} namespace "
+                           f"is supported")
+    if name == XATTR_PREFIX:
+        raise InvalidArgument(f"attribute name {name!r} has nothing after the namespace")
+    if writing and name.startswith(XATTR_RESERVED_PREFIX):
+        raise NotPermitted(f"attribute {name[:80]!r} is read-only: "
+                           f"{XATTR_RESERVED_PREFIX}* attributes are kept by mosafs")
+    return raw
 
 
 def _attr(inode: int, rec: metadata_pb2.InodeRecord) -> manager_pb2.Attr:
@@ -216,6 +310,7 @@ class _Dbs:
     dirents: lmdb._Database
     versions: lmdb._Database
     blockmaps: lmdb._Database
+    xattrs: lmdb._Database
     chunks: lmdb._Database
     benefactors: lmdb._Database
     pools: lmdb._Database
@@ -262,9 +357,14 @@ class _Tx:
         return rec
 
     def regular_file(self, ino: int) -> metadata_pb2.InodeRecord:
+        """A file with versions: IsADirectory for a directory, InvalidArgument for a
+        symlink, FIFO or socket (EINVAL, as read/write of them would be here)."""
         rec = self.inode(ino)
         if rec.kind == DIRECTORY:
             raise IsADirectory(f"inode {ino} is a directory")
+        if rec.kind != REGULAR:
+            raise InvalidArgument(f"inode {ino} is {kind_name(rec.kind)}, not a regular "
+                                  f"file: it has no data")
         return rec
 
     def put_inode(self, ino: int, rec: metadata_pb2.InodeRecord) -> None:
@@ -361,7 +461,30 @@ class _Tx:
             self.txn.delete(key, db=self.db.versions)
         for cid, count in released.items():
             self.release_chunk(cid, count)
+        self.forget_inode(ino)
+
+    def forget_inode(self, ino: int) -> None:
+        """Delete inode INO's record and its extended attributes (the versions of a file
+        are drop_file's)."""
+        prefix = _U64.pack(ino)
+        for name, _ in list(self.xattrs(ino)):
+            self.txn.delete(prefix + name, db=self.db.xattrs)
         self.delete_inode(ino)
+
+    # extended attributes
+    def xattrs(self, ino: int) -> Iterator[tuple[bytes, bytes]]:
+        """(name, value) of every extended attribute of INO, in bytewise name order."""
+        prefix = _U64.pack(ino)
+        cursor = self.txn.cursor(db=self.db.xattrs)
+        if not cursor.set_range(prefix):
+            return
+        for key, value in cursor:
+            if not key.startswith(prefix):
+                return
+            yield key[len(prefix):], value
+
+    def xattr(self, ino: int, name: bytes) -> bytes | None:
+        return self.txn.get(_U64.pack(ino) + name, db=self.db.xattrs)
 
     # chunk index
     def chunk(self, cid: bytes) -> metadata_pb2.ChunkRecord | None:
@@ -418,7 +541,7 @@ class MetadataStore:
         self._env.reader_check()
         env = self._env
         self._db = _Dbs(*(env.open_db(name) for name in (
-            b"meta", b"inodes", b"dirents", b"versions", b"blockmaps", b"chunks",
+            b"meta", b"inodes", b"dirents", b"versions", b"blockmaps", b"xattrs", b"chunks",
             b"benefactors", b"pools")))
         self._initialise()
 
@@ -480,16 +603,24 @@ class MetadataStore:
     def setattr(
         self, inode: int, *, mode: int | None = None, uid: int | None = None,
         gid: int | None = None, atime_ns: int | None = None, mtime_ns: int | None = None,
+        ctime_ns: int | None = None,
     ) -> manager_pb2.Attr:
-        if mode is not None and mode & ~0o7777:
+        """Change the given attributes of any kind of inode. atime and mtime are stored
+        exactly as given; ctime becomes CTIME_NS when given, else the manager's clock."""
+        if mode is not None and not 0 <= mode <= 0o7777:
             raise InvalidArgument(f"mode {mode:#o} has bits outside the permission bits 0o7777")
+        _check_owner(uid or 0, gid or 0)
+        for what, value in (("atime_ns", atime_ns), ("mtime_ns", mtime_ns),
+                            ("ctime_ns", ctime_ns)):
+            if value is not None:
+                _check_time(value, what)
         with self._write() as tx:
             rec = tx.inode(inode)
             for name, value in (("mode", mode), ("uid", uid), ("gid", gid),
                                 ("atime_ns", atime_ns), ("mtime_ns", mtime_ns)):
                 if value is not None:
                     setattr(rec, name, value)
-            rec.ctime_ns = time.time_ns()
+            rec.ctime_ns = time.time_ns() if ctime_ns is None else ctime_ns
             tx.put_inode(inode, rec)
             return _attr(inode, rec)
 
@@ -518,6 +649,7 @@ class MetadataStore:
               gid: int = 0) -> manager_pb2.Attr:
         raw = check_name(name)
         perm = _permissions(mode, DIRECTORY)
+        _check_owner(uid, gid)
         now = time.time_ns()
         with self._write() as tx:
             pdir = tx.directory(parent)
@@ -539,6 +671,7 @@ class MetadataStore:
         """A new empty regular file; an existing one is returned unless EXCLUSIVE (O_EXCL)."""
         raw = check_name(name)
         perm = _permissions(mode, REGULAR)
+        _check_owner(uid, gid)
         now = time.time_ns()
         with self._write() as tx:
             pdir = tx.directory(parent)
@@ -588,14 +721,15 @@ class MetadataStore:
             if tx.has_entries(ino):
                 raise DirectoryNotEmpty(f"directory {name!r} is not empty")
             tx.unlink_entry(parent, raw)
-            tx.delete_inode(ino)
+            tx.forget_inode(ino)
             pdir.nlink -= 1
             _touch(pdir, now)
             tx.put_inode(parent, pdir)
 
     @staticmethod
     def _release_file(tx: _Tx, ino: int, now: int) -> None:
-        """A dirent naming file INO is gone: drop a link, and the file with its last one."""
+        """A dirent naming non-directory INO is gone: drop a link, and with the last one
+        the inode, its versions, block-maps, chunk references and xattrs."""
         rec = tx.inode(ino)
         if rec.nlink > 1:
             rec.nlink -= 1
@@ -615,17 +749,19 @@ class MetadataStore:
             ino = tx.child(old_parent, old_raw)
             if ino is None:
                 raise NotFound(f"no {old_name!r} in directory {old_parent}")
-            if old_parent == new_parent and old_raw == new_raw:
+            target = tx.child(new_parent, new_raw)
+            if target is not None and no_replace:
+                raise AlreadyExists(f"{new_name!r} exists in directory {new_parent}")
+            if target == ino:
+                # The same entry, or two hard links of one file: POSIX says rename does
+                # nothing and succeeds (both names stay).
                 return
             rec = tx.inode(ino)
             moving_dir = rec.kind == DIRECTORY
             if moving_dir and tx.is_ancestor(ino, new_parent):
                 raise InvalidArgument(
                     f"cannot move directory {old_name!r} into itself or its subdirectory")
-            target = tx.child(new_parent, new_raw)
             if target is not None:
-                if no_replace:
-                    raise AlreadyExists(f"{new_name!r} exists in directory {new_parent}")
                 self._remove_target(tx, target, new_name, moving_dir, dst_dir, now)
             tx.unlink_entry(old_parent, old_raw)
             tx.link(new_parent, new_raw, ino)
@@ -653,14 +789,202 @@ class MetadataStore:
         if target_dir:
             if tx.has_entries(target):
                 raise DirectoryNotEmpty(f"directory {name!r} is not empty")
-            tx.delete_inode(target)
+            tx.forget_inode(target)
             dst_dir.nlink -= 1
         else:
             MetadataStore._release_file(tx, target, now)
 
+    def symlink(self, parent: int, name: str, target: bytes, uid: int = 0,
+                gid: int = 0) -> manager_pb2.Attr:
+        """A symbolic link: mode 0777, size = the target's length in bytes."""
+        raw = check_name(name)
+        target = check_symlink_target(target)
+        _check_owner(uid, gid)
+        now = time.time_ns()
+        rec = metadata_pb2.InodeRecord(
+            kind=SYMLINK, mode=0o777, nlink=1, uid=uid, gid=gid, atime_ns=now, mtime_ns=now,
+            ctime_ns=now, size=len(target), symlink_target=target)
+        return self._new_entry(parent, name, raw, rec, now)
+
+    def readlink(self, inode: int) -> bytes:
+        with self._read() as tx:
+            rec = tx.inode(inode)
+            if rec.kind != SYMLINK:
+                raise InvalidArgument(f"inode {inode} is {kind_name(rec.kind)}, not a "
+                                      f"symbolic link")
+            return bytes(rec.symlink_target)
+
+    def mknod(self, parent: int, name: str, kind: manager_pb2.FileKind, mode: int,
+              uid: int = 0, gid: int = 0) -> manager_pb2.Attr:
+        """A FIFO or a socket: metadata only (the kernel does the rest), size 0. Anything
+        else is NotPermitted: regular files and directories have Create and Mkdir, and
+        device nodes are refused, as on a nodev mount."""
+        if kind not in (FIFO, SOCKET):
+            hints: dict[int, str] = {
+                REGULAR: "regular files are made with Create",
+                DIRECTORY: "directories are made with Mkdir",
+                SYMLINK: "symbolic links are made with Symlink"}
+            what = hints.get(
+                kind, "device nodes are not supported (mosafs behaves as a nodev mount)")
+            raise NotPermitted(f"mknod {name[:80]!r}: only FIFOs and sockets can be made "
+                               f"with mknod; {what}")
+        raw = check_name(name)
+        perm = _permissions(mode, kind)
+        _check_owner(uid, gid)
+        now = time.time_ns()
+        rec = metadata_pb2.InodeRecord(kind=kind, mode=perm, nlink=1, uid=uid, gid=gid,
+                                       atime_ns=now, mtime_ns=now, ctime_ns=now)
+        return self._new_entry(parent, name, raw, rec, now)
+
+    def _new_entry(self, parent: int, name: str, raw: bytes, rec: metadata_pb2.InodeRecord,
+                   now: int) -> manager_pb2.Attr:
+        """Give a new non-directory REC an inode number and the name RAW in PARENT."""
+        with self._write() as tx:
+            pdir = tx.directory(parent)
+            if tx.child(parent, raw) is not None:
+                raise AlreadyExists(f"{name!r} exists in directory {parent}")
+            ino = tx.allocate_inode()
+            tx.put_inode(ino, rec)
+            tx.link(parent, raw, ino)
+            _touch(pdir, now)
+            tx.put_inode(parent, pdir)
+            return _attr(ino, rec)
+
+    def link(self, inode: int, new_parent: int, new_name: str) -> manager_pb2.Attr:
+        """A hard link: NEW_NAME in NEW_PARENT names INODE too (nlink + 1). Directories
+        cannot be linked (NotPermitted, EPERM as link(2))."""
+        raw = check_name(new_name)
+        now = time.time_ns()
+        with self._write() as tx:
+            rec = tx.inode(inode)
+            if rec.kind == DIRECTORY:
+                raise NotPermitted(f"inode {inode} is a directory: directories cannot have "
+                                   f"hard links")
+            pdir = tx.directory(new_parent)
+            if tx.child(new_parent, raw) is not None:
+                raise AlreadyExists(f"{new_name!r} exists in directory {new_parent}")
+            if rec.nlink >= MAX_LINKS:
+                raise InvalidArgument(f"inode {inode} has {rec.nlink} links, the most "
+                                      f"there can be")
+            tx.link(new_parent, raw, inode)
+            rec.nlink += 1
+            rec.ctime_ns = now
+            tx.put_inode(inode, rec)
+            _touch(pdir, now)
+            tx.put_inode(new_parent, pdir)
+            return _attr(inode, rec)
+
     def inode_count(self) -> int:
         with self._read() as tx:
             return int(tx.txn.stat(self._db.inodes)["entries"])
+
+    def nlink_mismatches(self) -> dict[int, tuple[int, int]]:
+        """inode -> (nlink stored, nlink the dirents give) wherever they differ: a
+        non-directory's nlink is the number of dirents naming it, a directory's is 2 + its
+        subdirectories. A dirent naming a missing inode shows as (0, its count); an inode
+        (not the root) that no dirent names, as (nlink, 0). Empty when the invariants hold
+        (tests; later, fsck)."""
+        names: Counter[int] = Counter()
+        subdirs: Counter[int] = Counter()
+        with self._read() as tx:
+            kinds = {}
+            for key, raw in tx.txn.cursor(db=self._db.inodes):
+                rec = metadata_pb2.InodeRecord.FromString(raw)
+                kinds[int(_U64.unpack(key)[0])] = (rec.kind, rec.nlink)
+            for key, value in tx.txn.cursor(db=self._db.dirents):
+                child = int(_U64.unpack(value)[0])
+                names[child] += 1
+                if kinds.get(child, (None, 0))[0] == DIRECTORY:
+                    subdirs[int(_U64.unpack(key[:8])[0])] += 1
+        out = {}
+        for ino, (kind, nlink) in kinds.items():
+            if kind != DIRECTORY:
+                expected = names[ino]
+            elif ino != ROOT_INODE and names[ino] == 0:
+                expected = 0  # an orphaned directory
+            else:
+                expected = 2 + subdirs[ino]
+            if nlink != expected:
+                out[ino] = (nlink, expected)
+        for ino, count in names.items():
+            if ino not in kinds:
+                out[ino] = (0, count)
+        return out
+
+    def xattr_orphans(self) -> list[int]:
+        """Inodes that have extended attributes but no InodeRecord: empty when the
+        invariant holds (tests; later, fsck)."""
+        out: list[int] = []
+        with self._read() as tx:
+            for key in tx.txn.cursor(db=self._db.xattrs).iternext(keys=True, values=False):
+                ino = int(_U64.unpack(key[:8])[0])
+                if (not out or out[-1] != ino) and tx.find_inode(ino) is None:
+                    out.append(ino)
+        return out
+
+    # --- extended attributes --------------------------------------------------------------
+
+    def setxattr(self, inode: int, name: str, value: bytes, *, create: bool = False,
+                 replace: bool = False) -> None:
+        """Set extended attribute NAME of any kind of inode. CREATE (XATTR_CREATE):
+        AlreadyExists when it is set; REPLACE (XATTR_REPLACE): NoAttribute when it is not
+        (both: one of the two, as on ext4). Limits: value 64 KiB (ValueTooLarge); per inode
+        1 MiB of names and values and 64 KiB of listxattr names (NoSpace)."""
+        raw = check_xattr_name(name, writing=True)
+        value = bytes(value)
+        if len(value) > XATTR_SIZE_MAX:
+            raise ValueTooLarge(f"attribute {name[:80]!r}: a value of {len(value)} bytes; "
+                                f"the limit is {XATTR_SIZE_MAX}")
+        now = time.time_ns()
+        with self._write() as tx:
+            rec = tx.inode(inode)
+            total = len(raw) + len(value)
+            listed = len(raw) + 1
+            exists = False
+            for other, other_value in tx.xattrs(inode):
+                if other == raw:
+                    exists = True
+                    continue
+                total += len(other) + len(other_value)
+                listed += len(other) + 1
+            if create and exists:
+                raise AlreadyExists(f"inode {inode} already has attribute {name[:80]!r}")
+            if replace and not exists:
+                raise NoAttribute(f"inode {inode} has no attribute {name[:80]!r} to replace")
+            if total > XATTR_TOTAL_MAX:
+                raise NoSpace(f"inode {inode} would hold {total} bytes of extended "
+                              f"attributes; the limit is {XATTR_TOTAL_MAX}")
+            if listed > XATTR_LIST_MAX:
+                raise NoSpace(f"inode {inode} would have {listed} bytes of attribute names; "
+                              f"the limit is {XATTR_LIST_MAX}")
+            tx.txn.put(_U64.pack(inode) + raw, value, db=self._db.xattrs)
+            rec.ctime_ns = now
+            tx.put_inode(inode, rec)
+
+    def getxattr(self, inode: int, name: str) -> bytes:
+        raw = check_xattr_name(name, writing=False)
+        with self._read() as tx:
+            tx.inode(inode)
+            value = tx.xattr(inode, raw)
+            if value is None:
+                raise NoAttribute(f"inode {inode} has no attribute {name[:80]!r}")
+            return bytes(value)
+
+    def listxattr(self, inode: int) -> list[str]:
+        """Names of INODE's extended attributes, sorted (bytewise)."""
+        with self._read() as tx:
+            tx.inode(inode)
+            return [name.decode("utf-8") for name, _ in tx.xattrs(inode)]
+
+    def removexattr(self, inode: int, name: str) -> None:
+        raw = check_xattr_name(name, writing=True)
+        now = time.time_ns()
+        with self._write() as tx:
+            rec = tx.inode(inode)
+            if not tx.txn.delete(_U64.pack(inode) + raw, db=self._db.xattrs):
+                raise NoAttribute(f"inode {inode} has no attribute {name[:80]!r}")
+            rec.ctime_ns = now
+            tx.put_inode(inode, rec)
 
     # --- versions -------------------------------------------------------------------------
 

@@ -40,7 +40,7 @@ class ManagerServicer(manager_pb2_grpc.ManagerServicer):
         return self._store.setattr(
             request.inode, mode=_optional(request, "mode"), uid=_optional(request, "uid"),
             gid=_optional(request, "gid"), atime_ns=_optional(request, "atime_ns"),
-            mtime_ns=_optional(request, "mtime_ns"))
+            mtime_ns=_optional(request, "mtime_ns"), ctime_ns=_optional(request, "ctime_ns"))
 
     def ReadDir(self, request: pb.ReadDirRequest, context: Ctx) -> pb.ReadDirResponse:
         entries, more = self._store.readdir(request.inode, request.start_after, request.limit)
@@ -71,6 +71,37 @@ class ManagerServicer(manager_pb2_grpc.ManagerServicer):
 
     def StatFs(self, request: pb.StatFsRequest, context: Ctx) -> pb.StatFsResponse:
         return self._m.statfs()
+
+    def Symlink(self, request: pb.SymlinkRequest, context: Ctx) -> pb.Attr:
+        return self._store.symlink(request.parent, request.name, request.target, request.uid,
+                                   request.gid)
+
+    def Readlink(self, request: pb.ReadlinkRequest, context: Ctx) -> pb.ReadlinkResponse:
+        return pb.ReadlinkResponse(target=self._store.readlink(request.inode))
+
+    def Mknod(self, request: pb.MknodRequest, context: Ctx) -> pb.Attr:
+        return self._store.mknod(request.parent, request.name, request.kind, request.mode,
+                                 request.uid, request.gid)
+
+    def Link(self, request: pb.LinkRequest, context: Ctx) -> pb.Attr:
+        return self._store.link(request.inode, request.new_parent, request.new_name)
+
+    # --- extended attributes --------------------------------------------------------------
+
+    def SetXattr(self, request: pb.SetXattrRequest, context: Ctx) -> pb.Empty:
+        self._store.setxattr(request.inode, request.name, request.value,
+                             create=request.create, replace=request.replace)
+        return pb.Empty()
+
+    def GetXattr(self, request: pb.GetXattrRequest, context: Ctx) -> pb.GetXattrResponse:
+        return pb.GetXattrResponse(value=self._store.getxattr(request.inode, request.name))
+
+    def ListXattr(self, request: pb.ListXattrRequest, context: Ctx) -> pb.ListXattrResponse:
+        return pb.ListXattrResponse(names=self._store.listxattr(request.inode))
+
+    def RemoveXattr(self, request: pb.RemoveXattrRequest, context: Ctx) -> pb.Empty:
+        self._store.removexattr(request.inode, request.name)
+        return pb.Empty()
 
     # --- write sessions -------------------------------------------------------------------
 

@@ -17,7 +17,17 @@ import pytest
 from mosafs._proto import benefactor_pb2, common_pb2
 from mosafs._proto import manager_pb2 as pb
 from mosafs._proto import manager_pb2_grpc as pb_grpc
-from mosafs.errors import AlreadyExists, InvalidArgument, NoSpace, NotFound
+from mosafs.errors import (
+    AlreadyExists,
+    InvalidArgument,
+    NameTooLong,
+    NoAttribute,
+    NoSpace,
+    NotFound,
+    NotPermitted,
+    NotSupported,
+    ValueTooLarge,
+)
 from mosafs.ids import chunk_id
 from mosafs.rpc.channels import channel
 from mosafs.rpc.errors import call
@@ -126,6 +136,180 @@ def test_namespace_over_grpc(mgr: Mgr) -> None:
     mgr("Unlink", pb.UnlinkRequest(parent=ROOT, name="moved"))
     assert mgr("StatFs", pb.StatFsRequest()).files == 7
     assert mgr("GetAttr", pb.GetAttrRequest(inode=ROOT)).nlink == 3
+
+
+def test_symlinks_special_files_links_and_xattrs_over_grpc(mgr: Mgr) -> None:
+    d = mgr("Mkdir", pb.MkdirRequest(parent=ROOT, name="run", mode=0o755))
+    link = mgr("Symlink", pb.SymlinkRequest(parent=ROOT, name="latest", target=b"run/\xffx",
+                                            uid=4, gid=5))
+    assert (link.kind, link.mode, link.nlink, link.size, link.uid) == (
+        pb.FILE_KIND_SYMLINK, 0o777, 1, 6, 4)
+    assert mgr("Readlink", pb.ReadlinkRequest(inode=link.inode)).target == b"run/\xffx"
+    fifo = mgr("Mknod", pb.MknodRequest(parent=d.inode, name="pipe", kind=pb.FILE_KIND_FIFO,
+                                        mode=0o620))
+    sock = mgr("Mknod", pb.MknodRequest(parent=d.inode, name="sock",
+                                        kind=pb.FILE_KIND_SOCKET, mode=0o600))
+    assert (fifo.kind, fifo.mode, sock.kind, sock.size) == (
+        pb.FILE_KIND_FIFO, 0o620, pb.FILE_KIND_SOCKET, 0)
+    f = mgr("Create", pb.CreateRequest(parent=ROOT, name="ckpt", mode=0o644))
+    linked = mgr("Link", pb.LinkRequest(inode=f.inode, new_parent=d.inode, new_name="ckpt"))
+    assert (linked.inode, linked.nlink) == (f.inode, 2)
+    entries = mgr("ReadDir", pb.ReadDirRequest(inode=d.inode)).entries
+    assert [(e.name, e.attr.kind) for e in entries] == [
+        ("ckpt", pb.FILE_KIND_REGULAR), ("pipe", pb.FILE_KIND_FIFO),
+        ("sock", pb.FILE_KIND_SOCKET)]
+    assert mgr("Lookup", pb.LookupRequest(parent=ROOT, name="ckpt")).nlink == 2
+    # Extended attributes, on a symlink as on anything else.
+    mgr("SetXattr", pb.SetXattrRequest(inode=link.inode, name="user.b", value=b"\0\1"))
+    mgr("SetXattr", pb.SetXattrRequest(inode=link.inode, name="user.a", value=b"x",
+                                       create=True))
+    mgr("SetXattr", pb.SetXattrRequest(inode=link.inode, name="user.a", value=b"y",
+                                       replace=True))
+    assert mgr("GetXattr", pb.GetXattrRequest(inode=link.inode, name="user.a")).value == b"y"
+    assert mgr("GetXattr", pb.GetXattrRequest(inode=link.inode, name="user.b")).value == b"\0\1"
+    assert list(mgr("ListXattr", pb.ListXattrRequest(inode=link.inode)).names) == [
+        "user.a", "user.b"]
+    mgr("RemoveXattr", pb.RemoveXattrRequest(inode=link.inode, name="user.a"))
+    assert list(mgr("ListXattr", pb.ListXattrRequest(inode=link.inode)).names) == ["user.b"]
+    assert list(mgr("ListXattr", pb.ListXattrRequest(inode=ROOT)).names) == []
+    # SetAttr takes the client's ctime when it sends one.
+    out = mgr("SetAttr", pb.SetAttrRequest(inode=f.inode, mtime_ns=10, ctime_ns=20))
+    assert (out.mtime_ns, out.ctime_ns) == (10, 20)
+    out = mgr("SetAttr", pb.SetAttrRequest(inode=f.inode, atime_ns=30))
+    assert (out.atime_ns, out.mtime_ns) == (30, 10) and out.ctime_ns > 20
+    # Names go one at a time; the file goes with its last one.
+    assert mgr("StatFs", pb.StatFsRequest()).files == 6
+    mgr("Unlink", pb.UnlinkRequest(parent=ROOT, name="ckpt"))
+    assert mgr("GetAttr", pb.GetAttrRequest(inode=f.inode)).nlink == 1
+    mgr("Rename", pb.RenameRequest(old_parent=d.inode, old_name="pipe", new_parent=d.inode,
+                                   new_name="ckpt"))
+    with pytest.raises(NotFound):
+        mgr("GetAttr", pb.GetAttrRequest(inode=f.inode))
+    mgr("Unlink", pb.UnlinkRequest(parent=ROOT, name="latest"))
+    with pytest.raises(NotFound):
+        mgr("ListXattr", pb.ListXattrRequest(inode=link.inode))
+    assert mgr("StatFs", pb.StatFsRequest()).files == 4  # root, run, ckpt (the FIFO), sock
+
+
+def test_new_rpcs_refuse_bad_input_and_the_server_keeps_serving(mgr: Mgr) -> None:
+    register(mgr, "bf-1", 7501)
+    d = mgr("Mkdir", pb.MkdirRequest(parent=ROOT, name="d", mode=0o755))
+    f = mgr("Create", pb.CreateRequest(parent=ROOT, name="f", mode=0o644))
+    link = mgr("Symlink", pb.SymlinkRequest(parent=ROOT, name="l", target=b"f"))
+    fifo = mgr("Mknod", pb.MknodRequest(parent=ROOT, name="p", kind=pb.FILE_KIND_FIFO))
+    mgr("SetXattr", pb.SetXattrRequest(inode=f.inode, name="user.k", value=b"v"))
+    unknown = 10**9
+
+    def xattr(name: str, value: bytes = b"v", **flags: bool) -> pb.SetXattrRequest:
+        return pb.SetXattrRequest(inode=f.inode, name=name, value=value, **flags)
+
+    cases: list[tuple[str, Any, grpc.StatusCode]] = [
+        ("Symlink", pb.SymlinkRequest(parent=ROOT, name="s", target=b"a\0b"),
+         Code.INVALID_ARGUMENT),
+        ("Symlink", pb.SymlinkRequest(parent=ROOT, name="s", target=b""), Code.INVALID_ARGUMENT),
+        ("Symlink", pb.SymlinkRequest(parent=ROOT, name="s", target=b"t" * 4096),
+         Code.INVALID_ARGUMENT),
+        ("Symlink", pb.SymlinkRequest(parent=ROOT, name="f", target=b"t"), Code.ALREADY_EXISTS),
+        ("Symlink", pb.SymlinkRequest(parent=unknown, name="s", target=b"t"), Code.NOT_FOUND),
+        ("Symlink", pb.SymlinkRequest(parent=ROOT, name="a/b", target=b"t"),
+         Code.INVALID_ARGUMENT),
+        ("Readlink", pb.ReadlinkRequest(inode=f.inode), Code.INVALID_ARGUMENT),
+        ("Readlink", pb.ReadlinkRequest(inode=unknown), Code.NOT_FOUND),
+        ("Mknod", pb.MknodRequest(parent=ROOT, name="dev"), Code.PERMISSION_DENIED),
+        ("Mknod", pb.MknodRequest(parent=ROOT, name="dev", kind=pb.FILE_KIND_REGULAR),
+         Code.PERMISSION_DENIED),
+        ("Mknod", pb.MknodRequest(parent=ROOT, name="dev", kind=77),  # type: ignore[arg-type]
+         Code.PERMISSION_DENIED),
+        ("Mknod", pb.MknodRequest(parent=ROOT, name="p", kind=pb.FILE_KIND_FIFO),
+         Code.ALREADY_EXISTS),
+        ("Mknod", pb.MknodRequest(parent=ROOT, name="q", kind=pb.FILE_KIND_FIFO,
+                                  mode=0o100644), Code.INVALID_ARGUMENT),
+        ("Link", pb.LinkRequest(inode=d.inode, new_parent=ROOT, new_name="d2"),
+         Code.PERMISSION_DENIED),
+        ("Link", pb.LinkRequest(inode=f.inode, new_parent=ROOT, new_name="l"),
+         Code.ALREADY_EXISTS),
+        ("Link", pb.LinkRequest(inode=unknown, new_parent=ROOT, new_name="x"), Code.NOT_FOUND),
+        ("Link", pb.LinkRequest(inode=f.inode, new_parent=f.inode, new_name="x"),
+         Code.FAILED_PRECONDITION),
+        ("SetXattr", xattr("user.big", b"v" * 65537), Code.INVALID_ARGUMENT),
+        ("SetXattr", xattr("trusted.k"), Code.UNIMPLEMENTED),
+        ("SetXattr", xattr("user.mosafs.version"), Code.PERMISSION_DENIED),
+        ("SetXattr", xattr("user." + "n" * 251), Code.INVALID_ARGUMENT),
+        ("SetXattr", xattr(""), Code.INVALID_ARGUMENT),
+        ("SetXattr", xattr("user.k", create=True), Code.ALREADY_EXISTS),
+        ("SetXattr", xattr("user.absent", replace=True), Code.NOT_FOUND),
+        ("SetXattr", pb.SetXattrRequest(inode=unknown, name="user.k"), Code.NOT_FOUND),
+        ("GetXattr", pb.GetXattrRequest(inode=f.inode, name="user.absent"), Code.NOT_FOUND),
+        ("GetXattr", pb.GetXattrRequest(inode=unknown, name="user.k"), Code.NOT_FOUND),
+        ("GetXattr", pb.GetXattrRequest(inode=f.inode, name="security.x"), Code.UNIMPLEMENTED),
+        ("ListXattr", pb.ListXattrRequest(inode=unknown), Code.NOT_FOUND),
+        ("RemoveXattr", pb.RemoveXattrRequest(inode=f.inode, name="user.absent"),
+         Code.NOT_FOUND),
+        ("RemoveXattr", pb.RemoveXattrRequest(inode=f.inode, name="user.mosafs.x"),
+         Code.PERMISSION_DENIED),
+        ("OpenWrite", pb.OpenWriteRequest(inode=link.inode), Code.INVALID_ARGUMENT),
+        ("GetBlockMap", pb.GetBlockMapRequest(inode=fifo.inode), Code.INVALID_ARGUMENT),
+        ("GetVersionStats", pb.GetVersionStatsRequest(inode=link.inode),
+         Code.INVALID_ARGUMENT),
+        ("SetAttr", pb.SetAttrRequest(inode=unknown, ctime_ns=1), Code.NOT_FOUND),
+    ]
+    for method, request, expected in cases:
+        assert mgr.code_of(method, request) == expected, (method, request)
+        assert mgr.serving()
+    # The domain error arrives as its own class, message included.
+    with pytest.raises(NoAttribute, match=r"user\.absent"):
+        mgr("GetXattr", pb.GetXattrRequest(inode=f.inode, name="user.absent"))
+    with pytest.raises(NotPermitted, match="device nodes"):
+        mgr("Mknod", pb.MknodRequest(parent=ROOT, name="dev"))
+    with pytest.raises(ValueTooLarge):
+        mgr("SetXattr", xattr("user.big", b"v" * 65537))
+    with pytest.raises(NotSupported):
+        mgr("SetXattr", xattr("trusted.k"))
+    with pytest.raises(NameTooLong):
+        mgr("Symlink", pb.SymlinkRequest(parent=ROOT, name="s", target=b"t" * 4096))
+    with pytest.raises(InvalidArgument, match="not a symbolic link"):
+        mgr("Readlink", pb.ReadlinkRequest(inode=f.inode))
+    # The per-inode limit: 1 MiB of attributes.
+    for i in range(15):
+        mgr("SetXattr", xattr(f"user.v{i:02d}", b"v" * 65536))
+    assert mgr.code_of("SetXattr", xattr("user.v99", b"v" * 65536)) == Code.RESOURCE_EXHAUSTED
+    with pytest.raises(NoSpace):
+        mgr("SetXattr", xattr("user.v99", b"v" * 65536))
+    # Nothing the refusals touched changed.
+    assert [e.name for e in mgr("ReadDir", pb.ReadDirRequest(inode=ROOT)).entries] == [
+        "d", "f", "l", "p"]
+    assert mgr("GetAttr", pb.GetAttrRequest(inode=f.inode)).nlink == 1
+    assert mgr("GetXattr", pb.GetXattrRequest(inode=f.inode, name="user.k")).value == b"v"
+    assert len(mgr("ListXattr", pb.ListXattrRequest(inode=f.inode)).names) == 16
+
+
+def test_undecodable_xattr_and_link_requests_are_invalid_argument(mgr: Mgr) -> None:
+    undecodable = [
+        ("SetXattr", b"\x08\x01\x12\x02\xff\xfe"),  # inode=1, name not UTF-8
+        ("Symlink", b"\x08\x01\x12\x02\xc3("),  # parent=1, name not UTF-8
+        ("Link", b"\x08"),  # a varint cut short
+    ]
+    for method, raw in undecodable:
+        rpc = mgr.channel.unary_unary(f"/mosafs.v1.Manager/{method}")
+        with pytest.raises(grpc.RpcError) as info:
+            rpc(raw, timeout=10)
+        assert info.value.code() == Code.INVALID_ARGUMENT, method
+        assert mgr.serving()
+
+
+def test_links_symlinks_and_xattrs_survive_sigkill(start_manager: Callable[..., Mgr],
+                                                   tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    first = start_manager(data_dir=data)
+    f = first("Create", pb.CreateRequest(parent=ROOT, name="f", mode=0o644))
+    first("Link", pb.LinkRequest(inode=f.inode, new_parent=ROOT, new_name="g"))
+    link = first("Symlink", pb.SymlinkRequest(parent=ROOT, name="l", target=b"g"))
+    first("SetXattr", pb.SetXattrRequest(inode=f.inode, name="user.k", value=b"v"))
+    first.proc.kill(signal.SIGKILL)
+    second = start_manager(data_dir=data)
+    assert second("Lookup", pb.LookupRequest(parent=ROOT, name="g")).nlink == 2
+    assert second("Readlink", pb.ReadlinkRequest(inode=link.inode)).target == b"g"
+    assert second("GetXattr", pb.GetXattrRequest(inode=f.inode, name="user.k")).value == b"v"
 
 
 def test_open_write_without_benefactors_is_resource_exhausted(mgr: Mgr) -> None:

@@ -275,6 +275,7 @@ class WriteSession:
         """Switch to SPILL mode: materialise the whole content in a local temp file."""
         if self._spill is not None:
             return
+        log.debug("inode %d: spilling %d bytes to a local file", self.inode, self.size)
         entries = await self._drain_stream()
         # Kept open for the session's life and closed by _drop_content.
         self._spill = tempfile.TemporaryFile(dir=self.ctx.config.spill_dir)  # noqa: SIM115

@@ -77,20 +77,28 @@ class _Pipeline:
             self.done.set()
 
     async def _dispatch(self, chunks: list[Any], uploads: trio.Nursery) -> None:
+        """Record CHUNKS in the block-map and store the new ones in the background, so that
+        chunking the next batch overlaps the index look-up and the puts of this one."""
         stored = self.session.stored
         self.entries.extend(ChunkEntry(c.id, c.length) for c in chunks)
         fresh: dict[bytes, Any] = {}
         for c in chunks:
             if c.id not in stored.ids and c.id not in fresh:
                 fresh[c.id] = c
-        if fresh and self.session.ctx.config.dedupe_with_index:
-            present = await self.session.ctx.manager.find_chunks(list(fresh))
-            for chunk_id, found in zip(list(fresh), present, strict=True):
-                if found:
-                    stored.ids.add(chunk_id)
-                    del fresh[chunk_id]
-        for c in fresh.values():
-            stored.ids.add(c.id)  # claimed now so a repeat within the stream is not re-sent
+        stored.ids.update(fresh)  # claimed now: a repeat later in the stream is not re-sent
+        if fresh:
+            # A slot per batch too: the look-ups in flight stay bounded like the puts.
+            await self._slots.acquire()
+            uploads.start_soon(self._store_batch, list(fresh.values()), uploads)
+
+    async def _store_batch(self, chunks: list[Any], uploads: trio.Nursery) -> None:
+        try:
+            if self.session.ctx.config.dedupe_with_index:
+                present = await self.session.ctx.manager.find_chunks([c.id for c in chunks])
+                chunks = [c for c, found in zip(chunks, present, strict=True) if not found]
+        finally:
+            self._slots.release()
+        for c in chunks:
             await self._slots.acquire()
             uploads.start_soon(self._upload, c.id, c.data, self._cursor)
             self._cursor += 1

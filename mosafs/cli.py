@@ -31,6 +31,9 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
               "  mosafs mount /mnt/ckpt --manager mgr:7070"),
     "stats": ("mosafs.admin", "dedupe figures of the newest version of a file",
               "  mosafs stats /mnt/ckpt/app.n0.12\n  mosafs stats /mnt/ckpt/app.n0.12 --json"),
+    "bench": ("mosafs.bench.cli", "benchmarks with real processes (write/read through the mount)",
+              "  mosafs bench write --json\n  mosafs bench write --quick\n"
+              "  mosafs bench write --memory --keep /tmp/bench-run"),
 }
 
 

@@ -29,6 +29,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--cache-mib", type=int, default=256,
                         help="LRU chunk cache for reads, MiB (default: 256)")
     parser.add_argument("--spill-dir", help="directory for temp files of non-sequential writes")
+    parser.add_argument("--writeback-cache", action="store_true",
+                        help="let the kernel gather small writes (much faster small writes); "
+                             "only for a mount that is the sole writer of its files: other "
+                             "mounts' changes to a file's size are then not seen here")
     parser.add_argument("--allow-other", action="store_true",
                         help="let users other than the mounting one use the mount")
     parser.add_argument("--ready-file", help=argparse.SUPPRESS)
@@ -96,8 +100,9 @@ async def _serve(config: object, mountpoint: Path, args: argparse.Namespace) -> 
             ctx.close()
             raise
         try:
-            pyfuse3.init(Operations(fs, attr_timeout=ctx.config.attr_timeout),
-                         str(mountpoint), options)
+            ops = Operations(fs, attr_timeout=ctx.config.attr_timeout,
+                             writeback_cache=args.writeback_cache)
+            pyfuse3.init(ops, str(mountpoint), options)
         except BaseException:
             await fs.close()
             raise

@@ -65,10 +65,16 @@ def _decode(name: bytes) -> str:
 
 class Operations(pyfuse3.Operations):
     supports_dot_lookup = False
-    enable_writeback_cache = True
+    # Off by default: with the kernel's writeback cache the kernel trusts its own size and
+    # mtime of a regular file for good, so a file another mount changed would keep its old
+    # size here (no close-to-open across clients). `mosafs mount --writeback-cache` turns it
+    # on for a mount that is the only writer of its files: small writes get much faster.
+    enable_writeback_cache = False
 
-    def __init__(self, fs: FileSystem, *, attr_timeout: float = 1.0) -> None:
+    def __init__(self, fs: FileSystem, *, attr_timeout: float = 1.0,
+                 writeback_cache: bool = False) -> None:
         super().__init__()
+        self.enable_writeback_cache = writeback_cache
         self.fs = fs
         self.attr_timeout = attr_timeout
         self._dirs: dict[int, list[mpb.DirEntry]] = {}

@@ -21,6 +21,19 @@ class AttrCache:
             MAX_ENTRIES, ttl)
         self._listings: cachetools.TTLCache[int, list[mpb.DirEntry]] = cachetools.TTLCache(
             MAX_ENTRIES // 10, ttl)
+        # Inodes with open handles keep their newest attributes without expiry: a file
+        # unlinked while open still has attributes until its last close.
+        self._pinned: dict[int, mpb.Attr] = {}
+
+    def pin(self, inode: int, attr: mpb.Attr) -> None:
+        self._pinned.setdefault(inode, attr)
+
+    def unpin(self, inode: int) -> None:
+        self._pinned.pop(inode, None)
+
+    def last(self, inode: int) -> mpb.Attr | None:
+        """The newest attributes seen of a pinned inode, however old."""
+        return self._pinned.get(inode)
 
     def attr(self, inode: int) -> mpb.Attr | None:
         return self._attrs.get(inode)
@@ -33,6 +46,8 @@ class AttrCache:
 
     def put(self, attr: mpb.Attr) -> mpb.Attr:
         self._attrs[attr.inode] = attr
+        if attr.inode in self._pinned:
+            self._pinned[attr.inode] = attr
         return attr
 
     def put_entry(self, parent: int, name: str, attr: mpb.Attr) -> mpb.Attr:

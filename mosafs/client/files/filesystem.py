@@ -45,6 +45,10 @@ class FileSystem:
         self._writers: dict[int, int] = {}  # inode -> open writable handles
         self._session_locks: dict[int, trio.Lock] = {}
         self._cache = AttrCache(ctx.config.attr_timeout)
+        # Newest version this mount committed or opened, per inode with open handles: every
+        # descriptor of a file on this machine reads the same bytes (POSIX), so a handle
+        # whose view is older catches up before it reads.
+        self._latest: dict[int, int] = {}
 
     @classmethod
     async def create(cls, ctx: ClientContext) -> FileSystem:
@@ -77,14 +81,39 @@ class FileSystem:
     async def getattr(self, inode: int) -> Attr:
         attr = self._cache.attr(inode)
         if attr is None:
-            attr = self._cache.put(await self.manager.getattr(inode))
+            try:
+                attr = self._cache.put(await self.manager.getattr(inode))
+            except errors.NotFound:
+                attr = self._orphan_attr(inode)
         return self._overlay(attr)
+
+    def _orphan_attr(self, inode: int) -> Attr:
+        """Attributes of an open file whose last name is gone (unlinked or renamed over):
+        it stays usable through its handles until the last close, with nlink 0 (POSIX)."""
+        last = self._cache.last(inode)
+        if last is None:
+            raise errors.NotFound(f"inode {inode} does not exist")
+        orphan = Attr()
+        orphan.CopyFrom(last)
+        orphan.nlink = 0
+        return orphan
 
     async def setattr(self, inode: int, size: int | None, **fields: int) -> Attr:
         if size is not None:
             await self.truncate(inode, size)
+        session = self._sessions.get(inode)
+        if session is not None and "mtime_ns" in fields:
+            # utime after writing (cp -p, tar, rsync): the commit at close keeps this mtime.
+            session.mtime_ns = fields["mtime_ns"]
         if fields:
-            self._cache.put(await self.manager.setattr(inode, **fields))
+            try:
+                self._cache.put(await self.manager.setattr(inode, **fields))
+            except errors.NotFound:
+                # Unlinked while open: the change lives as long as the handles do.
+                orphan = self._orphan_attr(inode)
+                for name, value in fields.items():
+                    setattr(orphan, name, value)
+                return self._overlay(self._cache.put(orphan))
         return await self.getattr(inode)
 
     async def readdir(self, inode: int) -> list[DirEntry]:
@@ -94,7 +123,9 @@ class FileSystem:
             self._cache.put_listing(inode, entries)
         out = []
         for entry in entries:
-            overlaid = self._overlay(entry.attr)
+            # The attribute cache may hold a newer state than the listing (a setattr since):
+            # never hand the kernel the older one.
+            overlaid = self._overlay(self._cache.attr(entry.attr.inode) or entry.attr)
             out.append(entry if overlaid is entry.attr else DirEntry(name=entry.name,
                                                                       attr=overlaid))
         return out
@@ -238,6 +269,8 @@ class FileSystem:
         else:
             version = (await self.getattr(inode)).version
         self._revalidate(inode, version)
+        self._latest[inode] = max(version, self._latest.get(inode, 0))
+        self._cache.pin(inode, await self.getattr(inode))
         fh = next(self._fh)
         self._handles[fh] = handle
         return fh, version
@@ -277,10 +310,20 @@ class FileSystem:
         return await self._read_view(view, offset, size)
 
     async def _view(self, handle: Handle, session: WriteSession | None) -> BlockMapView:
-        stale = session is not None and (
-            handle.view is None or handle.view.version < session.committed_version)
-        if handle.view is None or stale:
-            handle.view = BlockMapView.from_proto(await self.manager.block_map(handle.inode))
+        latest = self._latest.get(handle.inode, 0)
+        if handle.view is None or handle.view.version < latest:
+            try:
+                handle.view = BlockMapView.from_proto(
+                    await self.manager.block_map(handle.inode))
+            except errors.NotFound:
+                if handle.view is None:
+                    if session is None:
+                        raise
+                    # Opened for writing, not read before the name went: the session
+                    # knows the content it started from.
+                    handle.view = await session.view()
+                # Unlinked while open: the chunks outlive the name (no garbage collection
+                # while this mount holds the view), so this handle keeps its version.
         return handle.view
 
     async def _read_view(self, view: BlockMapView, offset: int, size: int) -> bytes:
@@ -318,10 +361,23 @@ class FileSystem:
         try:
             reply = await session.commit()
         except errors.NotFound:
-            log.info("inode %d was removed before its changes were committed", session.inode)
+            # Unlinked or renamed over while open: the edits stay with the open handles.
+            log.debug("inode %d was removed before its changes were committed", session.inode)
+            session.orphaned = True
             return
         if reply is not None:
             self._cache.put(reply.attr)
+            self._latest[session.inode] = reply.version
+            await self._refresh_views(session.inode, reply.version)
+
+    async def _refresh_views(self, inode: int, version: int) -> None:
+        """Give this inode's open handles the version just committed, now: every descriptor
+        on this machine reads the same bytes, also after the file is unlinked later."""
+        handles = [h for h in self._handles.values() if h.inode == inode and h.view is not None]
+        if handles:
+            view = BlockMapView.from_proto(await self.manager.block_map(inode, version))
+            for handle in handles:
+                handle.view = view
 
     async def flush(self, fh: int, *, fsync: bool = False) -> None:
         """close(2) and fsync(2): commit this inode's changes (close-to-open semantics)."""
@@ -333,12 +389,22 @@ class FileSystem:
             if session is not None and (fsync or not session.only_emptied):
                 await self._commit(session)
 
-
     async def release(self, fh: int) -> None:
         handle = self._handles.pop(fh, None)
-        if handle is not None and handle.writable:
-            async with self._lock(handle.inode):
+        if handle is None:
+            return
+        # Under the inode's lock: a reader's release must not close the session a writer's
+        # release is still committing.
+        async with self._lock(handle.inode):
+            if handle.writable:
                 await self._drop_writer(handle.inode)
+            if self._other_handles(handle.inode) or handle.inode in self._writers:
+                return
+            self._cache.unpin(handle.inode)
+            self._latest.pop(handle.inode, None)
+            orphan = self._sessions.pop(handle.inode, None)  # kept for readers, see below
+            if orphan is not None:
+                await orphan.close()
 
     async def _drop_writer(self, inode: int) -> None:
         remaining = self._writers.get(inode, 0) - 1
@@ -346,14 +412,18 @@ class FileSystem:
             self._writers[inode] = remaining
             return
         self._writers.pop(inode, None)
-        session = self._sessions.pop(inode, None)
+        session = self._sessions.get(inode)
         if session is None:
             return
-        try:
-            if session.dirty:  # only an emptying open(O_TRUNC) waits for the last release
-                await self._commit(session)
-        finally:
-            await session.close()
+        if session.dirty:  # only an emptying open(O_TRUNC) waits for the last release
+            await self._commit(session)
+        if session.orphaned and self._other_handles(inode):
+            return  # readers of the vanished file still read its last bytes from here
+        self._sessions.pop(inode, None)
+        await session.close()
+
+    def _other_handles(self, inode: int) -> bool:
+        return any(h.inode == inode for h in self._handles.values())
 
     async def version_stats(self, inode: int) -> mpb.VersionStats:
         return await self.manager.version_stats(inode)

@@ -156,6 +156,7 @@ class WriteSession:
         self._pending = bytearray()
         self._spill: Any = None  # a temp file while in SPILL mode
         self._renewals = trio.CancelScope()
+        self.orphaned = False  # unlinked while open: nothing more is committed
 
     @classmethod
     async def create(cls, ctx: ClientContext, inode: int) -> WriteSession:
@@ -173,7 +174,17 @@ class WriteSession:
     # -- leases ----------------------------------------------------------------------------
 
     async def _acquire_lease(self) -> None:
-        lease = await self.ctx.manager.open_write(self.inode, self.ctx.client_id)
+        if self.orphaned:
+            return
+        try:
+            lease = await self.ctx.manager.open_write(self.inode, self.ctx.client_id)
+        except errors.NotFound:
+            if self.lease is None and not self.prefix and not self.committed_version:
+                raise  # never existed as far as this session knows
+            # Unlinked while open: edits stay local (SPILL) and die with the last close.
+            log.debug("inode %d was unlinked while open for writing", self.inode)
+            self.orphaned = True
+            return
         if not lease.targets:
             await self.ctx.manager.abort_write(lease.lease_id)
             raise errors.NoSpace("no live benefactor with free space")
@@ -213,7 +224,7 @@ class WriteSession:
         self.dirty = True
         self.only_emptied = False
         self.mtime_ns = time.time_ns()
-        if self._spill is None and offset == self.size:
+        if self._spill is None and offset == self.size and not self.orphaned:
             await self._append(data)
         else:
             await self._to_spill()
@@ -287,15 +298,21 @@ class WriteSession:
         entries = await self._drain_stream()
         # Kept open for the session's life and closed by _drop_content.
         self._spill = tempfile.TemporaryFile(dir=self.ctx.config.spill_dir)  # noqa: SIM115
-        view = BlockMapView.build(self.committed_version, entries, self.stored.addresses)
-        missing = [e.id for e in entries if e.id not in view.addresses]
-        if missing:
-            view.addresses.update(await self.ctx.manager.locate(sorted(set(missing))))
+        view = await self.view(entries)
         fd = self._spill.fileno()
         for entry, start in zip(view.entries, view.starts, strict=False):
             data = await self.ctx.fetcher.get(entry.id, view.addresses.get(entry.id, []))
             os.pwrite(fd, data, start)
         os.ftruncate(fd, self.size)
+
+    async def view(self, entries: list[ChunkEntry] | None = None) -> BlockMapView:
+        """ENTRIES (default: the committed content) as a readable view, every chunk located."""
+        entries = self.prefix if entries is None else entries
+        view = BlockMapView.build(self.committed_version, entries, self.stored.addresses)
+        missing = {e.id for e in entries if e.id not in view.addresses}
+        if missing:
+            view.addresses.update(await self.ctx.manager.locate(sorted(missing)))
+        return view
 
     # -- commit ----------------------------------------------------------------------------
 
@@ -305,7 +322,13 @@ class WriteSession:
             return None
         if self.lease is None:
             await self._acquire_lease()
-        entries = await self._drain_stream() if self._spill is None else await self._rechunk()
+        if self.orphaned:
+            return None  # the file is gone; its last handles keep the bytes until closed
+        if self._spill is None:
+            # The drained stream is the content now, whether or not the commit succeeds.
+            entries = self.prefix = await self._drain_stream()
+        else:
+            entries = await self._rechunk()
         reply = await self._commit_entries(entries)
         self.prefix = entries
         self.committed_version = reply.version

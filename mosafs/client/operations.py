@@ -81,6 +81,9 @@ class Operations(pyfuse3.Operations):
         self._next_dir = 1
         # inode -> the file version whose attributes the kernel was last given
         self._told: cachetools.LRUCache[int, int] = cachetools.LRUCache(100_000)
+        # inode -> the version whose pages the kernel's page cache may hold: the version the
+        # last open handed out (pages of an older one were dropped at that open).
+        self._paged: cachetools.LRUCache[int, int] = cachetools.LRUCache(100_000)
 
     def _entry(self, attr: mpb.Attr) -> pyfuse3.EntryAttributes:
         """Attributes for the kernel; remembers which version of the file it was told."""
@@ -202,6 +205,7 @@ class Operations(pyfuse3.Operations):
                      ctx: Any) -> tuple[pyfuse3.FileInfo, pyfuse3.EntryAttributes]:
         fh, attr = await self.fs.create_file(parent_inode, _decode(name), mode & 0o7777, flags,
                                         ctx.uid, ctx.gid)
+        self._paged[attr.inode] = attr.version
         return pyfuse3.FileInfo(fh=fh, keep_cache=False), self._entry(attr)
 
     @_errno_mapped
@@ -213,9 +217,13 @@ class Operations(pyfuse3.Operations):
             # it ask again before it trusts the old size (close-to-open across clients).
             await trio.to_thread.run_sync(pyfuse3.invalidate_inode, inode, True)
             self._told[inode] = version
-        # keep_cache=False: the kernel drops cached pages on open, so a reader sees the
-        # newest committed version, whoever wrote it.
-        return pyfuse3.FileInfo(fh=fh, keep_cache=False)
+        # Cached pages stay only if they are of the version this open hands out (a re-read
+        # of an unchanged file comes from memory); otherwise the kernel drops them, so a
+        # reader sees the newest committed version, whoever wrote it. Size and mtime alone
+        # cannot tell (cp -p and rsync keep both), hence the version.
+        keep = self._paged.get(inode) == version
+        self._paged[inode] = version
+        return pyfuse3.FileInfo(fh=fh, keep_cache=keep)
 
     @_errno_mapped
     async def read(self, fh: int, off: int, size: int) -> bytes:

@@ -11,6 +11,7 @@ import argparse
 import json
 import os
 import sys
+from pathlib import Path
 from typing import Any
 
 from mosafs.errors import ConfigError, NotFound
@@ -36,6 +37,81 @@ def find_manager(path: str, explicit: str | None) -> str:
     except OSError:
         raise ConfigError(
             f"{path} is not inside a mosafs mount; pass --manager HOST:PORT") from None
+
+
+def add_status_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("path", nargs="?",
+                        help="a path inside a mounted mosafs (finds its manager)")
+    parser.add_argument("--manager", help="HOST:PORT of the manager")
+    parser.add_argument("--data-dir",
+                        help="data directory of a `mosafs up` cluster (its cluster.json names "
+                             "the manager; default: the per-user data directory)")
+    parser.add_argument("--json", action="store_true", help="print one JSON object")
+
+
+def manager_for_status(args: argparse.Namespace) -> str:
+    """--manager, $MOSAFS_MANAGER, the mount of PATH, else the cluster.json of `mosafs up`."""
+    if args.manager or os.environ.get("MOSAFS_MANAGER") or args.path:
+        return find_manager(args.path or ".", args.manager)
+    from mosafs.up import default_data_dir
+
+    cluster = Path(args.data_dir) if args.data_dir else default_data_dir()
+    try:
+        return str(json.loads((cluster / "cluster.json").read_text())["manager"])
+    except (OSError, ValueError, KeyError, TypeError):
+        raise ConfigError(f"no manager found: no readable {cluster / 'cluster.json'}; pass "
+                          f"--manager HOST:PORT, a PATH inside a mount, or --data-dir") from None
+
+
+def run_status(args: argparse.Namespace) -> int:
+    from mosafs._proto import manager_pb2 as mpb
+    from mosafs._proto import manager_pb2_grpc as mgrpc
+    from mosafs.rpc.channels import channel
+    from mosafs.rpc.errors import call
+
+    with channel(manager_for_status(args)) as ch:
+        status = call(mgrpc.ManagerStub(ch).GetClusterStatus, mpb.ClusterStatusRequest(),
+                      timeout=30)
+    report = status_report(status)
+    if args.json:
+        json.dump(report, sys.stdout)
+        print()
+    else:
+        _print_status(report)
+    return 0
+
+
+def status_report(status: Any) -> dict[str, Any]:
+    """The `mosafs status --json` object (DESIGN §9)."""
+    return {
+        "benefactors": [{
+            "id": b.info.id, "address": b.info.address, "pool": b.info.pool,
+            "alive": b.alive, "capacity_bytes": b.info.capacity_bytes,
+            "free_bytes": b.info.free_bytes, "chunks": b.info.chunks,
+            "stored_bytes": b.info.stored_bytes,
+            "last_heartbeat_age_ms": b.last_heartbeat_age_ms,
+        } for b in status.benefactors],
+        "chunks": status.chunks,
+        "under_replicated_chunks": status.under_replicated_chunks,
+        "replication_backlog_bytes": status.replication_backlog_bytes,
+        "lost_chunks": status.lost_chunks,
+        "replication_rate_bytes_s": round(status.replication_rate_bytes_s, 1),
+        "time_to_full_redundancy_s": round(status.time_to_full_redundancy_s, 1),
+        "figures_age_ms": status.scanned_age_ms,
+    }
+
+
+def _print_status(report: dict[str, Any]) -> None:
+    for b in report["benefactors"]:
+        state = "alive" if b["alive"] else "DEAD"
+        print(f"{b['id']}  {b['address']:<22} {state:<5}  {b['chunks']:>9} chunks  "
+              f"{b['free_bytes'] / 2**30:8.1f} of {b['capacity_bytes'] / 2**30:.1f} GiB free")
+    eta = report["time_to_full_redundancy_s"]
+    print(f"chunks: {report['chunks']}, under-replicated: {report['under_replicated_chunks']} "
+          f"({report['replication_backlog_bytes']} bytes to copy), "
+          f"lost for now: {report['lost_chunks']}")
+    if report["under_replicated_chunks"]:
+        print("full redundancy in: " + (f"~{eta:.0f}s" if eta >= 0 else "unknown"))
 
 
 def run_stats(args: argparse.Namespace) -> int:

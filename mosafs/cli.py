@@ -31,6 +31,9 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
               "  mosafs mount /mnt/ckpt --manager mgr:7070"),
     "stats": ("mosafs.admin", "dedupe figures of the newest version of a file",
               "  mosafs stats /mnt/ckpt/app.n0.12\n  mosafs stats /mnt/ckpt/app.n0.12 --json"),
+    "status": ("mosafs.admin", "benefactors, free space and redundancy of a cluster",
+               "  mosafs status\n  mosafs status --json\n  mosafs status /mnt/ckpt\n"
+               "  mosafs status --manager mgr:7070"),
     "bench": ("mosafs.bench.cli", "benchmarks with real processes (write/read through the mount)",
               "  mosafs bench write --json\n  mosafs bench write --quick\n"
               "  mosafs bench write --memory --keep /tmp/bench-run"),

@@ -30,13 +30,16 @@ from mosafs.errors import ConfigError, Unavailable
 
 log = logging.getLogger("mosafs.up")
 START_TIMEOUT = 120.0
+DEFAULT_REPLICATION = 2  # copies of every chunk, given at least two benefactors
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("mountpoint", help="where to mount (created if missing; must be empty)")
     parser.add_argument("--data-dir", help="all cluster state (default: a per-user data dir)")
     parser.add_argument("--benefactors", type=int, default=3, help="storage daemons (default 3)")
-    parser.add_argument("--replication", type=int, help="replication factor R of the pool")
+    parser.add_argument("--replication", type=int,
+                        help="replication factor R of the default pool (default 2, or 1 "
+                             "with a single benefactor)")
     parser.add_argument("--chunker", help="chunker spec (default cdc:262144:1048576:4194304)")
     parser.add_argument("--hash-backend", choices=["auto", "cpu", "gpu"], default="auto")
     parser.add_argument("--ready-file", help=argparse.SUPPRESS)
@@ -62,6 +65,9 @@ def run(args: argparse.Namespace) -> int:
     setup_logging(args.log_level)
     if args.benefactors < 1:
         raise ConfigError("--benefactors must be at least 1")
+    if args.replication is not None and not 1 <= args.replication <= args.benefactors:
+        raise ConfigError(f"--replication must be 1..{args.benefactors} (the number of "
+                          f"benefactors), got {args.replication}")
     if args.chunker:
         from mosafs.chunking import parse_spec
 
@@ -121,6 +127,11 @@ class Cluster:
         child.ready = self._wait_ready(child, ready_file)
         return child
 
+    def _replication(self) -> int:
+        if self.args.replication is None:
+            return min(DEFAULT_REPLICATION, self.args.benefactors)
+        return int(self.args.replication)
+
     def _wait_ready(self, child: Child, ready_file: Path) -> dict[str, Any]:
         deadline = time.monotonic() + START_TIMEOUT
         while not ready_file.exists():
@@ -134,8 +145,7 @@ class Cluster:
 
     def _start_all(self) -> None:
         manager_args = ["manager", "--data-dir", str(self.data_dir / "manager")]
-        if self.args.replication:
-            manager_args += ["--replication", str(self.args.replication)]
+        manager_args += ["--replication", str(self._replication())]
         if self.args.chunker:
             manager_args += ["--chunker", self.args.chunker]
         self.manager = self._spawn("manager", manager_args)
@@ -207,12 +217,23 @@ class Cluster:
         print("Press Ctrl-C (or send SIGTERM) to unmount and stop.", flush=True)
 
     def _supervise(self) -> int:
+        """Until asked to stop, or the manager or the mount exits. A benefactor that exits
+        is reported once and the cluster goes on: its chunks are replicated elsewhere
+        (DESIGN §8), and `mosafs benefactor` on its data directory brings it back."""
+        gone: set[str] = set()
         while not self.stop.wait(0.5):
             for child in self.children:
-                if child.popen.poll() is not None:
-                    log.error("%s exited with status %s; stopping the cluster",
-                              child.name, child.popen.returncode)
-                    return 1
+                if child.popen.poll() is None or child.name in gone:
+                    continue
+                if child.name.startswith("benefactor-"):
+                    gone.add(child.name)
+                    log.warning("%s exited with status %s; going on without it (its chunks "
+                                "are copied to the other benefactors)", child.name,
+                                child.popen.returncode)
+                    continue
+                log.error("%s exited with status %s; stopping the cluster",
+                          child.name, child.popen.returncode)
+                return 1
         log.info("stopping")
         return 0
 

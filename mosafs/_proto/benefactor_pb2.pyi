@@ -65,3 +65,19 @@ class BenefactorInfo(_message.Message):
     stored_bytes: int
     pool: str
     def __init__(self, id: _Optional[str] = ..., address: _Optional[str] = ..., capacity_bytes: _Optional[int] = ..., free_bytes: _Optional[int] = ..., chunks: _Optional[int] = ..., stored_bytes: _Optional[int] = ..., pool: _Optional[str] = ...) -> None: ...
+
+class ReplicateChunksRequest(_message.Message):
+    __slots__ = ("ids", "target_address")
+    IDS_FIELD_NUMBER: _ClassVar[int]
+    TARGET_ADDRESS_FIELD_NUMBER: _ClassVar[int]
+    ids: _containers.RepeatedScalarFieldContainer[bytes]
+    target_address: str
+    def __init__(self, ids: _Optional[_Iterable[bytes]] = ..., target_address: _Optional[str] = ...) -> None: ...
+
+class ReplicateChunksResponse(_message.Message):
+    __slots__ = ("copied", "errors")
+    COPIED_FIELD_NUMBER: _ClassVar[int]
+    ERRORS_FIELD_NUMBER: _ClassVar[int]
+    copied: _containers.RepeatedScalarFieldContainer[bool]
+    errors: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, copied: _Optional[_Iterable[bool]] = ..., errors: _Optional[_Iterable[str]] = ...) -> None: ...

@@ -54,6 +54,11 @@ class BenefactorStub:
                 request_serializer=mosafs_dot_v1_dot_benefactor__pb2.GetInfoRequest.SerializeToString,
                 response_deserializer=mosafs_dot_v1_dot_benefactor__pb2.BenefactorInfo.FromString,
                 _registered_method=True)
+        self.ReplicateChunks = channel.unary_unary(
+                '/mosafs.v1.Benefactor/ReplicateChunks',
+                request_serializer=mosafs_dot_v1_dot_benefactor__pb2.ReplicateChunksRequest.SerializeToString,
+                response_deserializer=mosafs_dot_v1_dot_benefactor__pb2.ReplicateChunksResponse.FromString,
+                _registered_method=True)
 
 
 class BenefactorServicer:
@@ -89,6 +94,15 @@ class BenefactorServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ReplicateChunks(self, request, context):
+        """Replication (DESIGN §8): copy chunks stored here to another benefactor. The source reads
+        and verifies each chunk, then puts it to `target_address`; copies run a few at a time
+        so that new writes keep priority. copied[i] answers ids[i]; errors[i] says why not.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_BenefactorServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -111,6 +125,11 @@ def add_BenefactorServicer_to_server(servicer, server):
                     servicer.GetInfo,
                     request_deserializer=mosafs_dot_v1_dot_benefactor__pb2.GetInfoRequest.FromString,
                     response_serializer=mosafs_dot_v1_dot_benefactor__pb2.BenefactorInfo.SerializeToString,
+            ),
+            'ReplicateChunks': grpc.unary_unary_rpc_method_handler(
+                    servicer.ReplicateChunks,
+                    request_deserializer=mosafs_dot_v1_dot_benefactor__pb2.ReplicateChunksRequest.FromString,
+                    response_serializer=mosafs_dot_v1_dot_benefactor__pb2.ReplicateChunksResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -221,6 +240,33 @@ class Benefactor:
             '/mosafs.v1.Benefactor/GetInfo',
             mosafs_dot_v1_dot_benefactor__pb2.GetInfoRequest.SerializeToString,
             mosafs_dot_v1_dot_benefactor__pb2.BenefactorInfo.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ReplicateChunks(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/mosafs.v1.Benefactor/ReplicateChunks',
+            mosafs_dot_v1_dot_benefactor__pb2.ReplicateChunksRequest.SerializeToString,
+            mosafs_dot_v1_dot_benefactor__pb2.ReplicateChunksResponse.FromString,
             options,
             channel_credentials,
             insecure,

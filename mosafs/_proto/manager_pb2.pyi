@@ -497,3 +497,27 @@ class ListBenefactorsResponse(_message.Message):
     BENEFACTORS_FIELD_NUMBER: _ClassVar[int]
     benefactors: _containers.RepeatedCompositeFieldContainer[BenefactorStatus]
     def __init__(self, benefactors: _Optional[_Iterable[_Union[BenefactorStatus, _Mapping]]] = ...) -> None: ...
+
+class ClusterStatusRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class ClusterStatus(_message.Message):
+    __slots__ = ("benefactors", "chunks", "under_replicated_chunks", "replication_backlog_bytes", "lost_chunks", "replication_rate_bytes_s", "time_to_full_redundancy_s", "scanned_age_ms")
+    BENEFACTORS_FIELD_NUMBER: _ClassVar[int]
+    CHUNKS_FIELD_NUMBER: _ClassVar[int]
+    UNDER_REPLICATED_CHUNKS_FIELD_NUMBER: _ClassVar[int]
+    REPLICATION_BACKLOG_BYTES_FIELD_NUMBER: _ClassVar[int]
+    LOST_CHUNKS_FIELD_NUMBER: _ClassVar[int]
+    REPLICATION_RATE_BYTES_S_FIELD_NUMBER: _ClassVar[int]
+    TIME_TO_FULL_REDUNDANCY_S_FIELD_NUMBER: _ClassVar[int]
+    SCANNED_AGE_MS_FIELD_NUMBER: _ClassVar[int]
+    benefactors: _containers.RepeatedCompositeFieldContainer[BenefactorStatus]
+    chunks: int
+    under_replicated_chunks: int
+    replication_backlog_bytes: int
+    lost_chunks: int
+    replication_rate_bytes_s: float
+    time_to_full_redundancy_s: float
+    scanned_age_ms: int
+    def __init__(self, benefactors: _Optional[_Iterable[_Union[BenefactorStatus, _Mapping]]] = ..., chunks: _Optional[int] = ..., under_replicated_chunks: _Optional[int] = ..., replication_backlog_bytes: _Optional[int] = ..., lost_chunks: _Optional[int] = ..., replication_rate_bytes_s: _Optional[float] = ..., time_to_full_redundancy_s: _Optional[float] = ..., scanned_age_ms: _Optional[int] = ...) -> None: ...

@@ -179,6 +179,11 @@ class ManagerStub:
                 request_serializer=mosafs_dot_v1_dot_manager__pb2.ListBenefactorsRequest.SerializeToString,
                 response_deserializer=mosafs_dot_v1_dot_manager__pb2.ListBenefactorsResponse.FromString,
                 _registered_method=True)
+        self.GetClusterStatus = channel.unary_unary(
+                '/mosafs.v1.Manager/GetClusterStatus',
+                request_serializer=mosafs_dot_v1_dot_manager__pb2.ClusterStatusRequest.SerializeToString,
+                response_deserializer=mosafs_dot_v1_dot_manager__pb2.ClusterStatus.FromString,
+                _registered_method=True)
 
 
 class ManagerServicer:
@@ -367,6 +372,13 @@ class ManagerServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def GetClusterStatus(self, request, context):
+        """Benefactors and redundancy (`mosafs status`, DESIGN §9).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_ManagerServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -514,6 +526,11 @@ def add_ManagerServicer_to_server(servicer, server):
                     servicer.ListBenefactors,
                     request_deserializer=mosafs_dot_v1_dot_manager__pb2.ListBenefactorsRequest.FromString,
                     response_serializer=mosafs_dot_v1_dot_manager__pb2.ListBenefactorsResponse.SerializeToString,
+            ),
+            'GetClusterStatus': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetClusterStatus,
+                    request_deserializer=mosafs_dot_v1_dot_manager__pb2.ClusterStatusRequest.FromString,
+                    response_serializer=mosafs_dot_v1_dot_manager__pb2.ClusterStatus.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -1299,6 +1316,33 @@ class Manager:
             '/mosafs.v1.Manager/ListBenefactors',
             mosafs_dot_v1_dot_manager__pb2.ListBenefactorsRequest.SerializeToString,
             mosafs_dot_v1_dot_manager__pb2.ListBenefactorsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetClusterStatus(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/mosafs.v1.Manager/GetClusterStatus',
+            mosafs_dot_v1_dot_manager__pb2.ClusterStatusRequest.SerializeToString,
+            mosafs_dot_v1_dot_manager__pb2.ClusterStatus.FromString,
             options,
             channel_credentials,
             insecure,

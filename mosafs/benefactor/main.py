@@ -105,11 +105,15 @@ def run(args: argparse.Namespace) -> int:
         split_address(args.advertise, "--advertise")
 
     from mosafs.benefactor.chunkstore import FileChunkStore, load_or_create_identity
+    from mosafs.benefactor.replication import ChunkReplicator
+    from mosafs.rpc.peers import BenefactorPeers
 
     data_dir = os.path.abspath(args.data_dir)  # the ready file is read from other cwds
     with FileChunkStore(data_dir, capacity=args.capacity) as store:
         info = InfoSource(store, load_or_create_identity(store.data_dir), args.pool)
-        srv, port = listen(lambda srv: add_to_server(srv, store, info), args.listen)
+        peers = BenefactorPeers()
+        replicator = ChunkReplicator(store, peers.put)
+        srv, port = listen(lambda srv: add_to_server(srv, store, info, replicator), args.listen)
         info.address = advertised_address(listen_host, port, args.advertise)
         registrar = Registrar(manager, info) if manager else None
         try:
@@ -126,6 +130,7 @@ def run(args: argparse.Namespace) -> int:
             if registrar:
                 registrar.stop()
             srv.stop(STOP_GRACE_S).wait()
+            peers.close()
     log.info("stopped")
     return 0
 

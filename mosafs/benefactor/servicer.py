@@ -15,6 +15,7 @@ import grpc
 from mosafs._proto import benefactor_pb2 as pb
 from mosafs._proto import benefactor_pb2_grpc as pb_grpc
 from mosafs.benefactor.chunkstore import ChunkStore
+from mosafs.benefactor.replication import ChunkReplicator
 from mosafs.rpc.errors import servicer
 from mosafs.rpc.handlers import add_decoding_in_handlers
 
@@ -44,11 +45,13 @@ def info_message(identity: Identity, store: ChunkStore) -> pb.BenefactorInfo:
 
 @servicer
 class BenefactorServicer(pb_grpc.BenefactorServicer):
-    def __init__(self, store: ChunkStore, info: Callable[[], pb.BenefactorInfo]) -> None:
+    def __init__(self, store: ChunkStore, info: Callable[[], pb.BenefactorInfo],
+                 replicator: ChunkReplicator) -> None:
         # INFO is a callable: the address is known only once the server has bound its port,
         # after the servicer was added.
         self._store = store
         self._info = info
+        self._replicator = replicator
 
     def PutChunk(self, request: pb.PutChunkRequest,
                  context: grpc.ServicerContext) -> pb.PutChunkResponse:
@@ -63,12 +66,17 @@ class BenefactorServicer(pb_grpc.BenefactorServicer):
                   context: grpc.ServicerContext) -> pb.HasChunksResponse:
         return pb.HasChunksResponse(present=self._store.has_many(list(request.ids)))
 
+    def ReplicateChunks(self, request: pb.ReplicateChunksRequest,
+                        context: grpc.ServicerContext) -> pb.ReplicateChunksResponse:
+        copied, problems = self._replicator.replicate(list(request.ids), request.target_address)
+        return pb.ReplicateChunksResponse(copied=copied, errors=problems)
+
     def GetInfo(self, request: pb.GetInfoRequest,
                 context: grpc.ServicerContext) -> pb.BenefactorInfo:
         return self._info()
 
 
 def add_to_server(server: grpc.Server, store: ChunkStore,
-                  info: Callable[[], pb.BenefactorInfo]) -> None:
+                  info: Callable[[], pb.BenefactorInfo], replicator: ChunkReplicator) -> None:
     add_decoding_in_handlers(pb_grpc.add_BenefactorServicer_to_server,
-                             BenefactorServicer(store, info), server)
+                             BenefactorServicer(store, info, replicator), server)

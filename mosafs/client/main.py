@@ -28,6 +28,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="sliding write window per open file, MiB (default: 64)")
     parser.add_argument("--cache-mib", type=int, default=256,
                         help="LRU chunk cache for reads, MiB (default: 256)")
+    parser.add_argument("--write-semantics", choices=["optimistic", "pessimistic"],
+                        help="close returns once every chunk has one copy (optimistic; the "
+                             "manager replicates in the background) or R copies "
+                             "(pessimistic); default: the pool's setting")
     parser.add_argument("--spill-dir", help="directory for temp files of non-sequential writes")
     parser.add_argument("--writeback-cache", action="store_true",
                         help="let the kernel gather small writes (much faster small writes); "
@@ -75,7 +79,8 @@ def run(args: argparse.Namespace) -> int:
     config = ClientConfig(
         manager=args.manager, hash_backend=args.hash_backend,
         window_bytes=args.window_mib << 20, cache_bytes=args.cache_mib << 20,
-        spill_dir=Path(args.spill_dir) if args.spill_dir else None)
+        spill_dir=Path(args.spill_dir) if args.spill_dir else None,
+        write_semantics=args.write_semantics)
     trio.run(_serve, config, mountpoint, args)
     return 0
 

@@ -14,6 +14,7 @@ from mosafs.manager.leases import LeaseTable
 from mosafs.manager.metadata import ChunkEntry, MetadataStore, check_ids
 from mosafs.manager.pools import DEFAULT_POOL
 from mosafs.manager.registry import Clock, Registry
+from mosafs.manager.replication import CopyFn, Replicator
 
 MAX_FIND_CHUNKS = 65_536  # ids per FindChunks call: ~2.2 MiB of request
 MAX_CLIENT_ID = 256
@@ -24,15 +25,20 @@ class ManagerConfig:
     heartbeat_interval_s: float = 1.0
     benefactor_lease_s: float = 5.0
     write_lease_s: float = 60.0
+    replication_interval_s: float = 1.0
 
 
 class Manager:
     def __init__(self, store: MetadataStore, config: ManagerConfig | None = None, *,
-                 clock: Clock = time.monotonic) -> None:
+                 clock: Clock = time.monotonic, copy: CopyFn | None = None) -> None:
+        """COPY asks one benefactor to copy chunks to another (replication); without it
+        nothing is replicated (unit tests of the metadata protocol)."""
         self.config = config or ManagerConfig()
         self.store = store
         self.registry = Registry(store, lease_s=self.config.benefactor_lease_s, clock=clock)
         self.leases = LeaseTable(self.config.write_lease_s, clock=clock)
+        self.replicator = (Replicator(store, self.registry, copy, clock=clock)
+                           if copy is not None else None)
 
     def pool_for(self, inode: int) -> common_pb2.PoolSettings:
         """The pool new writes of INODE use. The one place where folder-assigned pools will
@@ -46,7 +52,9 @@ class Manager:
             raise InvalidArgument(f"client id longer than {MAX_CLIENT_ID} characters")
         base = self.store.write_base(inode)  # NotFound / IsADirectory first
         pool = self.pool_for(inode)
-        targets = self.registry.pick_targets(pool.name, pool.stripe_width)
+        # R targets at least: a pessimistic write stores every chunk on R of them.
+        targets = self.registry.pick_targets(pool.name,
+                                             max(pool.stripe_width, pool.replication))
         lease = self.leases.open(inode, client_id, base_inode=base.inode,
                                  base_version=base.version)
         out = manager_pb2.OpenWriteResponse(
@@ -119,6 +127,22 @@ class Manager:
                 ordered = _live_first(location.benefactor_ids, alive)
                 del location.benefactor_ids[:]
                 location.benefactor_ids.extend(ordered)
+        return out
+
+    def cluster_status(self) -> manager_pb2.ClusterStatus:
+        out = manager_pb2.ClusterStatus(benefactors=self.registry.statuses())
+        if self.replicator is None:
+            out.scanned_age_ms = -1
+            return out
+        figures, rate = self.replicator.figures()
+        out.chunks = figures.chunks
+        out.under_replicated_chunks = figures.under_replicated_chunks
+        out.replication_backlog_bytes = figures.replication_backlog_bytes
+        out.lost_chunks = figures.lost_chunks
+        out.replication_rate_bytes_s = rate
+        out.time_to_full_redundancy_s = self.replicator.time_to_full_redundancy()
+        out.scanned_age_ms = (int((time.monotonic() - figures.scanned_at) * 1000)
+                              if figures.scanned_at else -1)
         return out
 
     def statfs(self) -> manager_pb2.StatFsResponse:

@@ -12,9 +12,11 @@ from __future__ import annotations
 
 import argparse
 import logging
+import threading
 from pathlib import Path
+from typing import Any
 
-from mosafs.errors import ConfigError
+from mosafs.errors import ConfigError, MosafsError
 
 log = logging.getLogger("mosafs.manager")
 
@@ -76,6 +78,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="a benefactor silent this long is dead (default 5)")
     parser.add_argument("--write-lease", type=_seconds, default=60.0, metavar="SECONDS",
                         help="a write session not renewed this long expires (default 60)")
+    parser.add_argument("--replication-interval", type=_seconds, default=1.0,
+                        metavar="SECONDS",
+                        help="how often the manager looks for under-replicated chunks and "
+                             "copies them (default 1)")
     parser.add_argument("--map-size", type=_bytes, default=16 << 30, metavar="BYTES",
                         help="largest size the metadata may grow to (default 16 GiB; "
                              "sparse: costs no disk until used)")
@@ -110,6 +116,7 @@ def run(args: argparse.Namespace) -> int:
     from mosafs.manager.metadata import MetadataStore
     from mosafs.manager.pools import DEFAULT_POOL
     from mosafs.manager.servicer import add_to_server
+    from mosafs.rpc.peers import BenefactorPeers
 
     # Two managers on one data directory would each hand out leases and placements the
     # other does not know about.
@@ -121,10 +128,14 @@ def run(args: argparse.Namespace) -> int:
             chunker=args.chunker, write_semantics=args.write_semantics)
         config = ManagerConfig(heartbeat_interval_s=args.heartbeat_interval,
                                benefactor_lease_s=args.benefactor_lease,
-                               write_lease_s=args.write_lease)
-        manager = Manager(store, config)
+                               write_lease_s=args.write_lease,
+                               replication_interval_s=args.replication_interval)
+        peers = BenefactorPeers()
+        manager = Manager(store, config, copy=peers.replicate)
         srv, port = listen(add_to_server(manager), args.listen)
+        background = ReplicationLoop(manager, args.replication_interval)
         try:
+            background.start()
             address = advertised_address(listen_host, port)
             write_ready_file(args.ready_file, address=address, data_dir=str(data_dir))
             log.info("manager serving %s on %s (default pool: %s, R=%d, W=%d, %s)", data_dir,
@@ -133,6 +144,35 @@ def run(args: argparse.Namespace) -> int:
             stop.wait()
             log.info("stopping")
         finally:
+            background.stop()
             srv.stop(STOP_GRACE_S).wait()
+            peers.close()
     log.info("stopped")
     return 0
+
+
+class ReplicationLoop:
+    """Runs replication passes in a daemon thread every INTERVAL seconds until stop()."""
+
+    def __init__(self, manager: Any, interval: float) -> None:
+        self._manager = manager
+        self._interval = interval
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="replication", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=10)
+
+    def _run(self) -> None:
+        replicator = self._manager.replicator
+        while not self._stop.wait(self._interval):
+            try:
+                replicator.run_once()
+            except MosafsError as exc:
+                log.warning("replication pass failed: %s", exc)
+            except Exception:
+                log.exception("bug in the replication pass")

@@ -1148,6 +1148,39 @@ class MetadataStore:
                 out.append(None if rec is None else list(rec.benefactor_ids))
             return out
 
+    def chunk_page(self, start_after: bytes = b"",
+                   limit: int = 4096) -> list[tuple[bytes, metadata_pb2.ChunkRecord]]:
+        """Up to LIMIT index records with ids after START_AFTER, in id order (a full scan
+        is a loop over pages, each its own short read transaction)."""
+        with self._read() as tx:
+            cursor = tx.txn.cursor(db=self._db.chunks)
+            out: list[tuple[bytes, metadata_pb2.ChunkRecord]] = []
+            positioned = cursor.set_range(start_after) if start_after else cursor.first()
+            if not positioned:
+                return out
+            for cid, raw in cursor:
+                if cid == start_after:
+                    continue
+                out.append((bytes(cid), metadata_pb2.ChunkRecord.FromString(raw)))
+                if len(out) >= limit:
+                    break
+            return out
+
+    def add_chunk_locations(self, added: Iterable[tuple[bytes, str]]) -> int:
+        """Record new copies (id, benefactor id) in one transaction; ids no longer in the
+        index are skipped (their file went meanwhile). Returns how many were recorded."""
+        recorded = 0
+        with self._write() as tx:
+            for cid, bid in added:
+                check_benefactor_id(bid)
+                rec = tx.chunk(cid)
+                if rec is None or bid in rec.benefactor_ids:
+                    continue
+                rec.benefactor_ids.append(bid)
+                tx.put_chunk(cid, rec)
+                recorded += 1
+        return recorded
+
     def refcount_mismatches(self) -> dict[bytes, tuple[int, int]]:
         """id -> (refcount in the index, count over all block-maps) wherever they differ.
         Empty when the invariant holds (tests; later, fsck)."""

@@ -158,6 +158,10 @@ class ManagerServicer(manager_pb2_grpc.ManagerServicer):
                         context: Ctx) -> pb.ListBenefactorsResponse:
         return pb.ListBenefactorsResponse(benefactors=self._m.registry.statuses())
 
+    def GetClusterStatus(self, request: pb.ClusterStatusRequest,
+                         context: Ctx) -> pb.ClusterStatus:
+        return self._m.cluster_status()
+
 
 def add_to_server(manager: Manager) -> Callable[[grpc.Server], None]:
     """The `add_servicer` callback for mosafs.rpc.channels.server."""

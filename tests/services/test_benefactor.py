@@ -443,3 +443,42 @@ def test_services_benefactor_registers_again_when_manager_forgets_it(
     assert "registering again" in proc.log()
     assert proc.log().count("registered with manager") == 2
     stop_clean(proc)
+
+
+def test_services_benefactor_replicates_to_a_peer(benefactor: Proc, stub: Stub,
+                                                  tmp_path: Path) -> None:
+    peer = start_benefactor(tmp_path, name="peer")
+    try:
+        data = blob("replicate", 300_000)
+        raw = chunk_id(data)
+        stub.PutChunk(pb.PutChunkRequest(id=raw, data=data), timeout=TIMEOUT)
+        absent = chunk_id(b"never stored")
+        reply = stub.ReplicateChunks(pb.ReplicateChunksRequest(
+            ids=[raw, absent], target_address=peer.address), timeout=TIMEOUT)
+        assert list(reply.copied) == [True, False]
+        assert reply.errors[0] == "" and "not" in reply.errors[1].lower()
+        with channel(peer.address) as ch:
+            got = pb_grpc.BenefactorStub(ch).GetChunk(pb.GetChunkRequest(id=raw),
+                                                     timeout=TIMEOUT)
+        assert got.data == data
+    finally:
+        stop_clean(peer)
+
+
+def test_services_benefactor_replication_refuses_bad_requests(benefactor: Proc,
+                                                              stub: Stub) -> None:
+    raw = chunk_id(b"x")
+    for target in ("../x", "", "host:notaport", "a b:1"):
+        code, details = code_of(stub.ReplicateChunks, pb.ReplicateChunksRequest(
+            ids=[raw], target_address=target))
+        assert code == grpc.StatusCode.INVALID_ARGUMENT, (target, details)
+    code, _ = code_of(stub.ReplicateChunks, pb.ReplicateChunksRequest(
+        ids=[b"../../etc"], target_address="127.0.0.1:1"))
+    assert code == grpc.StatusCode.INVALID_ARGUMENT
+    # An unreachable target: nothing copied, a reason given, the server still serves.
+    data = b"payload"
+    stub.PutChunk(pb.PutChunkRequest(id=chunk_id(data), data=data), timeout=TIMEOUT)
+    reply = stub.ReplicateChunks(pb.ReplicateChunksRequest(
+        ids=[chunk_id(data)], target_address="127.0.0.1:1"), timeout=TIMEOUT)
+    assert list(reply.copied) == [False] and reply.errors[0]
+    assert stub.GetChunk(pb.GetChunkRequest(id=chunk_id(data)), timeout=TIMEOUT).data == data

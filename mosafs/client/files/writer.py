@@ -104,23 +104,32 @@ class _Pipeline:
             self._cursor += 1
 
     async def _upload(self, chunk_id: bytes, data: bytes, cursor: int) -> None:
+        """Store one chunk: COPIES copies on distinct targets, starting at the stripe's
+        CURSOR-th; a target that fails is replaced by the next one (a benefactor that died
+        mid-write costs a retry, not the file)."""
         try:
             targets = self.session.targets
-            failures = []
+            copies = min(self.session.copies, len(targets))
+            failures: list[str] = []
+            done: list[cpb.BenefactorAddress] = []
             for attempt in range(len(targets)):
+                if len(done) == copies:
+                    break
                 target = targets[(cursor + attempt) % len(targets)]
                 try:
                     await self.session.ctx.benefactors.put(target, chunk_id, data)
                 except (errors.Unavailable, errors.DeadlineExceeded, errors.NoSpace) as exc:
                     failures.append(f"{target.address}: {exc.message}")
                     continue
-                stored = self.session.stored
-                stored.placements[chunk_id] = [target.id]
-                stored.addresses[chunk_id] = [target.address]
-                stored.new_bytes += len(data)
-                return
-            raise errors.Unavailable(
-                f"no benefactor took chunk {chunk_id.hex()}: {'; '.join(failures)}")
+                done.append(target)
+            if len(done) < max(copies, 1):
+                raise errors.Unavailable(
+                    f"chunk {chunk_id.hex()}: {len(done)} of {copies} copies stored "
+                    f"({'; '.join(failures)})")
+            stored = self.session.stored
+            stored.placements[chunk_id] = [t.id for t in done]
+            stored.addresses[chunk_id] = [t.address for t in done]
+            stored.new_bytes += len(data)
         finally:
             self._slots.release()
 
@@ -206,6 +215,14 @@ class WriteSession:
                     self.lease = None
                 except errors.MosafsError as exc:
                     log.warning("cannot renew the write lease of inode %d: %s", self.inode, exc)
+
+    @property
+    def copies(self) -> int:
+        """Copies a put must store before the commit: R when pessimistic, else one (the
+        manager makes the others in the background)."""
+        assert self.lease is not None
+        semantics = self.ctx.config.write_semantics or self.lease.pool.write_semantics
+        return max(self.lease.pool.replication, 1) if semantics == "pessimistic" else 1
 
     @property
     def targets(self) -> list[cpb.BenefactorAddress]:

@@ -1,0 +1,87 @@
+"""PutChunk over gRPC between two processes on loopback: CPU per byte in the client and in
+the server, with a servicer that does nothing with the bytes (mode `none`) or only
+verifies BLAKE3 (`hash`). The floor of the transport under every mosafs write.
+
+    .venv/bin/python benchmarks/grpc_put.py none|hash ['[["grpc.option", value], ...]']
+
+Prints one JSON object: MB/s (512 puts of 1 MiB, 4 in flight), client_ns_B, server_ns_B.
+"""
+
+from __future__ import annotations
+
+import json
+import multiprocessing as mp
+import os
+import sys
+import time
+from concurrent import futures
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import blake3
+import grpc
+
+from mosafs._proto import benefactor_pb2 as pb
+from mosafs._proto import benefactor_pb2_grpc as pbg
+
+MAX = 65 << 20
+BASE = [("grpc.max_send_message_length", MAX), ("grpc.max_receive_message_length", MAX)]
+SIZE = 1 << 20
+PUTS = 512
+
+
+class _Sink(pbg.BenefactorServicer):
+    def __init__(self, mode: str) -> None:
+        self.mode = mode
+
+    def PutChunk(self, request: Any, context: Any) -> Any:
+        if self.mode == "hash" and blake3.blake3(request.data).digest() != request.id:
+            raise ValueError("id mismatch")
+        return pb.PutChunkResponse()
+
+
+def _serve(ports: Any, mode: str, options: list[tuple[str, Any]]) -> None:
+    srv = grpc.server(futures.ThreadPoolExecutor(16), options=BASE + options)
+    pbg.add_BenefactorServicer_to_server(_Sink(mode), srv)
+    ports.put(srv.add_insecure_port("127.0.0.1:0"))
+    srv.start()
+    srv.wait_for_termination()
+
+
+def _cpu_s(pid: int) -> float:
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def main() -> None:
+    mode = sys.argv[1] if len(sys.argv) > 1 else "none"
+    options = [tuple(o) for o in json.loads(sys.argv[2])] if len(sys.argv) > 2 else []
+    ports: Any = mp.Queue()
+    server = mp.Process(target=_serve, args=(ports, mode, options), daemon=True)
+    server.start()
+    channel = grpc.insecure_channel(f"127.0.0.1:{ports.get()}", options=BASE + options)
+    stub = pbg.BenefactorStub(channel)
+    blobs = [os.urandom(SIZE) for _ in range(8)]
+    ids = [blake3.blake3(b).digest() for b in blobs]
+
+    def put(i: int) -> None:
+        stub.PutChunk(pb.PutChunkRequest(id=ids[i % 8], data=blobs[i % 8]))
+
+    put(0)
+    with futures.ThreadPoolExecutor(4) as pool:
+        c0, s0, t0 = time.process_time(), _cpu_s(server.pid or 0), time.perf_counter()
+        list(pool.map(put, range(PUTS)))
+        t1, c1, s1 = time.perf_counter(), time.process_time(), _cpu_s(server.pid or 0)
+    total = PUTS * SIZE
+    print(json.dumps({"mode": mode, "options": options,
+                      "MB_s": round(total / (t1 - t0) / 1e6),
+                      "client_ns_B": round((c1 - c0) / total * 1e9, 2),
+                      "server_ns_B": round((s1 - s0) / total * 1e9, 2)}))
+    server.kill()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,53 @@
+"""Calls between servers: the manager asking a benefactor to replicate, a benefactor putting
+a chunk to another. One channel per address, opened on first use and shared by threads."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Sequence
+
+import grpc
+
+from mosafs._proto import benefactor_pb2 as bpb
+from mosafs._proto import benefactor_pb2_grpc as bgrpc
+from mosafs.rpc.channels import channel
+from mosafs.rpc.errors import call
+
+PUT_TIMEOUT_S = 120.0
+# A replication request copies up to a few tens of MiB chunk by chunk at low priority.
+REPLICATE_TIMEOUT_S = 600.0
+
+
+class BenefactorPeers:
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._channels: dict[str, grpc.Channel] = {}
+        self._stubs: dict[str, bgrpc.BenefactorStub] = {}
+
+    def _stub(self, address: str) -> bgrpc.BenefactorStub:
+        with self._lock:
+            stub = self._stubs.get(address)
+            if stub is None:
+                ch = self._channels[address] = channel(address)
+                stub = self._stubs[address] = bgrpc.BenefactorStub(ch)
+            return stub
+
+    def put(self, address: str, chunk_id: bytes, data: bytes) -> None:
+        call(self._stub(address).PutChunk, bpb.PutChunkRequest(id=chunk_id, data=data),
+             timeout=PUT_TIMEOUT_S)
+
+    def replicate(self, source: str, target: str, ids: Sequence[bytes]) -> list[bool]:
+        """Ask SOURCE to copy IDS to TARGET; copied[i] for each id."""
+        reply = call(self._stub(source).ReplicateChunks,
+                     bpb.ReplicateChunksRequest(ids=ids, target_address=target),
+                     timeout=REPLICATE_TIMEOUT_S)
+        if len(reply.copied) != len(ids):
+            return [False] * len(ids)  # a confused peer: copy nothing, try again later
+        return list(reply.copied)
+
+    def close(self) -> None:
+        with self._lock:
+            for ch in self._channels.values():
+                ch.close()
+            self._channels.clear()
+            self._stubs.clear()

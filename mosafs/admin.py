@@ -11,6 +11,7 @@ import argparse
 import json
 import os
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -37,6 +38,17 @@ def find_manager(path: str, explicit: str | None) -> str:
     except OSError:
         raise ConfigError(
             f"{path} is not inside a mosafs mount; pass --manager HOST:PORT") from None
+
+
+def emit(report: dict[str, Any], as_json: bool,
+         show: Callable[[dict[str, Any]], None]) -> int:
+    """Print REPORT as one JSON object (--json) or for people; the exit code 0."""
+    if as_json:
+        json.dump(report, sys.stdout)
+        print()
+    else:
+        show(report)
+    return 0
 
 
 def add_status_arguments(parser: argparse.ArgumentParser) -> None:
@@ -72,13 +84,7 @@ def run_status(args: argparse.Namespace) -> int:
     with channel(manager_for_status(args)) as ch:
         status = call(mgrpc.ManagerStub(ch).GetClusterStatus, mpb.ClusterStatusRequest(),
                       timeout=30)
-    report = status_report(status)
-    if args.json:
-        json.dump(report, sys.stdout)
-        print()
-    else:
-        _print_status(report)
-    return 0
+    return emit(status_report(status), args.json, _print_status)
 
 
 def status_report(status: Any) -> dict[str, Any]:
@@ -128,13 +134,7 @@ def run_stats(args: argparse.Namespace) -> int:
     with channel(address) as ch:
         stats = call(mgrpc.ManagerStub(ch).GetVersionStats,
                      mpb.GetVersionStatsRequest(inode=inode), timeout=30)
-    report = _stats_report(args.path, stats)
-    if args.json:
-        json.dump(report, sys.stdout)
-        print()
-    else:
-        _print_stats(report)
-    return 0
+    return emit(_stats_report(args.path, stats), args.json, _print_stats)
 
 
 def _stats_report(path: str, stats: Any) -> dict[str, Any]:

@@ -120,6 +120,33 @@ def _print_status(report: dict[str, Any]) -> None:
         print("full redundancy in: " + (f"~{eta:.0f}s" if eta >= 0 else "unknown"))
 
 
+def add_gc_arguments(parser: argparse.ArgumentParser) -> None:
+    add_status_arguments(parser)
+
+
+def run_gc(args: argparse.Namespace) -> int:
+    from mosafs._proto import manager_pb2 as mpb
+    from mosafs._proto import manager_pb2_grpc as mgrpc
+    from mosafs.rpc.channels import channel
+    from mosafs.rpc.errors import call
+
+    with channel(manager_for_status(args)) as ch:
+        report = call(mgrpc.ManagerStub(ch).CollectGarbage, mpb.CollectGarbageRequest(),
+                      timeout=600)
+    emit({"benefactors": report.benefactors, "deleted_chunks": report.deleted_chunks,
+          "freed_bytes": report.freed_bytes, "waiting_chunks": report.waiting_chunks,
+          "failures": list(report.failures)}, args.json, _print_gc)
+    return 1 if report.failures else 0
+
+
+def _print_gc(report: dict[str, Any]) -> None:
+    print(f"{report['benefactors']} benefactors: deleted {report['deleted_chunks']} chunks "
+          f"({report['freed_bytes']} bytes); {report['waiting_chunks']} unreferenced chunks "
+          f"wait for the grace period or a write in flight")
+    for failure in report["failures"]:
+        print(f"failed: {failure}")
+
+
 def run_stats(args: argparse.Namespace) -> int:
     from mosafs._proto import manager_pb2 as mpb
     from mosafs._proto import manager_pb2_grpc as mgrpc

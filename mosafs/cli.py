@@ -34,6 +34,8 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "status": ("mosafs.admin", "benefactors, free space and redundancy of a cluster",
                "  mosafs status\n  mosafs status --json\n  mosafs status /mnt/ckpt\n"
                "  mosafs status --manager mgr:7070"),
+    "gc": ("mosafs.admin", "collect garbage now: delete chunks no version references",
+           "  mosafs gc\n  mosafs gc --json\n  mosafs gc --manager mgr:7070"),
     "bench": ("mosafs.bench.cli", "benchmarks with real processes (write/read through the mount)",
               "  mosafs bench write --json\n  mosafs bench write --quick\n"
               "  mosafs bench write --memory --keep /tmp/bench-run"),

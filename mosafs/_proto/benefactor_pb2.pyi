@@ -81,3 +81,19 @@ class ReplicateChunksResponse(_message.Message):
     copied: _containers.RepeatedScalarFieldContainer[bool]
     errors: _containers.RepeatedScalarFieldContainer[str]
     def __init__(self, copied: _Optional[_Iterable[bool]] = ..., errors: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class GarbageRoundRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class GarbageRound(_message.Message):
+    __slots__ = ("reported", "deleted_chunks", "freed_bytes", "waiting_chunks")
+    REPORTED_FIELD_NUMBER: _ClassVar[int]
+    DELETED_CHUNKS_FIELD_NUMBER: _ClassVar[int]
+    FREED_BYTES_FIELD_NUMBER: _ClassVar[int]
+    WAITING_CHUNKS_FIELD_NUMBER: _ClassVar[int]
+    reported: int
+    deleted_chunks: int
+    freed_bytes: int
+    waiting_chunks: int
+    def __init__(self, reported: _Optional[int] = ..., deleted_chunks: _Optional[int] = ..., freed_bytes: _Optional[int] = ..., waiting_chunks: _Optional[int] = ...) -> None: ...

@@ -59,6 +59,11 @@ class BenefactorStub:
                 request_serializer=mosafs_dot_v1_dot_benefactor__pb2.ReplicateChunksRequest.SerializeToString,
                 response_deserializer=mosafs_dot_v1_dot_benefactor__pb2.ReplicateChunksResponse.FromString,
                 _registered_method=True)
+        self.RunGarbageRound = channel.unary_unary(
+                '/mosafs.v1.Benefactor/RunGarbageRound',
+                request_serializer=mosafs_dot_v1_dot_benefactor__pb2.GarbageRoundRequest.SerializeToString,
+                response_deserializer=mosafs_dot_v1_dot_benefactor__pb2.GarbageRound.FromString,
+                _registered_method=True)
 
 
 class BenefactorServicer:
@@ -103,6 +108,14 @@ class BenefactorServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def RunGarbageRound(self, request, context):
+        """Run an inventory round now: report every stored chunk to the manager and delete what
+        it releases (`mosafs gc`).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_BenefactorServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -130,6 +143,11 @@ def add_BenefactorServicer_to_server(servicer, server):
                     servicer.ReplicateChunks,
                     request_deserializer=mosafs_dot_v1_dot_benefactor__pb2.ReplicateChunksRequest.FromString,
                     response_serializer=mosafs_dot_v1_dot_benefactor__pb2.ReplicateChunksResponse.SerializeToString,
+            ),
+            'RunGarbageRound': grpc.unary_unary_rpc_method_handler(
+                    servicer.RunGarbageRound,
+                    request_deserializer=mosafs_dot_v1_dot_benefactor__pb2.GarbageRoundRequest.FromString,
+                    response_serializer=mosafs_dot_v1_dot_benefactor__pb2.GarbageRound.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -267,6 +285,33 @@ class Benefactor:
             '/mosafs.v1.Benefactor/ReplicateChunks',
             mosafs_dot_v1_dot_benefactor__pb2.ReplicateChunksRequest.SerializeToString,
             mosafs_dot_v1_dot_benefactor__pb2.ReplicateChunksResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def RunGarbageRound(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/mosafs.v1.Benefactor/RunGarbageRound',
+            mosafs_dot_v1_dot_benefactor__pb2.GarbageRoundRequest.SerializeToString,
+            mosafs_dot_v1_dot_benefactor__pb2.GarbageRound.FromString,
             options,
             channel_credentials,
             insecure,

@@ -521,3 +521,47 @@ class ClusterStatus(_message.Message):
     time_to_full_redundancy_s: float
     scanned_age_ms: int
     def __init__(self, benefactors: _Optional[_Iterable[_Union[BenefactorStatus, _Mapping]]] = ..., chunks: _Optional[int] = ..., under_replicated_chunks: _Optional[int] = ..., replication_backlog_bytes: _Optional[int] = ..., lost_chunks: _Optional[int] = ..., replication_rate_bytes_s: _Optional[float] = ..., time_to_full_redundancy_s: _Optional[float] = ..., scanned_age_ms: _Optional[int] = ...) -> None: ...
+
+class InventoryEntry(_message.Message):
+    __slots__ = ("id", "touched_ns", "length")
+    ID_FIELD_NUMBER: _ClassVar[int]
+    TOUCHED_NS_FIELD_NUMBER: _ClassVar[int]
+    LENGTH_FIELD_NUMBER: _ClassVar[int]
+    id: bytes
+    touched_ns: int
+    length: int
+    def __init__(self, id: _Optional[bytes] = ..., touched_ns: _Optional[int] = ..., length: _Optional[int] = ...) -> None: ...
+
+class InventoryReport(_message.Message):
+    __slots__ = ("benefactor_id", "entries")
+    BENEFACTOR_ID_FIELD_NUMBER: _ClassVar[int]
+    ENTRIES_FIELD_NUMBER: _ClassVar[int]
+    benefactor_id: str
+    entries: _containers.RepeatedCompositeFieldContainer[InventoryEntry]
+    def __init__(self, benefactor_id: _Optional[str] = ..., entries: _Optional[_Iterable[_Union[InventoryEntry, _Mapping]]] = ...) -> None: ...
+
+class InventoryReply(_message.Message):
+    __slots__ = ("release", "waiting")
+    RELEASE_FIELD_NUMBER: _ClassVar[int]
+    WAITING_FIELD_NUMBER: _ClassVar[int]
+    release: _containers.RepeatedScalarFieldContainer[bytes]
+    waiting: int
+    def __init__(self, release: _Optional[_Iterable[bytes]] = ..., waiting: _Optional[int] = ...) -> None: ...
+
+class CollectGarbageRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class GarbageReport(_message.Message):
+    __slots__ = ("benefactors", "deleted_chunks", "freed_bytes", "waiting_chunks", "failures")
+    BENEFACTORS_FIELD_NUMBER: _ClassVar[int]
+    DELETED_CHUNKS_FIELD_NUMBER: _ClassVar[int]
+    FREED_BYTES_FIELD_NUMBER: _ClassVar[int]
+    WAITING_CHUNKS_FIELD_NUMBER: _ClassVar[int]
+    FAILURES_FIELD_NUMBER: _ClassVar[int]
+    benefactors: int
+    deleted_chunks: int
+    freed_bytes: int
+    waiting_chunks: int
+    failures: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, benefactors: _Optional[int] = ..., deleted_chunks: _Optional[int] = ..., freed_bytes: _Optional[int] = ..., waiting_chunks: _Optional[int] = ..., failures: _Optional[_Iterable[str]] = ...) -> None: ...

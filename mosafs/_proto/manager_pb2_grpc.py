@@ -184,6 +184,16 @@ class ManagerStub:
                 request_serializer=mosafs_dot_v1_dot_manager__pb2.ClusterStatusRequest.SerializeToString,
                 response_deserializer=mosafs_dot_v1_dot_manager__pb2.ClusterStatus.FromString,
                 _registered_method=True)
+        self.ReportInventory = channel.unary_unary(
+                '/mosafs.v1.Manager/ReportInventory',
+                request_serializer=mosafs_dot_v1_dot_manager__pb2.InventoryReport.SerializeToString,
+                response_deserializer=mosafs_dot_v1_dot_manager__pb2.InventoryReply.FromString,
+                _registered_method=True)
+        self.CollectGarbage = channel.unary_unary(
+                '/mosafs.v1.Manager/CollectGarbage',
+                request_serializer=mosafs_dot_v1_dot_manager__pb2.CollectGarbageRequest.SerializeToString,
+                response_deserializer=mosafs_dot_v1_dot_manager__pb2.GarbageReport.FromString,
+                _registered_method=True)
 
 
 class ManagerServicer:
@@ -379,6 +389,22 @@ class ManagerServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ReportInventory(self, request, context):
+        """Garbage collection and reconciliation: a benefactor reports what it stores (in pages);
+        the answer names the ids it may delete (unreferenced for the grace period and safe
+        from every write in flight). Ids the index references are counted as copies again.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def CollectGarbage(self, request, context):
+        """`mosafs gc`: every live benefactor runs an inventory round now.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_ManagerServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -531,6 +557,16 @@ def add_ManagerServicer_to_server(servicer, server):
                     servicer.GetClusterStatus,
                     request_deserializer=mosafs_dot_v1_dot_manager__pb2.ClusterStatusRequest.FromString,
                     response_serializer=mosafs_dot_v1_dot_manager__pb2.ClusterStatus.SerializeToString,
+            ),
+            'ReportInventory': grpc.unary_unary_rpc_method_handler(
+                    servicer.ReportInventory,
+                    request_deserializer=mosafs_dot_v1_dot_manager__pb2.InventoryReport.FromString,
+                    response_serializer=mosafs_dot_v1_dot_manager__pb2.InventoryReply.SerializeToString,
+            ),
+            'CollectGarbage': grpc.unary_unary_rpc_method_handler(
+                    servicer.CollectGarbage,
+                    request_deserializer=mosafs_dot_v1_dot_manager__pb2.CollectGarbageRequest.FromString,
+                    response_serializer=mosafs_dot_v1_dot_manager__pb2.GarbageReport.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -1343,6 +1379,60 @@ class Manager:
             '/mosafs.v1.Manager/GetClusterStatus',
             mosafs_dot_v1_dot_manager__pb2.ClusterStatusRequest.SerializeToString,
             mosafs_dot_v1_dot_manager__pb2.ClusterStatus.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ReportInventory(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/mosafs.v1.Manager/ReportInventory',
+            mosafs_dot_v1_dot_manager__pb2.InventoryReport.SerializeToString,
+            mosafs_dot_v1_dot_manager__pb2.InventoryReply.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def CollectGarbage(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/mosafs.v1.Manager/CollectGarbage',
+            mosafs_dot_v1_dot_manager__pb2.CollectGarbageRequest.SerializeToString,
+            mosafs_dot_v1_dot_manager__pb2.GarbageReport.FromString,
             options,
             channel_credentials,
             insecure,

@@ -61,6 +61,13 @@ class Usage:
     free_bytes: int
 
 
+@dataclass(frozen=True)
+class InventoryItem:
+    id: bytes
+    touched_ns: int  # wall clock of the last put (stored, or found already present)
+    length: int
+
+
 class ChunkStore(abc.ABC):
     """Immutable chunks by id. Implementations are thread-safe.
 
@@ -84,6 +91,16 @@ class ChunkStore(abc.ABC):
     @abc.abstractmethod
     def has(self, raw_id: bytes) -> bool:
         """Whether a chunk is stored (and not known to be corrupt)."""
+
+    @abc.abstractmethod
+    def inventory(self) -> Iterator[InventoryItem]:
+        """Every stored chunk: its id, when it was last put here, its length."""
+
+    @abc.abstractmethod
+    def delete(self, raw_id: bytes, *, touched_ns: int) -> int:
+        """Delete a chunk (garbage collection) unless it was put again after TOUCHED_NS (the
+        time its inventory entry showed: a write may be about to reference it). Returns
+        the bytes freed, 0 when nothing was deleted."""
 
     @abc.abstractmethod
     def usage(self) -> Usage:
@@ -248,6 +265,11 @@ class FileChunkStore(ChunkStore):
 
     def _chunk_sizes(self, stray: list[str]) -> Iterator[int]:
         """The size of every chunk file; anything else is appended to STRAY."""
+        for entry in self._chunk_entries(stray):
+            yield entry.stat(follow_symlinks=False).st_size
+
+    def _chunk_entries(self, stray: list[str]) -> Iterator[os.DirEntry[str]]:
+        """Every chunk file; anything else is appended to STRAY."""
         for top in os.scandir(self._chunks_dir):
             if not (top.is_dir(follow_symlinks=False) and _FANOUT_NAME.fullmatch(top.name)):
                 stray.append(top.path)
@@ -260,7 +282,7 @@ class FileChunkStore(ChunkStore):
                     name = leaf.name
                     if (leaf.is_file(follow_symlinks=False) and _HEX_NAME.fullmatch(name)
                             and name[:2] == top.name and name[2:4] == mid.name):
-                        yield leaf.stat(follow_symlinks=False).st_size
+                        yield leaf
                     else:
                         stray.append(leaf.path)
 
@@ -289,6 +311,9 @@ class FileChunkStore(ChunkStore):
         # only once its rename is durable.
         with self._stripe(raw_id):
             if self._holds(raw_id, path, len(data)):
+                # A put of a stored chunk is a use: garbage collection spares a chunk put
+                # after its inventory (a write may be about to commit a reference to it).
+                os.utime(path)
                 return True
         with self._reservation(len(data)):
             tmp = self._write_temp(raw_id, data)
@@ -393,6 +418,29 @@ class FileChunkStore(ChunkStore):
                     raw_id.hex(), path, exc)
             raise
         return data
+
+    def inventory(self) -> Iterator[InventoryItem]:
+        for entry in self._chunk_entries([]):
+            st = entry.stat(follow_symlinks=False)
+            yield InventoryItem(bytes.fromhex(entry.name), st.st_mtime_ns, st.st_size)
+
+    def delete(self, raw_id: bytes, *, touched_ns: int) -> int:
+        check_id(raw_id)
+        path = self.path_of(raw_id)
+        with self._stripe(raw_id):
+            try:
+                st = path.stat()
+            except FileNotFoundError:
+                return 0
+            if st.st_mtime_ns > touched_ns:
+                return 0  # put again since the inventory: in use
+            path.unlink()
+            fsync_dir(path.parent)
+            self._corrupt.discard(raw_id)
+        with self._stats_lock:
+            self._chunks -= 1
+            self._stored -= st.st_size
+        return st.st_size
 
     def has(self, raw_id: bytes) -> bool:
         check_id(raw_id)

@@ -19,6 +19,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from mosafs.errors import (
+    ConfigError,
     DeadlineExceeded,
     MosafsError,
     NotFound,
@@ -41,6 +42,7 @@ BACKOFF_FIRST_S = 0.1       # registration retries: 0.1 s doubling ...
 BACKOFF_MAX_S = 5.0         # ... up to 5 s
 DEFAULT_HEARTBEAT_S = 2.0   # when the manager's answer names no interval
 SLOW_START_WARN_S = 30.0    # a manager never reached for this long is worth a WARNING
+INVENTORY_TIMEOUT_S = 60.0  # one inventory page
 _SIZE_SUFFIXES = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
 
 
@@ -61,6 +63,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "are powers of 1024; default: the whole file system)")
     parser.add_argument("--pool", default="default", metavar="NAME",
                         help="pool this benefactor joins (default 'default')")
+    parser.add_argument("--inventory-interval", type=float, default=300.0, metavar="SECONDS",
+                        help="how often to report the stored chunks to the manager for "
+                             "garbage collection (default 300; also after every "
+                             "registration and on `mosafs gc`)")
     parser.add_argument("--ready-file", metavar="PATH",
                         help="write {address, pid, id, data_dir} as JSON here once serving")
     parser.add_argument("--log-level", default="INFO",
@@ -105,20 +111,27 @@ def run(args: argparse.Namespace) -> int:
         split_address(args.advertise, "--advertise")
 
     from mosafs.benefactor.chunkstore import FileChunkStore, load_or_create_identity
+    from mosafs.benefactor.garbage import GarbageRounds
     from mosafs.benefactor.replication import ChunkReplicator
     from mosafs.rpc.peers import BenefactorPeers
 
+    if not 0 < args.inventory_interval < 1e7:
+        raise ConfigError("--inventory-interval must be a positive number of seconds")
     data_dir = os.path.abspath(args.data_dir)  # the ready file is read from other cwds
     with FileChunkStore(data_dir, capacity=args.capacity) as store:
         info = InfoSource(store, load_or_create_identity(store.data_dir), args.pool)
         peers = BenefactorPeers()
         replicator = ChunkReplicator(store, peers.put)
-        srv, port = listen(lambda srv: add_to_server(srv, store, info, replicator), args.listen)
-        info.address = advertised_address(listen_host, port, args.advertise)
         registrar = Registrar(manager, info) if manager else None
+        rounds = GarbageRounds(store, _reviewer(registrar, info))
+        srv, port = listen(lambda srv: add_to_server(srv, store, info, replicator, rounds.run),
+                           args.listen)
+        info.address = advertised_address(listen_host, port, args.advertise)
+        inventory = InventoryLoop(registrar, rounds, args.inventory_interval) if registrar else None
         try:
-            if registrar:
+            if registrar and inventory:
                 registrar.start()
+                inventory.start()
             write_ready_file(args.ready_file, address=info.address, id=info.id,
                              data_dir=str(store.data_dir), listen=f"{listen_host}:{port}")
             log.info("benefactor %s serving %s on port %d as %s (pool %s, %s)",
@@ -127,12 +140,65 @@ def run(args: argparse.Namespace) -> int:
             stop.wait()
             log.info("stopping")
         finally:
+            if inventory:
+                inventory.stop()
             if registrar:
                 registrar.stop()
             srv.stop(STOP_GRACE_S).wait()
             peers.close()
     log.info("stopped")
     return 0
+
+
+def _reviewer(registrar: Registrar | None, info: InfoSource) -> Any:
+    """The review function of garbage rounds: one ReportInventory call per page."""
+
+    def review(items: Any) -> tuple[list[bytes], int]:
+        from mosafs._proto import manager_pb2
+
+        if registrar is None:
+            raise Unavailable("this benefactor runs without a manager: nothing to collect")
+        request = manager_pb2.InventoryReport(benefactor_id=info.id, entries=[
+            manager_pb2.InventoryEntry(id=i.id, touched_ns=i.touched_ns, length=i.length)
+            for i in items])
+        reply = registrar.call("ReportInventory", request, INVENTORY_TIMEOUT_S)
+        return list(reply.release), int(reply.waiting)
+
+    return review
+
+
+class InventoryLoop:
+    """Runs a garbage round after every registration and every INTERVAL seconds."""
+
+    def __init__(self, registrar: Registrar, rounds: Any, interval: float) -> None:
+        self._registrar = registrar
+        self._rounds = rounds
+        self._interval = interval
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="inventory", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._registrar.registered.set()  # wakes the loop
+        self._thread.join(timeout=RPC_TIMEOUT_S + 1)
+
+    def _run(self) -> None:
+        while True:
+            self._registrar.registered.wait(self._interval)
+            if self._stop.is_set():
+                return
+            if not self._registrar.registered.is_set() and not self._registrar.contacted:
+                continue  # never registered yet: nothing to report to
+            self._registrar.registered.clear()
+            try:
+                self._rounds.run()
+            except MosafsError as exc:
+                log.info("inventory round skipped: %s", exc.message)
+            except Exception:
+                log.exception("bug in the inventory round")
 
 
 class InfoSource:
@@ -214,6 +280,15 @@ class Registrar:
         self._stub: Any = None
         self._link = _LinkLog(manager)
         self._thread = threading.Thread(target=self._run, name="registrar", daemon=True)
+        self.registered = threading.Event()  # set on every (re-)registration
+
+    @property
+    def contacted(self) -> bool:
+        return self._link.contacted
+
+    def call(self, method: str, request: Any, timeout: float) -> Any:
+        """One manager RPC on the registrar's channel (domain errors on failure)."""
+        return self._call(method, request, timeout)
 
     def start(self) -> None:
         self._thread.start()
@@ -283,6 +358,7 @@ class Registrar:
                 delay = min(delay * 2, BACKOFF_MAX_S)
                 continue
             self._link.succeeded()
+            self.registered.set()  # an inventory round follows: copies count again
             interval = response.heartbeat_interval_ms / 1000 or DEFAULT_HEARTBEAT_S
             log.info("registered with manager %s as %s (heartbeat every %.1fs)",
                      self._manager, request.info.id, interval)

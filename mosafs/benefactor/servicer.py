@@ -15,6 +15,7 @@ import grpc
 from mosafs._proto import benefactor_pb2 as pb
 from mosafs._proto import benefactor_pb2_grpc as pb_grpc
 from mosafs.benefactor.chunkstore import ChunkStore
+from mosafs.benefactor.garbage import RoundResult
 from mosafs.benefactor.replication import ChunkReplicator
 from mosafs.rpc.errors import servicer
 from mosafs.rpc.handlers import add_decoding_in_handlers
@@ -46,12 +47,13 @@ def info_message(identity: Identity, store: ChunkStore) -> pb.BenefactorInfo:
 @servicer
 class BenefactorServicer(pb_grpc.BenefactorServicer):
     def __init__(self, store: ChunkStore, info: Callable[[], pb.BenefactorInfo],
-                 replicator: ChunkReplicator) -> None:
+                 replicator: ChunkReplicator, garbage_round: Callable[[], RoundResult]) -> None:
         # INFO is a callable: the address is known only once the server has bound its port,
         # after the servicer was added.
         self._store = store
         self._info = info
         self._replicator = replicator
+        self._garbage_round = garbage_round
 
     def PutChunk(self, request: pb.PutChunkRequest,
                  context: grpc.ServicerContext) -> pb.PutChunkResponse:
@@ -71,12 +73,20 @@ class BenefactorServicer(pb_grpc.BenefactorServicer):
         copied, problems = self._replicator.replicate(list(request.ids), request.target_address)
         return pb.ReplicateChunksResponse(copied=copied, errors=problems)
 
+    def RunGarbageRound(self, request: pb.GarbageRoundRequest,
+                        context: grpc.ServicerContext) -> pb.GarbageRound:
+        result = self._garbage_round()
+        return pb.GarbageRound(reported=result.reported, deleted_chunks=result.deleted_chunks,
+                               freed_bytes=result.freed_bytes,
+                               waiting_chunks=result.waiting_chunks)
+
     def GetInfo(self, request: pb.GetInfoRequest,
                 context: grpc.ServicerContext) -> pb.BenefactorInfo:
         return self._info()
 
 
 def add_to_server(server: grpc.Server, store: ChunkStore,
-                  info: Callable[[], pb.BenefactorInfo], replicator: ChunkReplicator) -> None:
+                  info: Callable[[], pb.BenefactorInfo], replicator: ChunkReplicator,
+                  garbage_round: Callable[[], RoundResult]) -> None:
     add_decoding_in_handlers(pb_grpc.add_BenefactorServicer_to_server,
-                             BenefactorServicer(store, info, replicator), server)
+                             BenefactorServicer(store, info, replicator, garbage_round), server)

@@ -5,11 +5,12 @@ holds no state of its own beyond its three parts."""
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 from mosafs._proto import common_pb2, manager_pb2
-from mosafs.errors import InvalidArgument
+from mosafs.errors import InvalidArgument, MosafsError
+from mosafs.manager.garbage import GarbageCollector
 from mosafs.manager.leases import LeaseTable
 from mosafs.manager.metadata import ChunkEntry, MetadataStore, check_ids
 from mosafs.manager.pools import DEFAULT_POOL
@@ -18,6 +19,8 @@ from mosafs.manager.replication import CopyFn, Replicator
 
 MAX_FIND_CHUNKS = 65_536  # ids per FindChunks call: ~2.2 MiB of request
 MAX_CLIENT_ID = 256
+# run_round(benefactor address) -> (deleted chunks, freed bytes, chunks waiting)
+RoundFn = Callable[[str], tuple[int, int, int]]
 
 
 @dataclass(frozen=True)
@@ -26,19 +29,24 @@ class ManagerConfig:
     benefactor_lease_s: float = 5.0
     write_lease_s: float = 60.0
     replication_interval_s: float = 1.0
+    gc_grace_s: float = 600.0
 
 
 class Manager:
     def __init__(self, store: MetadataStore, config: ManagerConfig | None = None, *,
-                 clock: Clock = time.monotonic, copy: CopyFn | None = None) -> None:
-        """COPY asks one benefactor to copy chunks to another (replication); without it
-        nothing is replicated (unit tests of the metadata protocol)."""
+                 clock: Clock = time.monotonic, copy: CopyFn | None = None,
+                 run_round: RoundFn | None = None) -> None:
+        """COPY asks one benefactor to copy chunks to another (replication); RUN_ROUND asks
+        one to run a garbage-collection round now (`mosafs gc`). Without them nothing is
+        replicated or collected on demand (unit tests of the metadata protocol)."""
         self.config = config or ManagerConfig()
         self.store = store
         self.registry = Registry(store, lease_s=self.config.benefactor_lease_s, clock=clock)
         self.leases = LeaseTable(self.config.write_lease_s, clock=clock)
         self.replicator = (Replicator(store, self.registry, copy, clock=clock)
                            if copy is not None else None)
+        self.garbage = GarbageCollector(store, self.leases, grace_s=self.config.gc_grace_s)
+        self._run_round = run_round
 
     def pool_for(self, inode: int) -> common_pb2.PoolSettings:
         """The pool new writes of INODE use. The one place where folder-assigned pools will
@@ -83,19 +91,23 @@ class Manager:
             # The client may fix its request (e.g. store a missing chunk) and retry.
             self.leases.restore(lease)
             raise
+        self.leases.finish(lease)
         return result
 
     def abort_write(self, lease_id: int) -> None:
         self.leases.abort(lease_id)
 
     def find_chunks(self, ids: Sequence[bytes]) -> list[bool]:
-        """present[i]: ids[i] is in the index with a copy on a live benefactor."""
+        """present[i]: ids[i] is referenced in the index, with a copy on a live benefactor.
+        An unreferenced id is garbage on its way out: the writer stores it again (a put
+        that finds the chunk present refreshes it, so collection spares it)."""
         if len(ids) > MAX_FIND_CHUNKS:
             raise InvalidArgument(f"FindChunks takes at most {MAX_FIND_CHUNKS} ids, got "
                                   f"{len(ids)}: split the batch")
-        locations = self.store.chunk_locations(ids)  # validates the ids
-        return [bids is not None and any(self.registry.is_alive(b) for b in bids)
-                for bids in locations]
+        records = self.store.chunk_records(ids)  # validates the ids
+        return [rec is not None and rec.refcount > 0
+                and any(self.registry.is_alive(b) for b in rec.benefactor_ids)
+                for rec in records]
 
     def locate_chunks(self, ids: Sequence[bytes]) -> manager_pb2.LocateChunksResponse:
         """Where copies of each distinct id the index holds are (live benefactors first),
@@ -143,6 +155,29 @@ class Manager:
         out.time_to_full_redundancy_s = self.replicator.time_to_full_redundancy()
         out.scanned_age_ms = (int((time.monotonic() - figures.scanned_at) * 1000)
                               if figures.scanned_at else -1)
+        return out
+
+    # --- garbage collection ---------------------------------------------------------------
+
+    def report_inventory(self, bid: str,
+                         entries: Sequence[tuple[bytes, int]]) -> tuple[list[bytes], int]:
+        return self.garbage.review(bid, entries)
+
+    def collect_garbage(self) -> manager_pb2.GarbageReport:
+        """Every live benefactor runs a round now; failures are reported, not raised."""
+        out = manager_pb2.GarbageReport()
+        if self._run_round is None:
+            return out
+        for b in self.registry.live():
+            try:
+                deleted, freed, waiting = self._run_round(b.address)
+            except MosafsError as exc:
+                out.failures.append(f"{b.id} ({b.address}): {exc.message}")
+                continue
+            out.benefactors += 1
+            out.deleted_chunks += deleted
+            out.freed_bytes += freed
+            out.waiting_chunks += waiting
         return out
 
     def statfs(self) -> manager_pb2.StatFsResponse:

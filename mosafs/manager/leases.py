@@ -28,6 +28,8 @@ class WriteLease:
     base_inode: int
     base_version: int
     expires: float  # clock() time
+    opened_ns: int = 0  # wall clock of the open (garbage collection compares it)
+    committing: bool = False  # claimed by a commit in progress
 
 
 class LeaseTable:
@@ -48,7 +50,7 @@ class LeaseTable:
         with self._lock:
             self._sweep()
             lease = WriteLease(next(self._ids), inode, client_id, base_inode, base_version,
-                               self._clock() + self.ttl_s)
+                               self._clock() + self.ttl_s, time.time_ns())
             self._leases[lease.id] = lease
             return lease
 
@@ -58,20 +60,34 @@ class LeaseTable:
             lease.expires = self._clock() + self.ttl_s
 
     def claim(self, lease_id: int, inode: int) -> WriteLease:
-        """Take lease LEASE_ID of INODE out of the table for a commit; `restore` puts it back
-        if the commit fails, so a client can correct its request and retry. Taking it out
-        makes a second commit on the same lease fail instead of adding a second version."""
+        """Mark lease LEASE_ID of INODE as committing; `finish` removes it once the commit
+        is stored, `restore` makes it usable again if the commit fails, so a client can
+        correct its request and retry. A second commit on a committing lease fails instead
+        of adding a second version; garbage collection still sees the lease until it is
+        finished (its chunks are not referenced before the commit's transaction)."""
         with self._lock:
             lease = self._live(lease_id)
             if lease.inode != inode:
                 raise LeaseExpired(f"write lease {lease_id} is for inode {lease.inode}, "
                                    f"not {inode}")
-            del self._leases[lease_id]
+            if lease.committing:
+                raise LeaseExpired(f"write lease {lease_id} is being committed already")
+            lease.committing = True
             return lease
 
     def restore(self, lease: WriteLease) -> None:
         with self._lock:
+            lease.committing = False
             self._leases[lease.id] = lease
+
+    def finish(self, lease: WriteLease) -> None:
+        with self._lock:
+            self._leases.pop(lease.id, None)
+
+    def oldest_opened_ns(self) -> int | None:
+        """Wall clock of the oldest open of a lease still open (or committing)."""
+        with self._lock:
+            return min((lease.opened_ns for lease in self._leases.values()), default=None)
 
     def abort(self, lease_id: int) -> None:
         with self._lock:

@@ -82,6 +82,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         metavar="SECONDS",
                         help="how often the manager looks for under-replicated chunks and "
                              "copies them (default 1)")
+    parser.add_argument("--gc-grace", type=_seconds, default=600.0, metavar="SECONDS",
+                        help="an unreferenced chunk is deleted only after this long "
+                             "(default 600)")
     parser.add_argument("--map-size", type=_bytes, default=16 << 30, metavar="BYTES",
                         help="largest size the metadata may grow to (default 16 GiB; "
                              "sparse: costs no disk until used)")
@@ -129,9 +132,11 @@ def run(args: argparse.Namespace) -> int:
         config = ManagerConfig(heartbeat_interval_s=args.heartbeat_interval,
                                benefactor_lease_s=args.benefactor_lease,
                                write_lease_s=args.write_lease,
-                               replication_interval_s=args.replication_interval)
+                               replication_interval_s=args.replication_interval,
+                               gc_grace_s=args.gc_grace)
         peers = BenefactorPeers()
-        manager = Manager(store, config, copy=peers.replicate)
+        manager = Manager(store, config, copy=peers.replicate,
+                          run_round=peers.run_garbage_round)
         srv, port = listen(add_to_server(manager), args.listen)
         background = ReplicationLoop(manager, args.replication_interval)
         try:

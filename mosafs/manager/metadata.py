@@ -1166,6 +1166,38 @@ class MetadataStore:
                     break
             return out
 
+    def chunk_records(self, ids: Sequence[bytes]) -> list[metadata_pb2.ChunkRecord | None]:
+        """The index record of each id (None where the index has none), one snapshot."""
+        with self._read() as tx:
+            return [tx.chunk(cid) for cid in check_ids(ids)]
+
+    def release_unreferenced(self, ids: Iterable[bytes], bid: str) -> tuple[list[bytes], int]:
+        """Garbage collection: of IDS, those that are still unreferenced (refcount 0, or not
+        in the index) may be deleted from benefactor BID. One transaction re-checks every
+        id (a commit may have referenced one since it was chosen), takes BID out of its
+        record, and deletes records left with no copy. Returns (the ids BID may delete,
+        how many records were deleted)."""
+        check_benefactor_id(bid)
+        released: list[bytes] = []
+        gone = 0
+        with self._write() as tx:
+            for cid in check_ids(list(ids)):
+                rec = tx.chunk(cid)
+                if rec is not None and rec.refcount > 0:
+                    continue
+                released.append(cid)
+                if rec is None:
+                    continue
+                holders = [b for b in rec.benefactor_ids if b != bid]
+                if holders:
+                    del rec.benefactor_ids[:]
+                    rec.benefactor_ids.extend(holders)
+                    tx.put_chunk(cid, rec)
+                else:
+                    tx.txn.delete(cid, db=self._db.chunks)
+                    gone += 1
+        return released, gone
+
     def add_chunk_locations(self, added: Iterable[tuple[bytes, str]]) -> int:
         """Record new copies (id, benefactor id) in one transaction; ids no longer in the
         index are skipped (their file went meanwhile). Returns how many were recorded."""

@@ -162,6 +162,14 @@ class ManagerServicer(manager_pb2_grpc.ManagerServicer):
                          context: Ctx) -> pb.ClusterStatus:
         return self._m.cluster_status()
 
+    def ReportInventory(self, request: pb.InventoryReport, context: Ctx) -> pb.InventoryReply:
+        entries = [(e.id, e.touched_ns) for e in request.entries]
+        release, waiting = self._m.report_inventory(request.benefactor_id, entries)
+        return pb.InventoryReply(release=release, waiting=waiting)
+
+    def CollectGarbage(self, request: pb.CollectGarbageRequest, context: Ctx) -> pb.GarbageReport:
+        return self._m.collect_garbage()
+
 
 def add_to_server(manager: Manager) -> Callable[[grpc.Server], None]:
     """The `add_servicer` callback for mosafs.rpc.channels.server."""

@@ -45,6 +45,12 @@ class BenefactorPeers:
             return [False] * len(ids)  # a confused peer: copy nothing, try again later
         return list(reply.copied)
 
+    def run_garbage_round(self, address: str) -> tuple[int, int, int]:
+        """Ask the benefactor at ADDRESS to run a collection round now."""
+        reply = call(self._stub(address).RunGarbageRound, bpb.GarbageRoundRequest(),
+                     timeout=REPLICATE_TIMEOUT_S)
+        return reply.deleted_chunks, reply.freed_bytes, reply.waiting_chunks
+
     def close(self) -> None:
         with self._lock:
             for ch in self._channels.values():

@@ -513,3 +513,33 @@ def test_second_manager_on_the_same_data_dir_is_refused(mgr: Mgr, tmp_path: Path
     assert done.returncode == 2
     assert "another manager is running" in done.stderr and "Traceback" not in done.stderr
     assert mgr.serving()
+
+
+def test_inventory_reports_are_checked_and_the_server_keeps_serving(mgr: Mgr) -> None:
+    register(mgr, "bf-1", 7101)
+    entry = pb.InventoryEntry(id=cid(1), touched_ns=1, length=5)
+    stranger = pb.InventoryReport(benefactor_id="stranger", entries=[entry])
+    assert mgr.code_of("ReportInventory", stranger) == grpc.StatusCode.NOT_FOUND
+    for bad_id in (b"", b"../x", b"\x00" * 31, b"\x00" * 33):
+        bad = pb.InventoryReport(benefactor_id="bf-1", entries=[
+            pb.InventoryEntry(id=bad_id, touched_ns=1)])
+        assert mgr.code_of("ReportInventory", bad) == grpc.StatusCode.INVALID_ARGUMENT
+    too_many = pb.InventoryReport(benefactor_id="bf-1", entries=[entry] * 16_385)
+    assert mgr.code_of("ReportInventory", too_many) == grpc.StatusCode.INVALID_ARGUMENT
+    bad_bid = pb.InventoryReport(benefactor_id="../bf", entries=[entry])
+    assert mgr.code_of("ReportInventory", bad_bid) == grpc.StatusCode.INVALID_ARGUMENT
+    # A chunk the index does not know waits for the grace period (600 s by default).
+    reply = mgr("ReportInventory", pb.InventoryReport(benefactor_id="bf-1", entries=[entry]))
+    assert (list(reply.release), reply.waiting) == ([], 1)
+    # A referenced chunk reported by a benefactor the record does not name counts again.
+    register(mgr, "bf-2", 7102)
+    f = mgr("Create", pb.CreateRequest(parent=ROOT, name="inv", mode=0o644))
+    write(mgr, f.inode, [(cid(2), 7)])
+    located = mgr("LocateChunks", pb.LocateChunksRequest(ids=[cid(2)])).locations[0]
+    other = ({"bf-1", "bf-2"} - set(located.benefactor_ids)).pop()
+    reply = mgr("ReportInventory", pb.InventoryReport(benefactor_id=other, entries=[
+        pb.InventoryEntry(id=cid(2), touched_ns=1, length=7)]))
+    assert (list(reply.release), reply.waiting) == ([], 0)
+    located = mgr("LocateChunks", pb.LocateChunksRequest(ids=[cid(2)])).locations[0]
+    assert set(located.benefactor_ids) == {"bf-1", "bf-2"}
+    assert mgr.serving()

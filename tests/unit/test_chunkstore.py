@@ -10,6 +10,7 @@ import json
 import logging
 import os
 import threading
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -103,6 +104,39 @@ def test_unit_chunkstore_put_of_stored_chunk_is_already_present(store: ChunkStor
     assert store.put(raw, memoryview(data)) is True
     usage = store.usage()
     assert (usage.chunks, usage.stored_bytes) == (1, 4096)
+
+
+def test_unit_chunkstore_inventory_lists_every_chunk_with_its_last_put(
+        store: ChunkStore) -> None:
+    chunks = {chunk_id(d): d for d in (blob(f"inv{i}", 1000 + i) for i in range(5))}
+    for raw, data in chunks.items():
+        store.put(raw, data)
+    items = {item.id: item for item in store.inventory()}
+    assert set(items) == set(chunks)
+    assert all(items[raw].length == len(data) for raw, data in chunks.items())
+    first = next(iter(chunks))
+    before = items[first].touched_ns
+    time.sleep(0.02)
+    assert store.put(first, chunks[first]) is True  # a put of a present chunk is a use
+    again = {item.id: item for item in store.inventory()}
+    assert again[first].touched_ns > before
+
+
+def test_unit_chunkstore_delete_spares_a_chunk_put_since_the_inventory(
+        store: ChunkStore) -> None:
+    data = blob("delete", 5000)
+    raw = chunk_id(data)
+    store.put(raw, data)
+    (item,) = list(store.inventory())
+    assert store.delete(raw, touched_ns=item.touched_ns - 1) == 0  # touched later: kept
+    assert store.get(raw) == data
+    assert store.delete(raw, touched_ns=item.touched_ns) == 5000
+    assert not store.has(raw)
+    assert (store.usage().chunks, store.usage().stored_bytes) == (0, 0)
+    assert store.delete(raw, touched_ns=item.touched_ns) == 0  # already gone
+    with pytest.raises(InvalidArgument):
+        store.delete(b"../x", touched_ns=0)
+    assert store.put(raw, data) is False  # stored anew
 
 
 def test_unit_chunkstore_empty_chunk_is_a_chunk(store: ChunkStore) -> None:

@@ -1,0 +1,1046 @@
+"""The GPU runtime (CrystalGPU's role, DESIGN §6): devices, pinned buffers, streams.
+
+Imported only by the GPU backend, lazily: it imports CuPy at module import.
+
+Pieces:
+
+* `_Device`: one visible GPU: the kernels of `gpu_kernels` compiled for it (NVRTC, cached
+  on disk by CuPy) and the gear table in its memory.
+* `_Slot`: a pinned host buffer of `buffer_size` bytes (plus a 64-byte header that holds
+  the stream's bytes before it, for the gear window) and its device twin, which has
+  `buffer_size` bytes of head room in front of the data (where the open chunk's bytes
+  from the previous buffer are copied, so that a chunk is contiguous on the device), a
+  CUDA stream, events and small growable work buffers. Slots are pooled per device for
+  the life of the process (`GpuRuntime.acquire` / `release`): pinned allocations are
+  slow, so each is made once and reused.
+* `GpuStream`: a `ChunkStream` that fills slots in order, round-robin over the devices,
+  and runs per filled range (a "segment"): copy in (pinned -> device), candidate kernel,
+  candidates out, then on the host the selection of cut points, then the tail copy
+  (device to device, peer copy across GPUs), BLAKE3 kernels and the digests out. Each
+  slot has its own CUDA stream, so the copy of one buffer overlaps the kernels of the
+  previous one; the host only waits when it needs a result or a free slot.
+
+Tail carry: a full buffer holds `buffer_size >= MAX` bytes, so a chunk spans at most two
+buffers: the open chunk left when buffer k is selected started in buffer k (or at its
+start) and is copied into the head room of buffer k+1 before k+1's chunks are hashed.
+Results never depend on how the stream was split into feed() pieces.
+"""
+
+from __future__ import annotations
+
+import itertools
+import threading
+import time
+import warnings
+from collections import deque
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+with warnings.catch_warnings():
+    # CuPy may warn at import about CUDA paths it cannot find; that says nothing about
+    # whether it works (probe_gpu answers that), and the test suite turns warnings into
+    # errors. Only this import is filtered, not the process.
+    warnings.simplefilter("ignore")
+    import cupy
+
+from mosafs.chunking.base import BytesLike, Chunk, ChunkStream
+from mosafs.chunking.gear import GEAR
+from mosafs.chunking.gpu_kernels import (
+    GEAR_BLOCK,
+    GEAR_BLOCKS_PER_SM,
+    GEAR_STRIP,
+    HISTORY_BYTES,
+    LEAF_GROUP,
+    READ_SLACK,
+    SOURCE,
+)
+from mosafs.chunking.gpu_select import TreePlan, select_cuts, tree_plan
+from mosafs.chunking.spec import ChunkerSpec
+
+MiB = 1 << 20
+DEFAULT_BUFFER = 64 * MiB
+"""Bytes per pinned buffer: large enough that per-buffer host work (a few hundred
+microseconds) hides behind its copy (~1.2 ms at 53 GB/s), and >= MAX_CHUNK."""
+HIST = HISTORY_BYTES
+_ALIGN = 256
+_H2D, _D2H, _DEFAULT = 1, 2, 4  # cudaMemcpyKind
+_NVRTC_OPTIONS = ("-std=c++17",)
+
+ByteArray = npt.NDArray[np.uint8]
+U32Array = npt.NDArray[np.uint32]
+I64Array = npt.NDArray[np.int64]
+
+
+def _round_up(n: int, to: int) -> int:
+    return -(-n // to) * to
+
+
+def _quiet(fn: Any, *args: Any) -> Any:
+    """Run a CuPy call that may compile or load code with CuPy's warnings filtered (the
+    test suite makes warnings errors; a compiler notice is not one)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return fn(*args)
+
+
+class _Pinned:
+    """A growable pinned host array of one dtype (grows by doubling; never shrinks)."""
+
+    def __init__(self, dtype: Any, count: int = 1) -> None:
+        self.dtype = np.dtype(dtype)
+        self.array: Any = None
+        self._mem: Any = None
+        self.ensure(count)
+
+    def ensure(self, count: int) -> Any:
+        if self.array is None or self.array.shape[0] < count:
+            size = max(count, 2 * (0 if self.array is None else self.array.shape[0]), 1024)
+            self._mem = cupy.cuda.alloc_pinned_memory(size * self.dtype.itemsize)
+            self.array = np.frombuffer(self._mem, dtype=self.dtype, count=size)
+        return self.array
+
+    @property
+    def ptr(self) -> int:
+        return int(self.array.ctypes.data)
+
+
+class _DevArray:
+    """A growable device array (allocate on the owning device's context)."""
+
+    def __init__(self, dtype: Any, count: int = 1) -> None:
+        self.dtype = np.dtype(dtype)
+        self.array: Any = None
+        self.ensure(count)
+
+    def ensure(self, count: int) -> int:
+        if self.array is None or self.array.shape[0] < count:
+            size = max(count, 2 * (0 if self.array is None else self.array.shape[0]), 1024)
+            self.array = cupy.empty(size, dtype=self.dtype)
+        return int(self.array.data.ptr)
+
+    @property
+    def ptr(self) -> int:
+        return int(self.array.data.ptr)
+
+
+class _Device:
+    """One GPU: its kernels and gear table."""
+
+    def __init__(self, index: int) -> None:
+        self.index = index
+        with cupy.cuda.Device(index):
+            props = cupy.cuda.runtime.getDeviceProperties(index)
+            name = props["name"]
+            self.name = name.decode() if isinstance(name, bytes) else str(name)
+            self.sms = int(props.get("multiProcessorCount", 0)) or 132
+            self.gear = cupy.asarray(GEAR)
+            module = _quiet(lambda: cupy.RawModule(code=SOURCE, options=_NVRTC_OPTIONS))
+            self.k_gear = _quiet(module.get_function, "gear_candidates")
+            self.k_leaves = _quiet(module.get_function, "b3_leaves")
+            self.k_parents = _quiet(module.get_function, "b3_parents")
+
+    def activate(self) -> None:
+        cupy.cuda.runtime.setDevice(self.index)
+
+
+class _Slot:
+    """A pinned buffer, its device twin and the work buffers of one in-flight segment."""
+
+    def __init__(self, device: _Device, size: int) -> None:
+        self.device = device
+        self.size = size
+        self.head = _round_up(size, _ALIGN)  # room for the carried tail (< MAX <= size)
+        device.activate()
+        self.stream = cupy.cuda.Stream(non_blocking=True)
+        self._host_mem = cupy.cuda.alloc_pinned_memory(HIST + size)
+        self.host: ByteArray = np.frombuffer(self._host_mem, dtype=np.uint8, count=HIST + size)
+        self.host_ptr = int(self.host.ctypes.data)
+        self.dev = cupy.empty(self.head + size + READ_SLACK, dtype=cupy.uint8)
+        self.dev_ptr = int(self.dev.data.ptr)
+        self.data_ptr = self.dev_ptr + self.head
+        self.cap = size // 16 + 4096  # candidate capacity: a hit every 16 bytes on average
+        self.cand_dev = _DevArray(np.uint32, 1 + self.cap)
+        self.cand_host = _Pinned(np.uint32, 4096)
+        self.meta_dev = _DevArray(np.int64)
+        self.meta_host = _Pinned(np.int64)
+        self.cv = (_DevArray(np.uint32), _DevArray(np.uint32))
+        self.dig_dev = _DevArray(np.uint32)
+        self.dig_host = _Pinned(np.uint32)
+        self.h2d_ev = cupy.cuda.Event(disable_timing=True)
+        self.cand_ev = cupy.cuda.Event(disable_timing=True)
+        self.hash_ev = cupy.cuda.Event(disable_timing=True)
+
+
+class GpuRuntime:
+    """Devices and a per-device pool of slots of one buffer size (thread-safe)."""
+
+    def __init__(self, buffer_size: int = DEFAULT_BUFFER,
+                 devices: Sequence[int] | None = None) -> None:
+        if buffer_size < 4096:
+            raise ValueError("GPU buffer size must be at least 4096 bytes")
+        self.buffer_size = _round_up(buffer_size, 4096)
+        if self.buffer_size >= 1 << 31:
+            raise ValueError("GPU buffer size must be below 2 GiB")
+        count = int(cupy.cuda.runtime.getDeviceCount())
+        ids = list(range(count)) if devices is None else list(devices)
+        if not ids or any(not 0 <= i < count for i in ids):
+            raise ValueError(f"GPU devices {ids} not all visible ({count} visible)")
+        built: dict[int, _Device] = {}
+        for i in ids:
+            if i not in built:
+                built[i] = _Device(i)
+        self.devices = [built[i] for i in ids]  # a repeated id: one GPU, two queues
+        _enable_peer_access(sorted(built))
+        self._free: list[list[_Slot]] = [[] for _ in self.devices]
+        self._lane_of: dict[int, int] = {}
+        self._lock = threading.Lock()
+        self.slots_made = 0
+        self._next_stream = 0
+
+    @property
+    def lanes(self) -> int:
+        return len(self.devices)
+
+    def acquire(self, lane: int) -> _Slot:
+        with self._lock:
+            free = self._free[lane]
+            if free:
+                return free.pop()
+            self.slots_made += 1
+        slot = _Slot(self.devices[lane], self.buffer_size)
+        with self._lock:
+            self._lane_of[id(slot)] = lane
+        return slot
+
+    def release(self, slot: _Slot) -> None:
+        with self._lock:
+            self._free[self._lane_of[id(slot)]].append(slot)
+
+    def first_lane(self) -> int:
+        """Spread streams over the devices: each starts on the next lane."""
+        with self._lock:
+            lane = self._next_stream % len(self.devices)
+            self._next_stream += 1
+            return lane
+
+    def device_names(self) -> list[str]:
+        return [d.name for d in self.devices]
+
+
+def _enable_peer_access(ids: list[int]) -> None:
+    for a in ids:
+        for b in ids:
+            if a == b:
+                continue
+            try:
+                if cupy.cuda.runtime.deviceCanAccessPeer(a, b):
+                    with cupy.cuda.Device(a):
+                        cupy.cuda.runtime.deviceEnablePeerAccess(b)
+            except Exception:  # already enabled, or not possible: copies then go via host
+                pass
+
+
+_RUNTIMES: dict[int, GpuRuntime] = {}
+_RUNTIMES_LOCK = threading.Lock()
+
+
+def runtime(buffer_size: int = DEFAULT_BUFFER) -> GpuRuntime:
+    """The process-wide runtime for this buffer size (every visible GPU)."""
+    size = _round_up(buffer_size, 4096)
+    with _RUNTIMES_LOCK:
+        found = _RUNTIMES.get(size)
+        if found is None:
+            found = _RUNTIMES[size] = GpuRuntime(size)
+        return found
+
+
+def runtime_for(spec: ChunkerSpec, buffer_size: int = DEFAULT_BUFFER) -> GpuRuntime:
+    """A runtime whose buffers hold at least one MAX-sized chunk of spec."""
+    return runtime(max(buffer_size, _round_up(spec.max_size, 4096)))
+
+
+# --- kernel launches ------------------------------------------------------------------
+
+def _u64(x: int) -> np.uint64:
+    return np.uint64(x)
+
+
+def launch_candidates(slot: _Slot, base_ptr: int, pos_base: int, a: int, b: int, hist: int,
+                      spec: ChunkerSpec, out_ptr: int, cap: int) -> None:
+    """Queue the gear candidate kernel on the slot's stream for positions [a, b) of the
+    buffer at device address base_ptr (position 0, 256-byte aligned), reported as
+    pos_base + position; `hist` bytes of the stream are valid before position a & ~63.
+    out_ptr[0] counts, out_ptr[1:] receives up to cap candidates."""
+    dev = slot.device
+    cupy.cuda.runtime.memsetAsync(out_ptr, 0, 4, slot.stream.ptr)
+    a0 = a & ~63  # the kernel's loads need 16-byte alignment; [a0, a) is only rolled
+    n = b - a0
+    threads = -(-n // GEAR_STRIP)
+    grid = max(1, min(-(-threads // GEAR_BLOCK), dev.sms * GEAR_BLOCKS_PER_SM))
+    dev.k_gear((grid,), (GEAR_BLOCK,),
+               (_u64(base_ptr + a0), np.int64(n), np.int64(a - a0), np.int32(hist),
+                np.int64(pos_base + a0),
+                dev.gear, np.uint32(spec.mask_l >> 32), np.uint32(spec.mask_s >> 32),
+                _u64(out_ptr + 4), np.uint32(cap), _u64(out_ptr)),
+               stream=slot.stream)
+
+
+def launch_hash(slot: _Slot, base_ptr: int, plan: TreePlan) -> None:
+    """Queue BLAKE3 of plan's chunks (offsets from base_ptr) on the slot's stream; the
+    digests land in slot.dig_host[:8 * nchunks] when slot.hash_ev (recorded here) fires."""
+    nc = plan.nchunks
+    dev = slot.device
+    stream = slot.stream
+    meta = plan.meta
+    host = slot.meta_host.ensure(meta.shape[0])
+    host[:meta.shape[0]] = meta
+    mptr = slot.meta_dev.ensure(meta.shape[0])
+    cupy.cuda.runtime.memcpyAsync(mptr, slot.meta_host.ptr, meta.nbytes, _H2D, stream.ptr)
+    cv = (slot.cv[0].ensure(max(8, plan.cv_words[0])), slot.cv[1].ensure(max(8, plan.cv_words[1])))
+    dptr = slot.dig_dev.ensure(8 * nc)
+    per_block = LEAF_GROUP >> plan.leaf_log
+    dev.k_leaves((-(-plan.ngroups0 // per_block),), (LEAF_GROUP,),
+                 (_u64(base_ptr), _u64(mptr), _u64(mptr + 8 * nc), _u64(mptr + 16 * nc),
+                  np.int32(nc), np.int64(plan.ngroups0), np.int32(plan.leaf_log),
+                  _u64(cv[0]), _u64(dptr)),
+                 stream=stream)
+    for k, level in enumerate(plan.levels, 1):
+        dev.k_parents((level.ngroups,), (LEAF_GROUP,),
+                      (_u64(cv[(k - 1) % 2]), _u64(mptr + 8 * level.cid),
+                       _u64(mptr + 8 * level.in0), _u64(mptr + 8 * level.cnt),
+                       _u64(mptr + 8 * level.grp0), np.int32(level.nactive), _u64(cv[k % 2]),
+                       _u64(dptr)),
+                      stream=stream)
+    slot.dig_host.ensure(8 * nc)
+    cupy.cuda.runtime.memcpyAsync(slot.dig_host.ptr, dptr, 32 * nc, _D2H, stream.ptr)
+    slot.hash_ev.record(stream)
+
+
+def digests(slot: _Slot, nc: int) -> list[bytes]:
+    raw = slot.dig_host.array[:8 * nc].tobytes()
+    return [raw[32 * i:32 * i + 32] for i in range(nc)]
+
+
+# --- streams --------------------------------------------------------------------------
+
+@dataclass(slots=True)
+class ChunkBatch:
+    """Chunks as arrays (no per-chunk objects): stream offsets, lengths, ids (n x 32)."""
+
+    offsets: I64Array
+    lengths: I64Array
+    ids: npt.NDArray[np.uint8]
+    data: list[bytes] | None = None
+
+    def __len__(self) -> int:
+        return int(self.offsets.shape[0])
+
+    def chunks(self) -> list[Chunk]:
+        if self.data is None:
+            raise ValueError("this batch was made without the chunks' bytes (keep_data=False)")
+        raw = self.ids.tobytes()
+        return [Chunk(int(o), int(n), raw[32 * i:32 * i + 32], d)
+                for i, (o, n, d) in enumerate(zip(self.offsets.tolist(), self.lengths.tolist(),
+                                                   self.data, strict=True))]
+
+
+@dataclass(eq=False, slots=True)
+class _Use:
+    """One slot as used by one stream: its data is stream bytes [base, base + fill)."""
+
+    slot: _Slot
+    base: int
+    index: int
+    fill: int = 0
+    sub: int = 0      # bytes submitted (segments cover [0, sub))
+    open_segs: int = 0
+    tail_done: bool = False
+    released: bool = False
+
+
+@dataclass(eq=False, slots=True)
+class _Seg:
+    use: _Use
+    a: int
+    b: int
+    final: bool
+    cands: bool = False
+    host_count: int = 0
+    starts: list[int] = field(default_factory=list)
+    ends: list[int] = field(default_factory=list)
+    timing: dict[str, Any] | None = None
+
+
+@dataclass(slots=True)
+class Profile:
+    """Summed stage times of a stream's segments (GPU times from events, seconds)."""
+
+    copy_in: float = 0.0
+    candidates: float = 0.0
+    selection: float = 0.0   # host
+    hash: float = 0.0
+    copy_out: float = 0.0
+    segments: int = 0
+    bytes: int = 0
+
+    def as_dict(self) -> dict[str, float]:
+        return {"copy_in_s": self.copy_in, "candidate_kernel_s": self.candidates,
+                "selection_s": self.selection, "hash_kernel_s": self.hash,
+                "copy_out_s": self.copy_out, "segments": self.segments, "bytes": self.bytes}
+
+
+class GpuStream(ChunkStream):
+    """A chunk stream on the GPU runtime.
+
+    pipelined=False (the default) returns from every feed the chunks its bytes complete,
+    like the CPU backend (each feed waits for the GPU). pipelined=True submits only full
+    buffers and returns chunks when their buffer is done: several buffers stay in
+    flight, which is what reaches the copy bandwidth; finish() returns the rest.
+
+    Besides feed(bytes), a caller can write into the pinned buffer directly:
+    `view = stream.pinned_buffer()` (a writable uint8 array, at least 1 byte) then
+    `stream.feed_pinned(k)` for the first k bytes written to it (the view is invalid
+    after that). keep_data=False skips copying the chunks' bytes out of the pinned
+    buffers: only the *_batch methods may then be used (ids and bounds, no bytes).
+    """
+
+    def __init__(self, rt: GpuRuntime, spec: ChunkerSpec, *, pipelined: bool = False,
+                 keep_data: bool = True, profile: Profile | None = None) -> None:
+        if spec.max_size > rt.buffer_size:
+            raise ValueError(f"GPU buffers of {rt.buffer_size} bytes cannot hold a "
+                             f"{spec.max_size}-byte chunk")
+        self._rt = rt
+        self._spec = spec
+        self._cdc = spec.kind == "cdc"
+        self._pipelined = pipelined
+        self._keep_data = keep_data
+        self._profile = profile
+        self._lane0 = rt.first_lane()
+        self._max_uses = 3 + 2 * rt.lanes
+        self._uses: deque[_Use] = deque()
+        self._segs: deque[_Seg] = deque()
+        self._nsel = 0          # segments selected (a prefix of _segs)
+        self._open = 0          # stream offset where the open chunk starts
+        self._fed = 0
+        self._returned = 0
+        self._nuses = 0
+        self._ready: list[ChunkBatch] = []
+        self._done = False
+        self._expected = (4 * GEAR_STRIP) if not self._cdc else max(1, spec.avg_size // 4)
+
+    # -- ChunkStream --------------------------------------------------------------------
+
+    @property
+    def fed(self) -> int:
+        return self._fed
+
+    @property
+    def pending(self) -> int:
+        return self._fed - self._returned
+
+    def feed(self, piece: BytesLike) -> list[Chunk]:
+        return _as_chunks(self.feed_batch(piece))
+
+    def finish(self) -> list[Chunk]:
+        return _as_chunks(self.finish_batch())
+
+    def feed_pinned(self, count: int) -> list[Chunk]:
+        return _as_chunks(self.feed_pinned_batch(count))
+
+    # -- batch forms --------------------------------------------------------------------
+
+    def feed_batch(self, piece: BytesLike) -> list[ChunkBatch]:
+        self._check_open()
+        src = _byte_array(piece)
+        pos = 0
+        total = src.shape[0]
+        while pos < total:
+            use = self._current()
+            take = min(total - pos, self._rt.buffer_size - use.fill)
+            at = HIST + use.fill
+            use.slot.host[at:at + take] = src[pos:pos + take]
+            pos += take
+            self._added(use, take)
+        return self._after_feed()
+
+    def pinned_buffer(self) -> ByteArray:
+        """The free part of the current pinned buffer, to fill and pass to feed_pinned."""
+        self._check_open()
+        use = self._current()
+        return use.slot.host[HIST + use.fill:HIST + self._rt.buffer_size]
+
+    def feed_pinned_batch(self, count: int) -> list[ChunkBatch]:
+        self._check_open()
+        if count:
+            use = self._uses[-1] if self._uses else None
+            if use is None or use.fill + count > self._rt.buffer_size or count < 0:
+                raise ValueError("feed_pinned: count exceeds the buffer from pinned_buffer()")
+            self._added(use, count)
+        return self._after_feed()
+
+    def finish_batch(self) -> list[ChunkBatch]:
+        self._check_open()
+        self._done = True
+        if self._uses:
+            self._submit(self._uses[-1], final=True)
+        self._progress(drain=True)
+        for use in self._uses:
+            self._release(use)
+        self._uses.clear()
+        return self._take_ready()
+
+    # -- internals ----------------------------------------------------------------------
+
+    def _check_open(self) -> None:
+        if self._done:
+            raise ValueError("this chunk stream is finished; start a new one with stream()")
+
+    def _current(self) -> _Use:
+        """The slot being filled, acquiring the next one when it is full (or none)."""
+        if self._uses and self._uses[-1].fill < self._rt.buffer_size:
+            return self._uses[-1]
+        if len(self._uses) >= self._max_uses:
+            self._progress(need_slot=True)
+        prev = self._uses[-1] if self._uses else None
+        lane = (self._lane0 + self._nuses) % self._rt.lanes
+        slot = self._rt.acquire(lane)
+        base = 0 if prev is None else prev.base + prev.fill
+        use = _Use(slot, base, self._nuses)
+        self._nuses += 1
+        if prev is not None:  # the gear window's bytes before this buffer
+            end = HIST + prev.fill
+            slot.host[:HIST] = prev.slot.host[end - HIST:end]
+        self._uses.append(use)
+        return use
+
+    def _added(self, use: _Use, count: int) -> None:
+        use.fill += count
+        self._fed += count
+        if use.fill == self._rt.buffer_size:
+            self._submit(use, final=False)
+            self._progress()
+
+    def _after_feed(self) -> list[ChunkBatch]:
+        if not self._pipelined:
+            if self._uses:
+                use = self._uses[-1]
+                if use.fill > use.sub:
+                    self._submit(use, final=False)
+            self._progress(drain=True)
+        else:
+            self._progress()
+        return self._take_ready()
+
+    def _take_ready(self) -> list[ChunkBatch]:
+        ready, self._ready = self._ready, []
+        return ready
+
+    def _submit(self, use: _Use, final: bool) -> None:
+        """Queue copy-in and candidates for use's bytes [sub, fill)."""
+        if use.open_segs:
+            # One segment per slot at a time: its work buffers are reused.
+            self._progress(drain=True)
+        slot = use.slot
+        a, b = use.sub, use.fill
+        seg = _Seg(use, a, b, final)
+        use.sub = b
+        use.open_segs += 1
+        prof = self._profile
+        if b > a:
+            slot.device.activate()
+            stream = slot.stream
+            if prof is not None:
+                seg.timing = {name: cupy.cuda.Event() for name in
+                              ("t0", "t1", "t2", "t3", "t4", "t5", "t6")}
+                seg.timing["t0"].record(stream)
+            # [a - 64, b): the window's bytes before a come along (header or this slot).
+            cupy.cuda.runtime.memcpyAsync(slot.data_ptr + a - HIST,
+                                          slot.host_ptr + HIST + a - HIST,
+                                          b - a + HIST, _H2D, stream.ptr)
+            slot.h2d_ev.record(stream)
+            if seg.timing is not None:
+                seg.timing["t1"].record(stream)
+            if self._cdc:
+                seg.cands = True
+                out = slot.cand_dev.ptr
+                launch_candidates(slot, slot.data_ptr, 0, a, b, min(HIST, use.base + (a & ~63)),
+                                  self._spec, out, slot.cap)
+                if seg.timing is not None:
+                    seg.timing["t2"].record(stream)
+                want = min(slot.cap, 2 * (b - a) // self._expected + 4096)
+                host = slot.cand_host.ensure(1 + want)
+                seg.host_count = want
+                cupy.cuda.runtime.memcpyAsync(int(host.ctypes.data), out, 4 * (1 + want), _D2H,
+                                              stream.ptr)
+                slot.cand_ev.record(stream)
+                if seg.timing is not None:
+                    seg.timing["t3"].record(stream)
+        if prof is not None:
+            prof.segments += 1
+            prof.bytes += b - a
+        self._segs.append(seg)
+
+    def _progress(self, drain: bool = False, need_slot: bool = False) -> None:
+        """Select and collect segments in order: those whose GPU work is done, all of them
+        (drain), or until a slot can be released (need_slot)."""
+        while True:
+            moved = False
+            if self._nsel < len(self._segs):
+                seg = self._segs[self._nsel]
+                if drain or not seg.cands or seg.use.slot.cand_ev.done:
+                    self._select(seg)
+                    self._nsel += 1
+                    moved = True
+            if self._nsel > 0:
+                seg = self._segs[0]
+                if drain or not seg.ends or seg.use.slot.hash_ev.done:
+                    self._collect(seg)
+                    self._segs.popleft()
+                    self._nsel -= 1
+                    moved = True
+            if moved:
+                continue
+            if need_slot and len(self._uses) >= self._max_uses and self._segs:
+                if self._nsel > 0:
+                    self._collect(self._segs.popleft())
+                    self._nsel -= 1
+                else:
+                    self._select(self._segs[0])
+                    self._nsel += 1
+                continue
+            return
+
+    def _candidates(self, seg: _Seg) -> U32Array:
+        """The segment's candidates, sorted (its cand_ev has fired)."""
+        slot = seg.use.slot
+        host = slot.cand_host.array
+        count = int(host[0])
+        if count <= seg.host_count:
+            return np.sort(host[1:1 + count])
+        slot.device.activate()
+        if count <= slot.cap:
+            rest = np.empty(count - seg.host_count, dtype=np.uint32)
+            cupy.cuda.runtime.memcpy(int(rest.ctypes.data),
+                                     slot.cand_dev.ptr + 4 * (1 + seg.host_count),
+                                     rest.nbytes, _D2H)
+            return np.sort(np.concatenate([host[1:1 + seg.host_count], rest]))
+        # More candidates than the slot holds (a pathological input, e.g. a short pattern
+        # whose hash hits every period): run the kernel again with room for all.
+        big = cupy.empty(1 + count, dtype=cupy.uint32)
+        launch_candidates(slot, slot.data_ptr, 0, seg.a, seg.b,
+                          min(HIST, seg.use.base + (seg.a & ~63)), self._spec,
+                          int(big.data.ptr), count)
+        slot.stream.synchronize()
+        return np.sort(cupy.asnumpy(big[1:]))
+
+    def _select(self, seg: _Seg) -> None:
+        use = seg.use
+        slot = use.slot
+        if seg.cands:
+            slot.cand_ev.synchronize()
+        t = time.perf_counter()
+        cands = self._candidates(seg) if seg.cands else np.zeros(0, dtype=np.uint32)
+        start = self._open - use.base
+        cuts, new_start = select_cuts(cands, seg.b, start, self._spec, seg.final)
+        if self._profile is not None:
+            self._profile.selection += time.perf_counter() - t
+        if not use.tail_done:
+            use.tail_done = True
+            if start < 0:
+                self._carry_tail(use, -start)
+        self._open = use.base + new_start
+        if not cuts:
+            return
+        seg.starts = [start, *cuts[:-1]]
+        seg.ends = cuts
+        offs = np.array(seg.starts, dtype=np.int64) + slot.head
+        lens = np.array(cuts, dtype=np.int64) - np.array(seg.starts, dtype=np.int64)
+        plan = tree_plan(offs, lens)
+        slot.device.activate()
+        if seg.timing is not None:
+            seg.timing["t4"].record(slot.stream)
+        launch_hash(slot, slot.dev_ptr, plan)
+        if seg.timing is not None:
+            seg.timing["t5"].record(slot.stream)  # after the digests' copy: see _account
+
+    def _carry_tail(self, use: _Use, count: int) -> None:
+        """Copy the previous buffer's last `count` bytes (the open chunk's head) into the
+        head room of use's device buffer, after that buffer's copy-in."""
+        prev = self._uses[self._uses.index(use) - 1]
+        slot = use.slot
+        slot.device.activate()
+        slot.stream.wait_event(prev.slot.h2d_ev)
+        cupy.cuda.runtime.memcpyAsync(slot.data_ptr - count,
+                                      prev.slot.data_ptr + prev.fill - count,
+                                      count, _DEFAULT, slot.stream.ptr)
+
+    def _collect(self, seg: _Seg) -> None:
+        use = seg.use
+        use.open_segs -= 1
+        if not seg.ends:
+            return
+        slot = use.slot
+        slot.hash_ev.synchronize()
+        nc = len(seg.ends)
+        ids = slot.dig_host.array[:8 * nc].view(np.uint8).reshape(nc, 32).copy()
+        starts = np.array(seg.starts, dtype=np.int64)
+        ends = np.array(seg.ends, dtype=np.int64)
+        data: list[bytes] | None = None
+        if self._keep_data:
+            data = [self._bytes(use, a, b) for a, b in zip(seg.starts, seg.ends, strict=True)]
+        self._ready.append(ChunkBatch(starts + use.base, ends - starts, ids, data))
+        self._returned += int(ends[-1] - starts[0])
+        if seg.timing is not None and self._profile is not None:
+            self._account(seg)
+        # The first chunk of this buffer was the last use of the previous one.
+        pos = self._uses.index(use)
+        if pos > 0:
+            for old in list(self._uses)[:pos]:
+                self._release(old)
+                self._uses.remove(old)
+
+    def _bytes(self, use: _Use, a: int, b: int) -> bytes:
+        host = use.slot.host
+        if a >= 0:
+            return host[HIST + a:HIST + b].tobytes()
+        prev = self._uses[self._uses.index(use) - 1]
+        end = HIST + prev.fill
+        return prev.slot.host[end + a:end].tobytes() + host[HIST:HIST + b].tobytes()
+
+    def _account(self, seg: _Seg) -> None:
+        tm = seg.timing
+        prof = self._profile
+        assert tm is not None and prof is not None
+        el = cupy.cuda.get_elapsed_time
+        prof.copy_in += el(tm["t0"], tm["t1"]) / 1e3
+        if seg.cands:
+            prof.candidates += el(tm["t1"], tm["t2"]) / 1e3
+            prof.copy_out += el(tm["t2"], tm["t3"]) / 1e3
+        if seg.ends:
+            # t4 -> t5 spans the metadata copy, the tree kernels and the digests' copy;
+            # the copies are a few KiB.
+            prof.hash += el(tm["t4"], tm["t5"]) / 1e3
+
+    def _release(self, use: _Use) -> None:
+        if not use.released:
+            use.released = True
+            self._rt.release(use.slot)
+
+    def __del__(self) -> None:
+        # A stream dropped without finish(): give its slots back once their work is done.
+        try:
+            for use in getattr(self, "_uses", ()):
+                if not use.released:
+                    use.slot.stream.synchronize()
+                    self._release(use)
+        except Exception:
+            pass
+
+
+def _as_chunks(batches: list[ChunkBatch]) -> list[Chunk]:
+    out: list[Chunk] = []
+    for batch in batches:
+        out.extend(batch.chunks())
+    return out
+
+
+def _byte_array(piece: BytesLike) -> ByteArray:
+    view = memoryview(piece)
+    if not view.c_contiguous:
+        view = memoryview(view.tobytes())
+    if view.format != "B" or view.ndim != 1:
+        view = view.cast("B")
+    return np.frombuffer(view, dtype=np.uint8)
+
+
+# --- hashing many buffers -------------------------------------------------------------
+
+def hash_many(rt: GpuRuntime, buffers: Sequence[BytesLike]) -> list[bytes]:
+    """BLAKE3-256 of each buffer: packed into pinned buffers, one batch per buffer-full,
+    batches round-robin over the devices, two in flight per device."""
+    views = [_byte_array(b) for b in buffers]
+    out: list[bytes] = [b""] * len(views)
+    size = rt.buffer_size
+    inflight: deque[tuple[_Slot, list[int]]] = deque()
+    lane = rt.first_lane()
+
+    def drain_one() -> None:
+        slot, idx = inflight.popleft()
+        slot.hash_ev.synchronize()
+        for i, digest in zip(idx, digests(slot, len(idx)), strict=True):
+            out[i] = digest
+        rt.release(slot)
+
+    batch: list[int] = []
+    used = 0
+
+    def flush() -> None:
+        nonlocal batch, used, lane
+        if not batch:
+            return
+        if len(inflight) >= 2 * rt.lanes:
+            drain_one()
+        slot = rt.acquire(lane % rt.lanes)
+        lane += 1
+        offs = np.zeros(len(batch), dtype=np.int64)
+        lens = np.zeros(len(batch), dtype=np.int64)
+        pos = 0
+        for k, i in enumerate(batch):
+            n = views[i].shape[0]
+            slot.host[HIST + pos:HIST + pos + n] = views[i]
+            offs[k] = pos
+            lens[k] = n
+            pos += n
+        slot.device.activate()
+        if pos:
+            cupy.cuda.runtime.memcpyAsync(slot.data_ptr, slot.host_ptr + HIST, pos, _H2D,
+                                          slot.stream.ptr)
+        launch_hash(slot, slot.data_ptr, tree_plan(offs, lens))
+        inflight.append((slot, batch))
+        batch, used = [], 0
+
+    for i, view in enumerate(views):
+        n = view.shape[0]
+        if n > size:
+            out[i] = _hash_big(rt, view)
+            continue
+        if used + n > size:
+            flush()
+        batch.append(i)
+        used += n
+    flush()
+    while inflight:
+        drain_one()
+    return out
+
+
+def _hash_big(rt: GpuRuntime, view: ByteArray) -> bytes:
+    """One buffer larger than the pinned buffers: copied to the device as it is."""
+    slot = rt.acquire(0)
+    try:
+        slot.device.activate()
+        n = view.shape[0]
+        dev = cupy.empty(n + READ_SLACK, dtype=cupy.uint8)
+        dev[:n].set(view, stream=slot.stream)
+        launch_hash(slot, int(dev.data.ptr),
+                    tree_plan(np.zeros(1, dtype=np.int64), np.array([n], dtype=np.int64)))
+        slot.hash_ev.synchronize()
+        return digests(slot, 1)[0]
+    finally:
+        rt.release(slot)
+
+
+def visible_devices() -> list[str]:
+    count = int(cupy.cuda.runtime.getDeviceCount())
+    names = []
+    for i in range(count):
+        name = cupy.cuda.runtime.getDeviceProperties(i)["name"]
+        names.append(name.decode() if isinstance(name, bytes) else str(name))
+    return names
+
+
+# --- measurements (mosafs.bench.hash) ---------------------------------------------------
+
+def bench_copy(nbytes: int, reps: int, devices: Sequence[int] | None = None) -> dict[str, Any]:
+    """Pinned host <-> device copy bandwidth (GB/s): each device alone (median of reps,
+    timed with events), and every device at once (wall clock, host-synchronized)."""
+    ids = list(range(int(cupy.cuda.runtime.getDeviceCount()))) if devices is None \
+        else list(devices)
+    bufs = []
+    for i in ids:
+        with cupy.cuda.Device(i):
+            mem = cupy.cuda.alloc_pinned_memory(nbytes)
+            host = np.frombuffer(mem, dtype=np.uint8, count=nbytes)
+            host[::4096] = 1  # touch every page
+            dev = cupy.empty(nbytes, dtype=cupy.uint8)
+            bufs.append((i, mem, host, dev, cupy.cuda.Stream(non_blocking=True)))
+    per: list[dict[str, Any]] = []
+    for i, _mem, host, dev, stream in bufs:
+        cupy.cuda.runtime.setDevice(i)
+        row: dict[str, Any] = {"device": i}
+        for name, kind, dst, src in (("h2d_GBps", _H2D, int(dev.data.ptr), int(host.ctypes.data)),
+                                     ("d2h_GBps", _D2H, int(host.ctypes.data), int(dev.data.ptr))):
+            times = []
+            for _ in range(reps + 1):
+                a, b = cupy.cuda.Event(), cupy.cuda.Event()
+                a.record(stream)
+                cupy.cuda.runtime.memcpyAsync(dst, src, nbytes, kind, stream.ptr)
+                b.record(stream)
+                b.synchronize()
+                times.append(cupy.cuda.get_elapsed_time(a, b) / 1e3)
+            row[name] = round(nbytes / float(np.median(times[1:])) / 1e9, 2)
+        per.append(row)
+    result: dict[str, Any] = {"bytes": nbytes, "per_device": per}
+    if len(bufs) > 1:
+        times = []
+        for _ in range(reps):
+            t = time.perf_counter()
+            for i, _mem, host, dev, stream in bufs:
+                cupy.cuda.runtime.setDevice(i)
+                cupy.cuda.runtime.memcpyAsync(int(dev.data.ptr), int(host.ctypes.data), nbytes,
+                                              _H2D, stream.ptr)
+            for _i, _mem, _host, _dev, stream in bufs:
+                stream.synchronize()
+            times.append(time.perf_counter() - t)
+        result["all_devices_h2d_GBps"] = round(len(bufs) * nbytes / float(np.median(times)) / 1e9,
+                                               2)
+    return result
+
+
+def bench_kernels(spec: ChunkerSpec, nbytes: int, reps: int, seed: int = 1) -> dict[str, Any]:
+    """The kernels with the data already on device 0 (random bytes, one buffer of nbytes):
+    candidate kernel, selection on the host (candidates out, sort, select, tree plan),
+    BLAKE3 kernels, and the whole sequence; GB/s over nbytes, medians of reps. Checks a
+    sample of the ids against the blake3 package."""
+    import blake3
+
+    if nbytes >= 1 << 31:
+        raise ValueError("bench_kernels: at most 2 GiB - 1 in one buffer")
+    rt = runtime()
+    slot = rt.acquire(0)
+    try:
+        dev = slot.device
+        dev.activate()
+        host = np.random.default_rng(seed).integers(0, 256, nbytes, dtype=np.uint8)
+        buf = cupy.empty(_ALIGN + nbytes + READ_SLACK, dtype=cupy.uint8)
+        buf[_ALIGN:_ALIGN + nbytes].set(host)
+        cupy.cuda.runtime.deviceSynchronize()
+        base = int(buf.data.ptr) + _ALIGN
+        cap = nbytes // 16 + 4096
+        out = cupy.empty(1 + cap, dtype=cupy.uint32)
+        want = min(cap, 2 * nbytes // max(1, spec.avg_size // 4) + 4096)
+        host_c = _Pinned(np.uint32, 1 + want)
+        stream = slot.stream
+
+        def timed(fn: Any) -> float:
+            a, b = cupy.cuda.Event(), cupy.cuda.Event()
+            a.record(stream)
+            fn()
+            b.record(stream)
+            b.synchronize()
+            return float(cupy.cuda.get_elapsed_time(a, b)) / 1e3
+
+        def candidates() -> None:
+            if spec.kind == "cdc":
+                launch_candidates(slot, base, 0, 0, nbytes, 0, spec, int(out.data.ptr), cap)
+
+        stages: dict[str, list[float]] = {
+            "candidate_kernel": [], "selection": [], "hash_kernel": [], "total": [],
+            "selection.candidates_out": [], "selection.select": [], "selection.plan": []}
+        nchunks = 0
+        ids: list[bytes] = []
+        starts: list[int] = []
+        cuts: list[int] = []
+        for rep in range(reps + 1):
+            t0 = time.perf_counter()
+            tc = timed(candidates)
+            t1 = time.perf_counter()
+            if spec.kind == "cdc":
+                cupy.cuda.runtime.memcpy(host_c.ptr, int(out.data.ptr), 4 * (1 + want), _D2H)
+                count = int(host_c.array[0])
+                if count > want:
+                    raise RuntimeError("bench_kernels: more candidates than random data has")
+                cands = np.sort(host_c.array[1:1 + count])
+            else:
+                cands = np.zeros(0, dtype=np.uint32)
+            t1a = time.perf_counter()
+            cuts, _ = select_cuts(cands, nbytes, 0, spec, True)
+            t1b = time.perf_counter()
+            starts = [0, *cuts[:-1]]
+            offs = np.array(starts, dtype=np.int64)
+            plan = tree_plan(offs, np.array(cuts, dtype=np.int64) - offs)
+            t2 = time.perf_counter()
+            th = timed(lambda plan=plan: launch_hash(slot, base, plan))
+            t3 = time.perf_counter()
+            nchunks = len(cuts)
+            if rep == 0:
+                ids = digests(slot, nchunks)
+                continue  # warm-up
+            stages["candidate_kernel"].append(tc)
+            stages["selection"].append(t2 - t1)
+            stages["selection.candidates_out"].append(t1a - t1)
+            stages["selection.select"].append(t1b - t1a)
+            stages["selection.plan"].append(t2 - t1b)
+            stages["hash_kernel"].append(th)
+            stages["total"].append(t3 - t0)
+        med = {k: float(np.median(v)) for k, v in stages.items()}
+        sample = sorted({0, nchunks // 2, nchunks - 1})
+        checked = all(ids[i] == blake3.blake3(host[starts[i]:cuts[i]].tobytes()).digest()
+                      for i in sample)
+        pipelined, same = _bench_pipelined(rt, spec, base, nbytes, reps, ids)
+        med["total_pipelined"] = pipelined
+        return {
+            "spec": str(spec), "bytes": nbytes, "chunks": nchunks, "device": dev.name,
+            "GBps": {k: round(nbytes / v / 1e9, 1) if v > 0 else None for k, v in med.items()},
+            "seconds": {k: round(v, 6) for k, v in med.items()},
+            "ids_checked": checked and same,
+            "note": "selection = candidates to host + sort + select + tree plan (host); "
+                    "hash_kernel includes the plan's and digests' copies (a few KiB); "
+                    "total = the whole sequence on one buffer, host-synchronized; "
+                    f"total_pipelined = the same buffer as {_PARTS} parts on their own "
+                    "streams, the host selecting one part while the GPU runs the others "
+                    "(as the runtime overlaps buffers)",
+        }
+    finally:
+        rt.release(slot)
+
+
+_PARTS = 4
+
+
+def _bench_pipelined(rt: GpuRuntime, spec: ChunkerSpec, base: int, nbytes: int, reps: int,
+                     want: list[bytes]) -> tuple[float, bool]:
+    """Median seconds to chunk and hash device bytes [base, base + nbytes) as _PARTS parts
+    in flight at once; and whether the ids equal `want` (the one-buffer run's)."""
+    slots = [rt.acquire(0) for _ in range(_PARTS)]
+    try:
+        bounds = [(i * nbytes // _PARTS) & ~63 for i in range(_PARTS)] + [nbytes]
+        caps = [(b - a) // 16 + 4096 for a, b in itertools.pairwise(bounds)]
+        wants = [min(c, 2 * (b - a) // max(1, spec.avg_size // 4) + 4096)
+                 for c, (a, b) in zip(caps, itertools.pairwise(bounds), strict=True)]
+        outs = [_DevArray(np.uint32, 1 + c) for c in caps]
+        hosts = [_Pinned(np.uint32, 1 + w) for w in wants]
+        times = []
+        same = True
+        for rep in range(reps + 1):
+            t0 = time.perf_counter()
+            for i, slot in enumerate(slots):
+                slot.device.activate()
+                if spec.kind == "cdc":
+                    launch_candidates(slot, base, 0, bounds[i], bounds[i + 1],
+                                      min(HIST, bounds[i] & ~63), spec, outs[i].ptr, caps[i])
+                    cupy.cuda.runtime.memcpyAsync(hosts[i].ptr, outs[i].ptr, 4 * (1 + wants[i]),
+                                                  _D2H, slot.stream.ptr)
+                slot.cand_ev.record(slot.stream)
+            start = 0
+            counts = []
+            for i, slot in enumerate(slots):
+                slot.cand_ev.synchronize()
+                cands = np.zeros(0, dtype=np.uint32)
+                if spec.kind == "cdc":
+                    count = int(hosts[i].array[0])
+                    if count > wants[i]:
+                        raise RuntimeError("bench_kernels: more candidates than random data has")
+                    cands = np.sort(hosts[i].array[1:1 + count])
+                first = start
+                cuts, start = select_cuts(cands, bounds[i + 1], start, spec, i == _PARTS - 1)
+                counts.append(len(cuts))
+                if cuts:
+                    offs = np.array([first, *cuts[:-1]], dtype=np.int64)
+                    launch_hash(slot, base, tree_plan(offs, np.array(cuts, dtype=np.int64) - offs))
+            for i, slot in enumerate(slots):
+                if counts[i]:
+                    slot.hash_ev.synchronize()
+            seconds = time.perf_counter() - t0
+            got = [d for i, slot in enumerate(slots) for d in digests(slot, counts[i])]
+            same = same and got == want
+            if rep:
+                times.append(seconds)
+        return float(np.median(times)), same
+    finally:
+        for slot in slots:
+            rt.release(slot)

@@ -36,9 +36,12 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
                "  mosafs status --manager mgr:7070"),
     "gc": ("mosafs.admin", "collect garbage now: delete chunks no version references",
            "  mosafs gc\n  mosafs gc --json\n  mosafs gc --manager mgr:7070"),
-    "bench": ("mosafs.bench.cli", "benchmarks with real processes (write/read through the mount)",
+    "bench": ("mosafs.bench.cli",
+              "benchmarks of the mount (write, read) and of content addressing (hash)",
               "  mosafs bench write --json\n  mosafs bench write --quick\n"
-              "  mosafs bench write --memory --keep /tmp/bench-run"),
+              "  mosafs bench write --memory --keep /tmp/bench-run\n"
+              "  mosafs bench hash --json\n  mosafs bench hash --backend cpu --quick\n"
+              "  mosafs bench hash --backend gpu --json"),
 }
 
 

@@ -41,7 +41,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="replication factor R of the default pool (default 2, or 1 "
                              "with a single benefactor)")
     parser.add_argument("--chunker", help="chunker spec (default cdc:262144:1048576:4194304)")
-    parser.add_argument("--hash-backend", choices=["auto", "cpu", "gpu"], default="auto")
+    parser.add_argument("--hash-backend", choices=["auto", "cpu", "gpu"],
+                        default=os.environ.get("MOSAFS_HASH_BACKEND", "auto"),
+                        help="where chunking and hashing run: gpu (CuPy and a CUDA device; "
+                             "an error without one), cpu, or auto (the GPU when there is one); "
+                             "default: $MOSAFS_HASH_BACKEND, else auto")
     parser.add_argument("--ready-file", help=argparse.SUPPRESS)
     parser.add_argument("--log-level", default="INFO")
 
@@ -72,6 +76,10 @@ def run(args: argparse.Namespace) -> int:
         from mosafs.chunking import parse_spec
 
         parse_spec(args.chunker)  # a bad spec is a one-line error before anything starts
+    if args.hash_backend != "auto":  # auto always finds one; the mount logs which
+        from mosafs.chunking import resolve_backend
+
+        resolve_backend(args.hash_backend)
     data_dir = Path(args.data_dir) if args.data_dir else default_data_dir()
     mountpoint = Path(args.mountpoint).absolute()
     _check_mountpoint(mountpoint)

@@ -11,7 +11,7 @@ Options for a command-line sub-command (`add_arguments(parser)`, then `run(args)
                                          the oracle (default auto)
     --quick                              small sizes, one repeat: a smoke test
     --json                               print only the JSON object
-    --spec SPEC                          chunker (default the default spec)
+    --spec SPEC                          chunker (default cdc:262144:1048576:4194304)
     --cpu-mib N                          CPU input size (default 512; --quick 64)
     --gpu-gib N                          GPU end-to-end input (default 8; --quick 1)
     --kernel-mib N                       kernels-alone buffer (default 1024; --quick 256)
@@ -37,6 +37,9 @@ Figures:
   with their bytes copied out. Ratio to the measured H2D bandwidth, and per GPU count when
   more than one GPU is visible.
 * oracle: the oracle backend's stream (precomputed chunks): the ceiling of the API.
+
+Importing this module and `add_arguments` stay light (no numpy, no mosafs.chunking): the
+`mosafs` command line builds every sub-command's parser at each start.
 """
 
 from __future__ import annotations
@@ -45,16 +48,17 @@ import argparse
 import json
 import os
 import platform
+import statistics
 import sys
 import threading
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import numpy as np
+if TYPE_CHECKING:
+    import numpy as np
 
-from mosafs.chunking import DEFAULT_SPEC, make_chunker, parse_spec
-from mosafs.chunking.spec import ChunkerSpec
+    from mosafs.chunking.spec import ChunkerSpec
 
 MiB = 1 << 20
 GiB = 1 << 30
@@ -69,7 +73,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--quick", action="store_true",
                         help="small sizes and one repeat (a smoke test; figures mean little)")
     parser.add_argument("--json", action="store_true", help="print only the JSON object")
-    parser.add_argument("--spec", default=DEFAULT_SPEC, help="chunker spec (default %(default)s)")
+    parser.add_argument("--spec", help="chunker spec (default cdc:262144:1048576:4194304)")
     parser.add_argument("--cpu-mib", type=int, help="CPU input size (default 512; quick 64)")
     parser.add_argument("--gpu-gib", type=int, help="GPU end-to-end input (default 8; quick 1)")
     parser.add_argument("--kernel-mib", type=int,
@@ -88,13 +92,25 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def run_hash_benchmark(backend: str = "auto", quick: bool = False, *, spec: str = DEFAULT_SPEC,
-                       cpu_mib: int | None = None, gpu_gib: int | None = None,
-                       kernel_mib: int | None = None, repeat: int | None = None) -> dict[str, Any]:
-    """Run the figures `backend` asks for; return them as a JSON-able dict."""
+def run_hash_benchmark(backend: str = "auto", quick: bool = False, *,
+                       spec: str | None = None, cpu_mib: int | None = None,
+                       gpu_gib: int | None = None, kernel_mib: int | None = None,
+                       repeat: int | None = None) -> dict[str, Any]:
+    """Run the figures `backend` asks for; return them as a JSON-able dict.
+
+    A GPU figure asked for (backend "gpu") where no GPU is usable is a ConfigError with
+    the reason; "auto" and "all" record the reason under "gpu" instead.
+    """
+    from mosafs.chunking import DEFAULT_SPEC, parse_spec
+    from mosafs.errors import ConfigError
+
     if backend not in BACKENDS:
         raise ValueError(f"backend must be one of {', '.join(BACKENDS)}, got {backend!r}")
-    parsed = parse_spec(spec)
+    for name, value in (("--cpu-mib", cpu_mib), ("--gpu-gib", gpu_gib),
+                        ("--kernel-mib", kernel_mib), ("--repeat", repeat)):
+        if value is not None and value < 1:
+            raise ConfigError(f"{name} must be >= 1, got {value}")
+    parsed = parse_spec(spec or DEFAULT_SPEC)
     reps = repeat or (1 if quick else 3)
     result: dict[str, Any] = {
         "benchmark": "hash",
@@ -112,8 +128,6 @@ def run_hash_benchmark(backend: str = "auto", quick: bool = False, *, spec: str 
         reason = gpu_unavailable_reason()
         if reason is not None:
             if backend == "gpu":
-                from mosafs.errors import ConfigError
-
                 raise ConfigError(f"GPU hash backend requested but {reason}")
             result["gpu"] = {"unavailable": reason}
         else:
@@ -130,6 +144,8 @@ def run_hash_benchmark(backend: str = "auto", quick: bool = False, *, spec: str 
 
 def random_data(nbytes: int, seed: int = 7) -> np.ndarray:
     """Incompressible bytes, quickly (numpy's generator, not a Python loop)."""
+    import numpy as np
+
     return np.random.default_rng(seed).integers(0, 256, nbytes, dtype=np.uint8)
 
 
@@ -154,6 +170,8 @@ def _stream_over(chunker: Any, view: memoryview, piece: int) -> int:
 
 
 def cpu_figures(spec: ChunkerSpec, nbytes: int, reps: int) -> dict[str, Any]:
+    from mosafs.chunking import make_chunker
+
     data = random_data(nbytes)
     view = data.data
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
@@ -225,7 +243,7 @@ def _best(runs: list[dict[str, Any]]) -> dict[str, Any]:
     """The best run, with every run's rate and their median."""
     best = max(runs, key=lambda r: r["GBps"])
     rates = [r["GBps"] for r in runs]
-    return {**best, "runs_GBps": rates, "median_GBps": round(float(np.median(rates)), 2)}
+    return {**best, "runs_GBps": rates, "median_GBps": round(statistics.median(rates), 2)}
 
 
 def gpu_figures(spec: ChunkerSpec, e2e_bytes: int, kernel_bytes: int, reps: int,
@@ -288,7 +306,7 @@ def gpu_figures(spec: ChunkerSpec, e2e_bytes: int, kernel_bytes: int, reps: int,
 # --- oracle ---------------------------------------------------------------------------
 
 def oracle_figures(spec: ChunkerSpec, nbytes: int, reps: int) -> dict[str, Any]:
-    from mosafs.chunking import oracle
+    from mosafs.chunking import make_chunker, oracle
 
     data = random_data(nbytes, 13)
     view = data.data

@@ -282,8 +282,8 @@ class _Stats:
 class _Mosafs:
     """A running `mosafs up` cluster, restartable on the same data directory."""
 
-    def __init__(self, workdir: Path) -> None:
-        self.cluster = UpCluster(workdir)
+    def __init__(self, workdir: Path, up_args: list[str] | None = None) -> None:
+        self.cluster = UpCluster(workdir, up_args)
         self.stats: _Stats | None = None
 
     def start(self) -> None:

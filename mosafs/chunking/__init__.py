@@ -17,6 +17,7 @@ from mosafs.chunking.registry import (
     make_chunker,
     make_hasher,
     register_backend,
+    resolve_backend,
 )
 from mosafs.chunking.spec import DEFAULT_SPEC, MAX_CHUNK, MIN_CDC_AVG, ChunkerSpec, parse_spec
 
@@ -38,4 +39,5 @@ __all__ = [
     "make_hasher",
     "parse_spec",
     "register_backend",
+    "resolve_backend",
 ]

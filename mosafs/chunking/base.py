@@ -10,7 +10,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import ClassVar
+from typing import Any, ClassVar
 
 from mosafs.chunking.spec import ChunkerSpec
 
@@ -41,6 +41,9 @@ class Hasher(ABC):
 class ChunkStream(ABC):
     """Chunks one stream that arrives in pieces; the result does not depend on the split."""
 
+    in_place: ClassVar[bool] = False
+    """True when pinned_buffer() gives memory to write the next bytes into (no copy)."""
+
     @abstractmethod
     def feed(self, piece: BytesLike) -> list[Chunk]:
         """Add the next piece; return the chunks it completed (often none).
@@ -51,6 +54,21 @@ class ChunkStream(ABC):
     @abstractmethod
     def finish(self) -> list[Chunk]:
         """End the stream: the last chunk, if any bytes are left. The stream is then done."""
+
+    def pinned_buffer(self) -> Any | None:
+        """Where the caller may write the stream's next bytes in place, or None.
+
+        A backend that copies input into memory of its own (the GPU's pinned host buffers)
+        returns a writable uint8 array there; the caller writes into its start and hands
+        the count to `feed_pinned`. Bytes past what was handed over stay the caller's until
+        handed over too, so a caller may keep writing into the same array while earlier
+        counts are being fed. The array is valid until it is full; then ask again.
+        """
+        return None
+
+    def feed_pinned(self, count: int) -> list[Chunk]:
+        """Like feed() for the next COUNT bytes written into the array of pinned_buffer()."""
+        raise TypeError(f"{type(self).__name__} has no pinned buffer")
 
     @property
     @abstractmethod
@@ -76,8 +94,14 @@ class Chunker(ABC):
         """Chunk a whole stream held in memory (same result as one feed and finish)."""
 
     @abstractmethod
-    def stream(self) -> ChunkStream:
-        """A new, empty stream."""
+    def stream(self, *, pipelined: bool = False) -> ChunkStream:
+        """A new, empty stream.
+
+        pipelined=True lets feed() return before the chunks its bytes complete are known
+        (they come from a later feed or from finish()): a backend that works
+        asynchronously (the GPU) keeps several buffers in flight that way. Backends that
+        compute synchronously ignore it.
+        """
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.spec} backend={self.backend}>"

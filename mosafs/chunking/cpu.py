@@ -265,7 +265,7 @@ class CpuChunker(Chunker):
         whole = data if isinstance(data, bytes) else None
         return _make_chunks(array, 0, 0, cuts, self._hasher, whole)
 
-    def stream(self) -> CpuStream:
+    def stream(self, *, pipelined: bool = False) -> CpuStream:
         return CpuStream(self._cutter, self._hasher)
 
 

@@ -408,6 +408,8 @@ class GpuStream(ChunkStream):
     buffers: only the *_batch methods may then be used (ids and bounds, no bytes).
     """
 
+    in_place = True
+
     def __init__(self, rt: GpuRuntime, spec: ChunkerSpec, *, pipelined: bool = False,
                  keep_data: bool = True, profile: Profile | None = None) -> None:
         if spec.max_size > rt.buffer_size:

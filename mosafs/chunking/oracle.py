@@ -191,7 +191,7 @@ class OracleChunker(Chunker):
                              f"this one {view.nbytes}")
         return list(entry.chunks)
 
-    def stream(self) -> OracleStream:
+    def stream(self, *, pipelined: bool = False) -> OracleStream:
         return OracleStream(self.spec)
 
 

@@ -48,6 +48,13 @@ def make_hasher(backend: str = "auto", *, threads: int = 1) -> Hasher:
     return _backend(backend).hasher(_check_threads(threads))
 
 
+def resolve_backend(name: str) -> str:
+    """The backend NAME (auto, cpu, gpu) stands for here; ConfigError saying why it cannot
+    run. Processes call it at start so that a backend that cannot be had is a one-line
+    error before anything is mounted, not a failure at the first write."""
+    return _backend(name).name
+
+
 def _backend(name: str) -> Backend:
     if name == "auto":
         for candidate in AUTO_ORDER:

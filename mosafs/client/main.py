@@ -22,8 +22,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("mountpoint", help="an existing empty directory")
     parser.add_argument("--manager", default=os.environ.get("MOSAFS_MANAGER"),
                         help="HOST:PORT of the manager (default: $MOSAFS_MANAGER)")
-    parser.add_argument("--hash-backend", choices=["auto", "cpu", "gpu"], default="auto",
-                        help="where chunking and hashing run (default: auto)")
+    parser.add_argument("--hash-backend", choices=["auto", "cpu", "gpu"],
+                        default=os.environ.get("MOSAFS_HASH_BACKEND", "auto"),
+                        help="where chunking and hashing run: gpu (CuPy and a CUDA device; "
+                             "an error without one), cpu, or auto (the GPU when there is one); "
+                             "default: $MOSAFS_HASH_BACKEND, else auto")
     parser.add_argument("--window-mib", type=int, default=64,
                         help="sliding write window per open file, MiB (default: 64)")
     parser.add_argument("--cache-mib", type=int, default=256,
@@ -76,6 +79,9 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError(f"mount point {mountpoint} is not a directory")
     if args.window_mib < 4 or args.cache_mib < 16:
         raise ConfigError("--window-mib must be >= 4 and --cache-mib >= 16")
+    from mosafs.chunking import resolve_backend
+
+    resolve_backend(args.hash_backend)  # one line, not a traceback, when it cannot be had
     config = ClientConfig(
         manager=args.manager, hash_backend=args.hash_backend,
         window_bytes=args.window_mib << 20, cache_bytes=args.cache_mib << 20,

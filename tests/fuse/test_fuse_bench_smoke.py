@@ -110,3 +110,21 @@ def test_bench_write_ctrl_c_stops_everything(tmp_path: Path) -> None:
     assert not [pid for pid in pids if _alive(pid)]
     assert _mounts_under(run_dir) == []
     assert not os.path.exists(run_dir / "result.json")
+
+
+def test_bench_backends_cpu_json_shape(tmp_path: Path) -> None:
+    run_dir = tmp_path / "run"
+    proc = subprocess.run(
+        [sys.executable, "-m", "mosafs", "bench", "backends", "--backends", "cpu",
+         "--size-mib", "64", "--json", "--keep", str(run_dir)],
+        capture_output=True, text=True, timeout=170)
+    assert proc.returncode == 0, proc.stderr
+    result = json.loads(proc.stdout)
+    cpu = result["backends"]["cpu"]
+    assert cpu["backend_logged"] == "cpu"  # the mount says which backend it uses
+    assert cpu["new"]["new_bytes"] == 64 << 20
+    assert cpu["new"]["cpu_s_per_gib"] > 0
+    # The checkpoint is the same file with a few edits: most chunks dedupe.
+    assert cpu["checkpoint"]["shared_chunks"] > cpu["checkpoint"]["chunks"] // 2
+    assert cpu["checkpoint"]["new_bytes"] < 32 << 20
+    assert _mounts_under(run_dir) == []

@@ -12,6 +12,10 @@ Two modes:
   content is materialised once into a local temp file and edited there with pread/pwrite;
   the commit re-chunks it, and unchanged regions dedupe against the base.
 
+Where the chunk stream takes bytes in place (the GPU backend's pinned host buffers), the
+FUSE write copies straight into that memory and the pipeline is told only how many bytes
+were added (`_Pinned` below): the one copy a write costs lands where the GPU copies from.
+
 A commit (flush/fsync/close) drains the pipeline and stores the block-map with one
 CommitVersion. Concurrency: every public method runs under the session's trio lock.
 """
@@ -47,14 +51,28 @@ class _Stored:
     new_bytes: int = 0
 
 
+class _ViewRequest:
+    """Asks the pipeline for the stream's in-place buffer once everything sent before has
+    been fed (the buffer's free part depends on that)."""
+
+    def __init__(self) -> None:
+        self.view: Any = None
+        self.ready = trio.Event()
+
+
+_Item = bytearray | int | _ViewRequest  # bytes to feed | count written in place | request
+
+
 class _Pipeline:
     """Chunks one appended byte stream and uploads its new chunks."""
 
     def __init__(self, session: WriteSession, chunker: Any) -> None:
         self.session = session
-        self.stream = chunker.stream()
+        # pipelined: an asynchronous backend keeps buffers in flight; chunks come later.
+        self.stream = chunker.stream(pipelined=True)
         capacity = max(1, session.ctx.config.window_bytes // session.ctx.config.batch_bytes)
-        self.send, self._recv = trio.open_memory_channel[bytearray](capacity)
+        self.send, self._recv = trio.open_memory_channel[_Item](capacity)
+        self._request: _ViewRequest | None = None
         self.entries: list[ChunkEntry] = []
         self.error: errors.MosafsError | None = None
         self.done = trio.Event()
@@ -64,9 +82,15 @@ class _Pipeline:
     async def run(self) -> None:
         try:
             async with self._recv, trio.open_nursery() as uploads:
-                async for batch in self._recv:
-                    await self._dispatch(await self.session.ctx.cpu(self.stream.feed, batch),
-                                         uploads)
+                async for item in self._recv:
+                    if isinstance(item, _ViewRequest):
+                        self._request = item
+                        item.view = await self.session.ctx.cpu(self.stream.pinned_buffer)
+                        self._request = None
+                        item.ready.set()
+                        continue
+                    feed = self.stream.feed_pinned if isinstance(item, int) else self.stream.feed
+                    await self._dispatch(await self.session.ctx.cpu(feed, item), uploads)
                 await self._dispatch(await self.session.ctx.cpu(self.stream.finish), uploads)
         except errors.MosafsError as exc:
             self.error = exc
@@ -74,7 +98,29 @@ class _Pipeline:
             log.exception("write pipeline of inode %d failed", self.session.inode)
             self.error = errors.InternalError(f"write pipeline failed: {exc!r}")
         finally:
+            if self._request is not None:
+                self._request.ready.set()  # with view None: the writer finds the error
             self.done.set()
+
+    async def view(self) -> Any:
+        """The stream's in-place buffer, after every item sent so far has been fed."""
+        request = _ViewRequest()
+        await self.put(request)
+        await request.ready.wait()
+        if request.view is None:
+            raise await self.failure()
+        return request.view
+
+    async def put(self, item: _Item) -> None:
+        """Send ITEM; blocks while the window is full (the back-pressure on write)."""
+        try:
+            await self.send.send(item)
+        except trio.BrokenResourceError:
+            raise await self.failure() from None
+
+    async def failure(self) -> errors.MosafsError:
+        await self.done.wait()
+        return self.error or errors.InternalError("write pipeline stopped")
 
     async def _dispatch(self, chunks: list[Any], uploads: trio.Nursery) -> None:
         """Record CHUNKS in the block-map and store the new ones in the background, so that
@@ -141,6 +187,38 @@ class _Pipeline:
         return self.entries
 
 
+class _Pinned:
+    """Appended bytes written in place into the stream's buffer (pinned host memory).
+
+    `view` is the buffer's free part; bytes [0, sent) of it have been handed to the
+    pipeline, [sent, used) are written but not yet handed over. A count is sent every
+    batch_bytes, so chunking keeps pace with writing; a new view is asked for only when
+    this one is full (the pipeline answers once it has fed everything before).
+    """
+
+    def __init__(self) -> None:
+        self.view: Any = None
+        self.used = 0
+        self.sent = 0
+
+    @property
+    def unsent(self) -> int:
+        return self.used - self.sent
+
+    async def append(self, pipeline: _Pipeline, data: bytes, batch_bytes: int) -> None:
+        source = memoryview(data)
+        while source:
+            if self.view is None or self.used == len(self.view):
+                self.view, self.used, self.sent = await pipeline.view(), 0, 0
+            take = min(len(source), len(self.view) - self.used)
+            self.view[self.used:self.used + take] = source[:take]
+            self.used += take
+            source = source[take:]
+            if self.unsent >= batch_bytes or self.used == len(self.view):
+                count, self.sent = self.unsent, self.used
+                await pipeline.put(count)
+
+
 class WriteSession:
     """Create with `await WriteSession.create(ctx, inode)`; `close()` when the last writable
     handle is released."""
@@ -163,6 +241,7 @@ class WriteSession:
         self.mtime_ns = time.time_ns()
         self._pipeline: _Pipeline | None = None
         self._pending = bytearray()
+        self._pinned = _Pinned()
         self._spill: Any = None  # a temp file while in SPILL mode
         self._renewals = trio.CancelScope()
         self.orphaned = False  # unlinked while open: nothing more is committed
@@ -253,16 +332,15 @@ class WriteSession:
         if self._pipeline is None:
             self._pipeline = _Pipeline(self, self._chunker())
             self.ctx.spawn(self._pipeline.run)
+        if self._pipeline.stream.in_place:
+            await self._pinned.append(self._pipeline, data, self.ctx.config.batch_bytes)
+            self.size += len(data)
+            return
         self._pending += data
         self.size += len(data)
         if len(self._pending) >= self.ctx.config.batch_bytes:
             batch, self._pending = self._pending, bytearray()
-            try:
-                await self._pipeline.send.send(batch)  # blocks while the window is full
-            except trio.BrokenResourceError:
-                await self._pipeline.done.wait()
-                raise (self._pipeline.error
-                       or errors.InternalError("write pipeline stopped")) from None
+            await self._pipeline.put(batch)
 
     async def truncate(self, size: int) -> None:
         if size == self.size:
@@ -290,6 +368,7 @@ class WriteSession:
             with contextlib.suppress(errors.MosafsError):  # the content is thrown away anyway
                 await pipeline.finish()
         self._pending = bytearray()
+        self._pinned = _Pinned()
         self.prefix = []
         self.size = 0
         if self._spill is not None:
@@ -301,10 +380,13 @@ class WriteSession:
         if self._pipeline is None:
             return list(self.prefix)
         pipeline, self._pipeline = self._pipeline, None
-        if self._pending:
-            batch, self._pending = self._pending, bytearray()
-            with contextlib.suppress(trio.BrokenResourceError):  # finish() reports why
+        pinned, self._pinned = self._pinned, _Pinned()
+        with contextlib.suppress(trio.BrokenResourceError):  # finish() reports why
+            if self._pending:
+                batch, self._pending = self._pending, bytearray()
                 await pipeline.send.send(batch)
+            if pinned.unsent:
+                await pipeline.send.send(pinned.unsent)
         return [*self.prefix, *await pipeline.finish()]
 
     async def _to_spill(self) -> None:

@@ -36,6 +36,10 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
                "  mosafs status --manager mgr:7070"),
     "gc": ("mosafs.admin", "collect garbage now: delete chunks no version references",
            "  mosafs gc\n  mosafs gc --json\n  mosafs gc --manager mgr:7070"),
+    "scrub": ("mosafs.admin", "verify every stored chunk now and repair bad copies",
+              "  mosafs scrub\n  mosafs scrub --json\n  mosafs scrub --manager mgr:7070"),
+    "fsck": ("mosafs.admin", "check the manager's metadata invariants (and repair them)",
+             "  mosafs fsck\n  mosafs fsck --json\n  mosafs fsck --repair"),
     "bench": ("mosafs.bench.cli", "benchmarks with real processes (write/read through the mount)",
               "  mosafs bench write --json\n  mosafs bench write --quick\n"
               "  mosafs bench write --memory --keep /tmp/bench-run"),

@@ -281,21 +281,28 @@ class FileChunkStore(ChunkStore):
 
     def _chunk_entries(self, stray: list[str]) -> Iterator[os.DirEntry[str]]:
         """Every chunk file; anything else is appended to STRAY."""
-        for top in os.scandir(self._chunks_dir):
-            if not (top.is_dir(follow_symlinks=False) and _FANOUT_NAME.fullmatch(top.name)):
-                stray.append(top.path)
-                continue
-            for mid in os.scandir(top.path):
+        with os.scandir(self._chunks_dir) as tops:
+            for top in tops:
+                if not (top.is_dir(follow_symlinks=False) and _FANOUT_NAME.fullmatch(top.name)):
+                    stray.append(top.path)
+                    continue
+                yield from self._leaf_entries(top, stray)
+
+    def _leaf_entries(self, top: os.DirEntry[str], stray: list[str],
+                      ) -> Iterator[os.DirEntry[str]]:
+        with os.scandir(top.path) as mids:
+            for mid in mids:
                 if not (mid.is_dir(follow_symlinks=False) and _FANOUT_NAME.fullmatch(mid.name)):
                     stray.append(mid.path)
                     continue
-                for leaf in os.scandir(mid.path):
-                    name = leaf.name
-                    if (leaf.is_file(follow_symlinks=False) and _HEX_NAME.fullmatch(name)
-                            and name[:2] == top.name and name[2:4] == mid.name):
-                        yield leaf
-                    else:
-                        stray.append(leaf.path)
+                with os.scandir(mid.path) as leaves:
+                    for leaf in leaves:
+                        name = leaf.name
+                        if (leaf.is_file(follow_symlinks=False) and _HEX_NAME.fullmatch(name)
+                                and name[:2] == top.name and name[2:4] == mid.name):
+                            yield leaf
+                        else:
+                            stray.append(leaf.path)
 
     def close(self) -> None:
         if self._lock_fd is not None:

@@ -15,13 +15,14 @@ next report. Domain code: no gRPC here; REPORT is a callable the process supplie
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 
-from mosafs.benefactor.chunkstore import CORRUPT, ChunkStore
+from mosafs.benefactor.chunkstore import CORRUPT, ChunkStore, InventoryItem
 from mosafs.errors import MosafsError
 
 log = logging.getLogger(__name__)
@@ -67,7 +68,14 @@ class Scrubber:
         usage = self._store.usage()
         progress = ScrubProgress(total_chunks=usage.chunks, total_bytes=usage.stored_bytes)
         start = last = self._clock()
-        for item in self._store.inventory():
+        items = self._store.inventory()
+        with contextlib.closing(items):  # type: ignore[type-var]
+            yield from self._verify(items, progress, rate, wait, start, last, progress_every)
+
+    def _verify(self, items: Iterator[InventoryItem], progress: ScrubProgress, rate: float,
+                wait: WaitFn, start: float, last: float,
+                progress_every: float) -> Iterator[ScrubProgress]:
+        for item in items:
             verdict, size = self._store.scrub(item.id)
             progress.checked_chunks += 1
             progress.checked_bytes += size

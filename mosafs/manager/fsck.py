@@ -107,6 +107,7 @@ class _Check:
         self.db = tx.db
         self.fix = fix
         self.out = FsckResult()
+        self.top = ROOT_INODE
 
     def run(self) -> FsckResult:
         inodes = self._inodes()
@@ -126,6 +127,7 @@ class _Check:
         inodes = {int(_U64.unpack(key)[0]): metadata_pb2.InodeRecord.FromString(raw)
                   for key, raw in self.txn.cursor(db=self.db.inodes)}
         self.out.inodes = len(inodes)
+        self.top = max(inodes, default=ROOT_INODE)  # orphans deleted later count too
         root = inodes.get(ROOT_INODE)
         if root is None or root.kind != DIRECTORY:
             self.out.add("root", "inode 1 is not a directory: the store is not usable",
@@ -347,7 +349,7 @@ class _Check:
 
     def _meta(self, inodes: dict[int, metadata_pb2.InodeRecord]) -> None:
         raw = self.txn.get(b"next_inode", db=self.db.meta)
-        top = max(inodes, default=ROOT_INODE)
+        top = self.top  # inode numbers are never reused, not even a deleted orphan's
         if raw is None or _U64.unpack(raw)[0] <= top:
             self.out.add("next_inode", f"the inode counter is "
                          f"{None if raw is None else _U64.unpack(raw)[0]}, inode {top} exists")

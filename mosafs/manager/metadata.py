@@ -48,11 +48,12 @@ Invariants (every write transaction keeps them):
   - ChunkRecord.refcount equals the number of block-map entries naming the id, over every
     version of every file (an id twice in a block-map counts twice). Every id named by a
     block-map has a ChunkRecord. A record whose refcount drops to 0 stays until garbage
-    collection (later work) removes it.
+    collection removes it.
   - Every xattrs key names an existing inode (xattr_orphans() checks it); names start with
     "user." and not "user.mosafs."; an inode's names and values total at most 1 MiB, its
     names (each + 1) at most 64 KiB.
   - Pool "default" exists.
+mosafs.manager.fsck checks every one of these (`mosafs fsck`) and repairs what it can.
 """
 
 from __future__ import annotations

@@ -185,3 +185,123 @@ def _print_stats(report: dict[str, Any]) -> None:
           f"{report['chunks']} chunks")
     print(f"  shared chunks: {report['shared_chunks']} (deduped against {against})")
     print(f"  new bytes sent: {report['new_bytes']}")
+
+
+def add_scrub_arguments(parser: argparse.ArgumentParser) -> None:
+    add_status_arguments(parser)
+
+
+def run_scrub(args: argparse.Namespace) -> int:
+    from mosafs._proto import manager_pb2 as mpb
+    from mosafs._proto import manager_pb2_grpc as mgrpc
+    from mosafs.rpc.channels import channel
+    from mosafs.rpc.errors import stream
+
+    bar = _Progress() if sys.stderr.isatty() else None
+    final = None
+    with channel(manager_for_status(args)) as ch:
+        for event in stream(mgrpc.ManagerStub(ch).Scrub, mpb.ClusterScrubRequest(),
+                            timeout=7 * 24 * 3600):
+            if event.done:
+                final = event
+            elif bar is not None:
+                bar.show(event)
+    if bar is not None:
+        bar.clear()
+    if final is None:
+        raise ConfigError("the manager ended the scrub without a report")
+    report = scrub_report(final)
+    emit(report, args.json, _print_scrub)
+    return 1 if report["unrepaired_chunks"] or report["failures"] else 0
+
+
+def scrub_report(event: Any) -> dict[str, Any]:
+    """The `mosafs scrub --json` object."""
+    fields = ("checked_chunks", "checked_bytes", "corrupt_chunks", "missing_chunks",
+              "repaired_chunks", "unrepaired_chunks")
+    benefactors = [{"id": r.id, "address": r.address, **{f: getattr(r, f) for f in fields},
+                    "error": r.error} for r in event.results]
+    return {
+        "benefactors": benefactors,
+        **{f: sum(b[f] for b in benefactors) for f in fields},
+        "unrepaired_ids": [bytes(cid).hex() for cid in event.unrepaired_ids],
+        "failures": [f"{b['id']} ({b['address']}): {b['error']}"
+                     for b in benefactors if b["error"]],
+    }
+
+
+class _Progress:
+    """One line on stderr, redrawn in place (only on a terminal)."""
+
+    WIDTH = 30
+
+    def show(self, event: Any) -> None:
+        if event.repairing:
+            line = "scrub: every benefactor checked; repairing from good replicas..."
+        else:
+            p = event.progress
+            total = max(p.total_chunks, p.checked_chunks, 1)
+            filled = int(self.WIDTH * p.checked_chunks / total)
+            line = (f"scrub: benefactor {event.benefactor_index + 1}/{event.benefactors} "
+                    f"[{'#' * filled}{'.' * (self.WIDTH - filled)}] "
+                    f"{p.checked_chunks}/{p.total_chunks} chunks, "
+                    f"{p.checked_bytes / 2**20:.0f} MiB, {p.corrupt_chunks} corrupt")
+        sys.stderr.write("\r\033[K" + line)
+        sys.stderr.flush()
+
+    def clear(self) -> None:
+        sys.stderr.write("\r\033[K")
+        sys.stderr.flush()
+
+
+def _print_scrub(report: dict[str, Any]) -> None:
+    for b in report["benefactors"]:
+        state = f"FAILED: {b['error']}" if b["error"] else (
+            f"{b['checked_chunks']} chunks ({b['checked_bytes']} bytes) checked, "
+            f"{b['corrupt_chunks']} corrupt, {b['missing_chunks']} missing, "
+            f"{b['repaired_chunks']} repaired, {b['unrepaired_chunks']} not repaired")
+        print(f"{b['id']}  {b['address']:<22} {state}")
+    print(f"checked {report['checked_chunks']} chunks: {report['corrupt_chunks']} corrupt, "
+          f"{report['missing_chunks']} missing, {report['repaired_chunks']} repaired, "
+          f"{report['unrepaired_chunks']} could not be repaired")
+    for cid in report["unrepaired_ids"]:
+        print(f"not repaired (no sound copy reachable): {cid}")
+
+
+def add_fsck_arguments(parser: argparse.ArgumentParser) -> None:
+    add_status_arguments(parser)
+    parser.add_argument("--repair", action="store_true",
+                        help="fix what can be fixed (one write transaction); without it, "
+                             "fsck only checks")
+
+
+def run_fsck(args: argparse.Namespace) -> int:
+    from mosafs._proto import manager_pb2 as mpb
+    from mosafs._proto import manager_pb2_grpc as mgrpc
+    from mosafs.rpc.channels import channel
+    from mosafs.rpc.errors import call
+
+    with channel(manager_for_status(args)) as ch:
+        reply = call(mgrpc.ManagerStub(ch).Fsck, mpb.FsckRequest(repair=args.repair),
+                     timeout=3600)
+    report = {
+        "repaired": reply.repaired,
+        "findings": [{"kind": f.kind, "detail": f.detail, "repairable": f.repairable}
+                     for f in reply.findings],
+        "inodes": reply.inodes, "versions": reply.versions, "chunks": reply.chunks,
+        "dirents": reply.dirents,
+    }
+    emit(report, args.json, _print_fsck)
+    unfixed = [f for f in reply.findings if not (reply.repaired and f.repairable)]
+    return 1 if unfixed else 0
+
+
+def _print_fsck(report: dict[str, Any]) -> None:
+    for f in report["findings"]:
+        fate = ("repaired" if report["repaired"] else "repairable") if f["repairable"] \
+            else "NOT repairable"
+        print(f"{f['kind']}: {f['detail']} ({fate})")
+    print(f"{report['inodes']} inodes, {report['dirents']} entries, {report['versions']} "
+          f"versions, {report['chunks']} chunk records: {len(report['findings'])} findings"
+          + ("" if report["repaired"] or not report["findings"] else
+             "; run again with --repair to fix the repairable ones"))

@@ -36,12 +36,17 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
                "  mosafs status --manager mgr:7070"),
     "gc": ("mosafs.admin", "collect garbage now: delete chunks no version references",
            "  mosafs gc\n  mosafs gc --json\n  mosafs gc --manager mgr:7070"),
+    "scrub": ("mosafs.admin", "verify every stored chunk now and repair bad copies",
+              "  mosafs scrub\n  mosafs scrub --json\n  mosafs scrub --manager mgr:7070"),
+    "fsck": ("mosafs.admin", "check the manager's metadata invariants (and repair them)",
+             "  mosafs fsck\n  mosafs fsck --json\n  mosafs fsck --repair"),
     "bench": ("mosafs.bench.cli",
-              "benchmarks of the mount (write, read) and of content addressing (hash)",
+              "benchmarks of the mount (write, read, backends) and of content addressing (hash)",
               "  mosafs bench write --json\n  mosafs bench write --quick\n"
               "  mosafs bench write --memory --keep /tmp/bench-run\n"
               "  mosafs bench hash --json\n  mosafs bench hash --backend cpu --quick\n"
-              "  mosafs bench hash --backend gpu --json"),
+              "  mosafs bench hash --backend gpu --json\n"
+              "  mosafs bench backends --backends cpu,gpu --json"),
 }
 
 

@@ -97,3 +97,25 @@ class GarbageRound(_message.Message):
     freed_bytes: int
     waiting_chunks: int
     def __init__(self, reported: _Optional[int] = ..., deleted_chunks: _Optional[int] = ..., freed_bytes: _Optional[int] = ..., waiting_chunks: _Optional[int] = ...) -> None: ...
+
+class ScrubRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class ScrubProgress(_message.Message):
+    __slots__ = ("checked_chunks", "checked_bytes", "total_chunks", "total_bytes", "corrupt_chunks", "done", "corrupt_ids")
+    CHECKED_CHUNKS_FIELD_NUMBER: _ClassVar[int]
+    CHECKED_BYTES_FIELD_NUMBER: _ClassVar[int]
+    TOTAL_CHUNKS_FIELD_NUMBER: _ClassVar[int]
+    TOTAL_BYTES_FIELD_NUMBER: _ClassVar[int]
+    CORRUPT_CHUNKS_FIELD_NUMBER: _ClassVar[int]
+    DONE_FIELD_NUMBER: _ClassVar[int]
+    CORRUPT_IDS_FIELD_NUMBER: _ClassVar[int]
+    checked_chunks: int
+    checked_bytes: int
+    total_chunks: int
+    total_bytes: int
+    corrupt_chunks: int
+    done: bool
+    corrupt_ids: _containers.RepeatedScalarFieldContainer[bytes]
+    def __init__(self, checked_chunks: _Optional[int] = ..., checked_bytes: _Optional[int] = ..., total_chunks: _Optional[int] = ..., total_bytes: _Optional[int] = ..., corrupt_chunks: _Optional[int] = ..., done: _Optional[bool] = ..., corrupt_ids: _Optional[_Iterable[bytes]] = ...) -> None: ...

@@ -64,6 +64,11 @@ class BenefactorStub:
                 request_serializer=mosafs_dot_v1_dot_benefactor__pb2.GarbageRoundRequest.SerializeToString,
                 response_deserializer=mosafs_dot_v1_dot_benefactor__pb2.GarbageRound.FromString,
                 _registered_method=True)
+        self.Scrub = channel.unary_stream(
+                '/mosafs.v1.Benefactor/Scrub',
+                request_serializer=mosafs_dot_v1_dot_benefactor__pb2.ScrubRequest.SerializeToString,
+                response_deserializer=mosafs_dot_v1_dot_benefactor__pb2.ScrubProgress.FromString,
+                _registered_method=True)
 
 
 class BenefactorServicer:
@@ -116,6 +121,15 @@ class BenefactorServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def Scrub(self, request, context):
+        """Scrub now (`mosafs scrub`): read and verify every stored chunk at full speed. Corrupt
+        copies are deleted (the manager is told, and replication puts a good copy back).
+        Progress messages stream while it runs; the last one has done = true and the ids.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_BenefactorServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -148,6 +162,11 @@ def add_BenefactorServicer_to_server(servicer, server):
                     servicer.RunGarbageRound,
                     request_deserializer=mosafs_dot_v1_dot_benefactor__pb2.GarbageRoundRequest.FromString,
                     response_serializer=mosafs_dot_v1_dot_benefactor__pb2.GarbageRound.SerializeToString,
+            ),
+            'Scrub': grpc.unary_stream_rpc_method_handler(
+                    servicer.Scrub,
+                    request_deserializer=mosafs_dot_v1_dot_benefactor__pb2.ScrubRequest.FromString,
+                    response_serializer=mosafs_dot_v1_dot_benefactor__pb2.ScrubProgress.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -312,6 +331,33 @@ class Benefactor:
             '/mosafs.v1.Benefactor/RunGarbageRound',
             mosafs_dot_v1_dot_benefactor__pb2.GarbageRoundRequest.SerializeToString,
             mosafs_dot_v1_dot_benefactor__pb2.GarbageRound.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Scrub(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_stream(
+            request,
+            target,
+            '/mosafs.v1.Benefactor/Scrub',
+            mosafs_dot_v1_dot_benefactor__pb2.ScrubRequest.SerializeToString,
+            mosafs_dot_v1_dot_benefactor__pb2.ScrubProgress.FromString,
             options,
             channel_credentials,
             insecure,

@@ -565,3 +565,89 @@ class GarbageReport(_message.Message):
     waiting_chunks: int
     failures: _containers.RepeatedScalarFieldContainer[str]
     def __init__(self, benefactors: _Optional[int] = ..., deleted_chunks: _Optional[int] = ..., freed_bytes: _Optional[int] = ..., waiting_chunks: _Optional[int] = ..., failures: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class CorruptChunksReport(_message.Message):
+    __slots__ = ("benefactor_id", "ids")
+    BENEFACTOR_ID_FIELD_NUMBER: _ClassVar[int]
+    IDS_FIELD_NUMBER: _ClassVar[int]
+    benefactor_id: str
+    ids: _containers.RepeatedScalarFieldContainer[bytes]
+    def __init__(self, benefactor_id: _Optional[str] = ..., ids: _Optional[_Iterable[bytes]] = ...) -> None: ...
+
+class ClusterScrubRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class BenefactorScrub(_message.Message):
+    __slots__ = ("id", "address", "checked_chunks", "checked_bytes", "corrupt_chunks", "missing_chunks", "repaired_chunks", "unrepaired_chunks", "error", "total_chunks")
+    ID_FIELD_NUMBER: _ClassVar[int]
+    ADDRESS_FIELD_NUMBER: _ClassVar[int]
+    CHECKED_CHUNKS_FIELD_NUMBER: _ClassVar[int]
+    CHECKED_BYTES_FIELD_NUMBER: _ClassVar[int]
+    CORRUPT_CHUNKS_FIELD_NUMBER: _ClassVar[int]
+    MISSING_CHUNKS_FIELD_NUMBER: _ClassVar[int]
+    REPAIRED_CHUNKS_FIELD_NUMBER: _ClassVar[int]
+    UNREPAIRED_CHUNKS_FIELD_NUMBER: _ClassVar[int]
+    ERROR_FIELD_NUMBER: _ClassVar[int]
+    TOTAL_CHUNKS_FIELD_NUMBER: _ClassVar[int]
+    id: str
+    address: str
+    checked_chunks: int
+    checked_bytes: int
+    corrupt_chunks: int
+    missing_chunks: int
+    repaired_chunks: int
+    unrepaired_chunks: int
+    error: str
+    total_chunks: int
+    def __init__(self, id: _Optional[str] = ..., address: _Optional[str] = ..., checked_chunks: _Optional[int] = ..., checked_bytes: _Optional[int] = ..., corrupt_chunks: _Optional[int] = ..., missing_chunks: _Optional[int] = ..., repaired_chunks: _Optional[int] = ..., unrepaired_chunks: _Optional[int] = ..., error: _Optional[str] = ..., total_chunks: _Optional[int] = ...) -> None: ...
+
+class ScrubEvent(_message.Message):
+    __slots__ = ("progress", "benefactor_index", "benefactors", "repairing", "done", "results", "unrepaired_ids")
+    PROGRESS_FIELD_NUMBER: _ClassVar[int]
+    BENEFACTOR_INDEX_FIELD_NUMBER: _ClassVar[int]
+    BENEFACTORS_FIELD_NUMBER: _ClassVar[int]
+    REPAIRING_FIELD_NUMBER: _ClassVar[int]
+    DONE_FIELD_NUMBER: _ClassVar[int]
+    RESULTS_FIELD_NUMBER: _ClassVar[int]
+    UNREPAIRED_IDS_FIELD_NUMBER: _ClassVar[int]
+    progress: BenefactorScrub
+    benefactor_index: int
+    benefactors: int
+    repairing: bool
+    done: bool
+    results: _containers.RepeatedCompositeFieldContainer[BenefactorScrub]
+    unrepaired_ids: _containers.RepeatedScalarFieldContainer[bytes]
+    def __init__(self, progress: _Optional[_Union[BenefactorScrub, _Mapping]] = ..., benefactor_index: _Optional[int] = ..., benefactors: _Optional[int] = ..., repairing: _Optional[bool] = ..., done: _Optional[bool] = ..., results: _Optional[_Iterable[_Union[BenefactorScrub, _Mapping]]] = ..., unrepaired_ids: _Optional[_Iterable[bytes]] = ...) -> None: ...
+
+class FsckRequest(_message.Message):
+    __slots__ = ("repair",)
+    REPAIR_FIELD_NUMBER: _ClassVar[int]
+    repair: bool
+    def __init__(self, repair: _Optional[bool] = ...) -> None: ...
+
+class FsckFinding(_message.Message):
+    __slots__ = ("kind", "detail", "repairable")
+    KIND_FIELD_NUMBER: _ClassVar[int]
+    DETAIL_FIELD_NUMBER: _ClassVar[int]
+    REPAIRABLE_FIELD_NUMBER: _ClassVar[int]
+    kind: str
+    detail: str
+    repairable: bool
+    def __init__(self, kind: _Optional[str] = ..., detail: _Optional[str] = ..., repairable: _Optional[bool] = ...) -> None: ...
+
+class FsckReport(_message.Message):
+    __slots__ = ("findings", "repaired", "inodes", "versions", "chunks", "dirents")
+    FINDINGS_FIELD_NUMBER: _ClassVar[int]
+    REPAIRED_FIELD_NUMBER: _ClassVar[int]
+    INODES_FIELD_NUMBER: _ClassVar[int]
+    VERSIONS_FIELD_NUMBER: _ClassVar[int]
+    CHUNKS_FIELD_NUMBER: _ClassVar[int]
+    DIRENTS_FIELD_NUMBER: _ClassVar[int]
+    findings: _containers.RepeatedCompositeFieldContainer[FsckFinding]
+    repaired: bool
+    inodes: int
+    versions: int
+    chunks: int
+    dirents: int
+    def __init__(self, findings: _Optional[_Iterable[_Union[FsckFinding, _Mapping]]] = ..., repaired: _Optional[bool] = ..., inodes: _Optional[int] = ..., versions: _Optional[int] = ..., chunks: _Optional[int] = ..., dirents: _Optional[int] = ...) -> None: ...

@@ -194,6 +194,21 @@ class ManagerStub:
                 request_serializer=mosafs_dot_v1_dot_manager__pb2.CollectGarbageRequest.SerializeToString,
                 response_deserializer=mosafs_dot_v1_dot_manager__pb2.GarbageReport.FromString,
                 _registered_method=True)
+        self.ReportCorruptChunks = channel.unary_unary(
+                '/mosafs.v1.Manager/ReportCorruptChunks',
+                request_serializer=mosafs_dot_v1_dot_manager__pb2.CorruptChunksReport.SerializeToString,
+                response_deserializer=mosafs_dot_v1_dot_manager__pb2.Empty.FromString,
+                _registered_method=True)
+        self.Scrub = channel.unary_stream(
+                '/mosafs.v1.Manager/Scrub',
+                request_serializer=mosafs_dot_v1_dot_manager__pb2.ClusterScrubRequest.SerializeToString,
+                response_deserializer=mosafs_dot_v1_dot_manager__pb2.ScrubEvent.FromString,
+                _registered_method=True)
+        self.Fsck = channel.unary_unary(
+                '/mosafs.v1.Manager/Fsck',
+                request_serializer=mosafs_dot_v1_dot_manager__pb2.FsckRequest.SerializeToString,
+                response_deserializer=mosafs_dot_v1_dot_manager__pb2.FsckReport.FromString,
+                _registered_method=True)
 
 
 class ManagerServicer:
@@ -405,6 +420,32 @@ class ManagerServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ReportCorruptChunks(self, request, context):
+        """Integrity (docs/durability.md). A benefactor found copies that no longer match their
+        ids (and deleted them): the index stops naming it for them; replication copies a good
+        replica back.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def Scrub(self, request, context):
+        """`mosafs scrub`: every live benefactor verifies every chunk now; the manager drops the
+        corrupt and missing copies, repairs them from good replicas and reports. Progress
+        events stream while it runs; the last one carries the report (done = true).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def Fsck(self, request, context):
+        """`mosafs fsck`: check the metadata invariants (docs/metadata.md) in one read
+        transaction; with repair, fix what can be fixed in one write transaction.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_ManagerServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -567,6 +608,21 @@ def add_ManagerServicer_to_server(servicer, server):
                     servicer.CollectGarbage,
                     request_deserializer=mosafs_dot_v1_dot_manager__pb2.CollectGarbageRequest.FromString,
                     response_serializer=mosafs_dot_v1_dot_manager__pb2.GarbageReport.SerializeToString,
+            ),
+            'ReportCorruptChunks': grpc.unary_unary_rpc_method_handler(
+                    servicer.ReportCorruptChunks,
+                    request_deserializer=mosafs_dot_v1_dot_manager__pb2.CorruptChunksReport.FromString,
+                    response_serializer=mosafs_dot_v1_dot_manager__pb2.Empty.SerializeToString,
+            ),
+            'Scrub': grpc.unary_stream_rpc_method_handler(
+                    servicer.Scrub,
+                    request_deserializer=mosafs_dot_v1_dot_manager__pb2.ClusterScrubRequest.FromString,
+                    response_serializer=mosafs_dot_v1_dot_manager__pb2.ScrubEvent.SerializeToString,
+            ),
+            'Fsck': grpc.unary_unary_rpc_method_handler(
+                    servicer.Fsck,
+                    request_deserializer=mosafs_dot_v1_dot_manager__pb2.FsckRequest.FromString,
+                    response_serializer=mosafs_dot_v1_dot_manager__pb2.FsckReport.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -1433,6 +1489,87 @@ class Manager:
             '/mosafs.v1.Manager/CollectGarbage',
             mosafs_dot_v1_dot_manager__pb2.CollectGarbageRequest.SerializeToString,
             mosafs_dot_v1_dot_manager__pb2.GarbageReport.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ReportCorruptChunks(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/mosafs.v1.Manager/ReportCorruptChunks',
+            mosafs_dot_v1_dot_manager__pb2.CorruptChunksReport.SerializeToString,
+            mosafs_dot_v1_dot_manager__pb2.Empty.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Scrub(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_stream(
+            request,
+            target,
+            '/mosafs.v1.Manager/Scrub',
+            mosafs_dot_v1_dot_manager__pb2.ClusterScrubRequest.SerializeToString,
+            mosafs_dot_v1_dot_manager__pb2.ScrubEvent.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Fsck(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/mosafs.v1.Manager/Fsck',
+            mosafs_dot_v1_dot_manager__pb2.FsckRequest.SerializeToString,
+            mosafs_dot_v1_dot_manager__pb2.FsckReport.FromString,
             options,
             channel_credentials,
             insecure,

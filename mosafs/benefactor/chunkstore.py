@@ -61,6 +61,11 @@ class Usage:
     free_bytes: int
 
 
+SOUND = "sound"      # scrub: the stored bytes hash to the id
+CORRUPT = "corrupt"  # scrub: they do not; the copy was deleted
+GONE = "gone"        # scrub: not stored (deleted or never there)
+
+
 @dataclass(frozen=True)
 class InventoryItem:
     id: bytes
@@ -101,6 +106,12 @@ class ChunkStore(abc.ABC):
         """Delete a chunk (garbage collection) unless it was put again after TOUCHED_NS (the
         time its inventory entry showed: a write may be about to reference it). Returns
         the bytes freed, 0 when nothing was deleted."""
+
+    @abc.abstractmethod
+    def scrub(self, raw_id: bytes) -> tuple[str, int]:
+        """Read a stored chunk and check its id: (SOUND, CORRUPT or GONE, bytes read). A
+        copy that does not match is deleted, so that has() denies it and the next put of
+        the id (a replica pushed back) stores a good one."""
 
     @abc.abstractmethod
     def usage(self) -> Usage:
@@ -270,21 +281,28 @@ class FileChunkStore(ChunkStore):
 
     def _chunk_entries(self, stray: list[str]) -> Iterator[os.DirEntry[str]]:
         """Every chunk file; anything else is appended to STRAY."""
-        for top in os.scandir(self._chunks_dir):
-            if not (top.is_dir(follow_symlinks=False) and _FANOUT_NAME.fullmatch(top.name)):
-                stray.append(top.path)
-                continue
-            for mid in os.scandir(top.path):
+        with os.scandir(self._chunks_dir) as tops:
+            for top in tops:
+                if not (top.is_dir(follow_symlinks=False) and _FANOUT_NAME.fullmatch(top.name)):
+                    stray.append(top.path)
+                    continue
+                yield from self._leaf_entries(top, stray)
+
+    def _leaf_entries(self, top: os.DirEntry[str], stray: list[str],
+                      ) -> Iterator[os.DirEntry[str]]:
+        with os.scandir(top.path) as mids:
+            for mid in mids:
                 if not (mid.is_dir(follow_symlinks=False) and _FANOUT_NAME.fullmatch(mid.name)):
                     stray.append(mid.path)
                     continue
-                for leaf in os.scandir(mid.path):
-                    name = leaf.name
-                    if (leaf.is_file(follow_symlinks=False) and _HEX_NAME.fullmatch(name)
-                            and name[:2] == top.name and name[2:4] == mid.name):
-                        yield leaf
-                    else:
-                        stray.append(leaf.path)
+                with os.scandir(mid.path) as leaves:
+                    for leaf in leaves:
+                        name = leaf.name
+                        if (leaf.is_file(follow_symlinks=False) and _HEX_NAME.fullmatch(name)
+                                and name[:2] == top.name and name[2:4] == mid.name):
+                            yield leaf
+                        else:
+                            stray.append(leaf.path)
 
     def close(self) -> None:
         if self._lock_fd is not None:
@@ -445,6 +463,34 @@ class FileChunkStore(ChunkStore):
     def has(self, raw_id: bytes) -> bool:
         check_id(raw_id)
         return raw_id not in self._corrupt and self.path_of(raw_id).is_file()
+
+    def scrub(self, raw_id: bytes) -> tuple[str, int]:
+        check_id(raw_id)
+        path = self.path_of(raw_id)
+        try:
+            with open(path, "rb") as f:
+                read = os.fstat(f.fileno())
+                data = f.read()
+        except FileNotFoundError:
+            return GONE, 0
+        if chunk_id(data) == raw_id:
+            return SOUND, len(data)
+        with self._stripe(raw_id):
+            try:
+                st = path.stat()
+            except FileNotFoundError:
+                return GONE, len(data)
+            if (st.st_ino, st.st_dev) != (read.st_ino, read.st_dev):
+                return SOUND, len(data)  # a put replaced the copy meanwhile: that one is new
+            path.unlink()
+            fsync_dir(path.parent)
+            self._corrupt.discard(raw_id)
+        with self._stats_lock:
+            self._chunks -= 1
+            self._stored -= st.st_size
+        log.warning("corrupt chunk %s in %s: %d bytes that do not match the id; deleted "
+                    "(a good replica is copied back)", raw_id.hex(), path, len(data))
+        return CORRUPT, len(data)
 
     def usage(self) -> Usage:
         st = os.statvfs(self.data_dir)

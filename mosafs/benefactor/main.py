@@ -43,6 +43,7 @@ BACKOFF_MAX_S = 5.0         # ... up to 5 s
 DEFAULT_HEARTBEAT_S = 2.0   # when the manager's answer names no interval
 SLOW_START_WARN_S = 30.0    # a manager never reached for this long is worth a WARNING
 INVENTORY_TIMEOUT_S = 60.0  # one inventory page
+DEFAULT_SCRUB_RATE = 8 << 20  # bytes/s: a full pass over 1 TiB takes about 36 hours
 _SIZE_SUFFIXES = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
 
 
@@ -67,11 +68,23 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="how often to report the stored chunks to the manager for "
                              "garbage collection (default 300; also after every "
                              "registration and on `mosafs gc`)")
+    parser.add_argument("--scrub-rate", type=parse_rate, default=DEFAULT_SCRUB_RATE,
+                        metavar="BYTES_PER_S",
+                        help="re-verify stored chunks in the background at this many bytes "
+                             "a second, e.g. 8M (K, M, G suffixes; default 8M; 0 turns "
+                             "background scrubbing off; `mosafs scrub` runs a pass now)")
     parser.add_argument("--ready-file", metavar="PATH",
                         help="write {address, pid, id, data_dir} as JSON here once serving")
     parser.add_argument("--log-level", default="INFO",
                         choices=["DEBUG", "INFO", "WARNING", "ERROR"], type=str.upper,
                         help="log level (default INFO)")
+
+
+def parse_rate(text: str) -> int:
+    """Bytes per second: a size, or 0 (off)."""
+    if text.strip() in ("0", "0B"):
+        return 0
+    return parse_size(text)
 
 
 def parse_size(text: str) -> int:
@@ -113,6 +126,7 @@ def run(args: argparse.Namespace) -> int:
     from mosafs.benefactor.chunkstore import FileChunkStore, load_or_create_identity
     from mosafs.benefactor.garbage import GarbageRounds
     from mosafs.benefactor.replication import ChunkReplicator
+    from mosafs.benefactor.scrub import Scrubber, ScrubLoop
     from mosafs.rpc.peers import BenefactorPeers
 
     if not 0 < args.inventory_interval < 1e7:
@@ -124,14 +138,17 @@ def run(args: argparse.Namespace) -> int:
         replicator = ChunkReplicator(store, peers.put)
         registrar = Registrar(manager, info) if manager else None
         rounds = GarbageRounds(store, _reviewer(registrar, info))
-        srv, port = listen(lambda srv: add_to_server(srv, store, info, replicator, rounds.run),
-                           args.listen)
+        scrubber = Scrubber(store, _corrupt_reporter(registrar, info) if registrar else None)
+        scrubs = ScrubLoop(scrubber, args.scrub_rate)
+        srv, port = listen(lambda srv: add_to_server(srv, store, info, replicator, rounds.run,
+                                                     scrubber.run), args.listen)
         info.address = advertised_address(listen_host, port, args.advertise)
         inventory = InventoryLoop(registrar, rounds, args.inventory_interval) if registrar else None
         try:
             if registrar and inventory:
                 registrar.start()
                 inventory.start()
+            scrubs.start()
             write_ready_file(args.ready_file, address=info.address, id=info.id,
                              data_dir=str(store.data_dir), listen=f"{listen_host}:{port}")
             log.info("benefactor %s serving %s on port %d as %s (pool %s, %s)",
@@ -140,6 +157,7 @@ def run(args: argparse.Namespace) -> int:
             stop.wait()
             log.info("stopping")
         finally:
+            scrubs.stop()
             if inventory:
                 inventory.stop()
             if registrar:
@@ -165,6 +183,19 @@ def _reviewer(registrar: Registrar | None, info: InfoSource) -> Any:
         return list(reply.release), int(reply.waiting)
 
     return review
+
+
+def _corrupt_reporter(registrar: Registrar, info: InfoSource) -> Any:
+    """The report function of the scrubber: one ReportCorruptChunks call."""
+
+    def report(ids: Any) -> None:
+        from mosafs._proto import manager_pb2
+
+        registrar.call("ReportCorruptChunks",
+                       manager_pb2.CorruptChunksReport(benefactor_id=info.id, ids=list(ids)),
+                       RPC_TIMEOUT_S)
+
+    return report
 
 
 class InventoryLoop:

@@ -7,7 +7,7 @@ RESOURCE_EXHAUSTED.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 import grpc
@@ -17,6 +17,7 @@ from mosafs._proto import benefactor_pb2_grpc as pb_grpc
 from mosafs.benefactor.chunkstore import ChunkStore
 from mosafs.benefactor.garbage import RoundResult
 from mosafs.benefactor.replication import ChunkReplicator
+from mosafs.benefactor.scrub import ScrubProgress
 from mosafs.rpc.errors import servicer
 from mosafs.rpc.handlers import add_decoding_in_handlers
 
@@ -47,13 +48,15 @@ def info_message(identity: Identity, store: ChunkStore) -> pb.BenefactorInfo:
 @servicer
 class BenefactorServicer(pb_grpc.BenefactorServicer):
     def __init__(self, store: ChunkStore, info: Callable[[], pb.BenefactorInfo],
-                 replicator: ChunkReplicator, garbage_round: Callable[[], RoundResult]) -> None:
+                 replicator: ChunkReplicator, garbage_round: Callable[[], RoundResult],
+                 scrub: Callable[[], Iterator[ScrubProgress]]) -> None:
         # INFO is a callable: the address is known only once the server has bound its port,
         # after the servicer was added.
         self._store = store
         self._info = info
         self._replicator = replicator
         self._garbage_round = garbage_round
+        self._scrub = scrub
 
     def PutChunk(self, request: pb.PutChunkRequest,
                  context: grpc.ServicerContext) -> pb.PutChunkResponse:
@@ -80,6 +83,15 @@ class BenefactorServicer(pb_grpc.BenefactorServicer):
                                freed_bytes=result.freed_bytes,
                                waiting_chunks=result.waiting_chunks)
 
+    def Scrub(self, request: pb.ScrubRequest,
+              context: grpc.ServicerContext) -> Iterator[pb.ScrubProgress]:
+        for p in self._scrub():
+            yield pb.ScrubProgress(
+                checked_chunks=p.checked_chunks, checked_bytes=p.checked_bytes,
+                total_chunks=p.total_chunks, total_bytes=p.total_bytes,
+                corrupt_chunks=len(p.corrupt_ids), done=p.done,
+                corrupt_ids=p.corrupt_ids if p.done else [])
+
     def GetInfo(self, request: pb.GetInfoRequest,
                 context: grpc.ServicerContext) -> pb.BenefactorInfo:
         return self._info()
@@ -87,6 +99,8 @@ class BenefactorServicer(pb_grpc.BenefactorServicer):
 
 def add_to_server(server: grpc.Server, store: ChunkStore,
                   info: Callable[[], pb.BenefactorInfo], replicator: ChunkReplicator,
-                  garbage_round: Callable[[], RoundResult]) -> None:
-    add_decoding_in_handlers(pb_grpc.add_BenefactorServicer_to_server,
-                             BenefactorServicer(store, info, replicator, garbage_round), server)
+                  garbage_round: Callable[[], RoundResult],
+                  scrub: Callable[[], Iterator[ScrubProgress]]) -> None:
+    add_decoding_in_handlers(
+        pb_grpc.add_BenefactorServicer_to_server,
+        BenefactorServicer(store, info, replicator, garbage_round, scrub), server)

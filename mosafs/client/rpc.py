@@ -54,9 +54,12 @@ class ManagerClient:
         self._channel.close()
 
     async def _call(self, name: str, request: Any) -> Any:
+        # wait_for_ready: while the manager is unreachable (restarting), a call waits for
+        # it to come back (up to METADATA_TIMEOUT) instead of failing at once; it is still
+        # sent at most once, so a call the manager may have run is never repeated.
         method = getattr(self._stub, name)
-        return await self._rpc.run(
-            functools.partial(call, method, request, timeout=METADATA_TIMEOUT))
+        return await self._rpc.run(functools.partial(
+            call, method, request, timeout=METADATA_TIMEOUT, wait_for_ready=True))
 
     async def lookup(self, parent: int, name: str) -> mpb.Attr:
         return await self._call("Lookup", mpb.LookupRequest(parent=parent, name=name))

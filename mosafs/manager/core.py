@@ -5,14 +5,16 @@ holds no state of its own beyond its three parts."""
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from mosafs._proto import common_pb2, manager_pb2
-from mosafs.errors import InvalidArgument, MosafsError
-from mosafs.manager.garbage import GarbageCollector
+from mosafs.errors import InvalidArgument, MosafsError, NotFound, Unavailable
+from mosafs.manager.fsck import FsckResult, fsck
+from mosafs.manager.garbage import MAX_INVENTORY_PAGE, GarbageCollector
 from mosafs.manager.leases import LeaseTable
-from mosafs.manager.metadata import ChunkEntry, MetadataStore, check_ids
+from mosafs.manager.metadata import ChunkEntry, MetadataStore, check_benefactor_id, check_ids
 from mosafs.manager.pools import DEFAULT_POOL
 from mosafs.manager.registry import Clock, Registry
 from mosafs.manager.replication import CopyFn, Replicator
@@ -21,6 +23,14 @@ MAX_FIND_CHUNKS = 65_536  # ids per FindChunks call: ~2.2 MiB of request
 MAX_CLIENT_ID = 256
 # run_round(benefactor address) -> (deleted chunks, freed bytes, chunks waiting)
 RoundFn = Callable[[str], tuple[int, int, int]]
+# scrub(benefactor address) -> its progress messages (benefactor_pb2.ScrubProgress), the
+# last with done=True and the corrupt ids
+ScrubFn = Callable[[str], Iterator[Any]]
+# has(benefactor address, ids) -> present[i] for each id
+HasFn = Callable[[str, Sequence[bytes]], list[bool]]
+HAS_BATCH = 65_536  # ids per HasChunks call while looking for missing copies
+REPAIR_TIMEOUT_S = 120.0  # how long `mosafs scrub` waits for replication to repair
+MAX_UNREPAIRED_IDS = 1000  # listed in a scrub report
 
 
 @dataclass(frozen=True)
@@ -35,10 +45,12 @@ class ManagerConfig:
 class Manager:
     def __init__(self, store: MetadataStore, config: ManagerConfig | None = None, *,
                  clock: Clock = time.monotonic, copy: CopyFn | None = None,
-                 run_round: RoundFn | None = None) -> None:
+                 run_round: RoundFn | None = None, scrub: ScrubFn | None = None,
+                 has: HasFn | None = None) -> None:
         """COPY asks one benefactor to copy chunks to another (replication); RUN_ROUND asks
         one to run a garbage-collection round now (`mosafs gc`). Without them nothing is
-        replicated or collected on demand (unit tests of the metadata protocol)."""
+        replicated or collected on demand (unit tests of the metadata protocol). SCRUB asks
+        one to verify every chunk now, HAS which ids it holds (`mosafs scrub`)."""
         self.config = config or ManagerConfig()
         self.store = store
         self.registry = Registry(store, lease_s=self.config.benefactor_lease_s, clock=clock)
@@ -47,6 +59,8 @@ class Manager:
                            if copy is not None else None)
         self.garbage = GarbageCollector(store, self.leases, grace_s=self.config.gc_grace_s)
         self._run_round = run_round
+        self._scrub = scrub
+        self._has = has
 
     def pool_for(self, inode: int) -> common_pb2.PoolSettings:
         """The pool new writes of INODE use. The one place where folder-assigned pools will
@@ -179,6 +193,110 @@ class Manager:
             out.freed_bytes += freed
             out.waiting_chunks += waiting
         return out
+
+    # --- integrity ------------------------------------------------------------------------
+
+    def report_corrupt(self, bid: str, ids: Sequence[bytes]) -> int:
+        """Benefactor BID deleted copies that did not match their ids: the index stops
+        naming it for them (replication copies good replicas back). Returns how many
+        records named it."""
+        check_benefactor_id(bid)
+        if len(ids) > MAX_INVENTORY_PAGE:
+            raise InvalidArgument(f"a report names at most {MAX_INVENTORY_PAGE} ids, "
+                                  f"got {len(ids)}")
+        if self.store.benefactor(bid) is None:
+            raise NotFound(f"benefactor {bid} is not registered: register first")
+        return self.store.remove_chunk_locations(bid, ids)
+
+    def scrub(self) -> Iterator[manager_pb2.ScrubEvent]:
+        """`mosafs scrub`: every live benefactor verifies every chunk it stores (one after
+        another), the copies found corrupt, and those the index names but the benefactor
+        does not hold, are dropped from the index, and replication passes run until the
+        referenced ones have R live copies again (or cannot get them: no sound copy left,
+        no progress, or REPAIR_TIMEOUT_S). Yields progress events; the last one (done)
+        is the report."""
+        if self._scrub is None or self._has is None:
+            raise Unavailable("this manager cannot reach benefactors to scrub them")
+        live = self.registry.live()
+        results = [manager_pb2.BenefactorScrub(id=b.id, address=b.address) for b in live]
+        dropped: dict[bytes, set[int]] = {}  # chunk id -> benefactors (indexes) that lost it
+        for index, (b, res) in enumerate(zip(live, results, strict=True)):
+            event = manager_pb2.ScrubEvent(benefactor_index=index, benefactors=len(live))
+            corrupt: list[bytes] = []
+            try:
+                for p in self._scrub(b.address):
+                    res.checked_chunks, res.checked_bytes = p.checked_chunks, p.checked_bytes
+                    res.total_chunks, res.corrupt_chunks = p.total_chunks, p.corrupt_chunks
+                    if p.done:
+                        corrupt = list(p.corrupt_ids)
+                    event.progress.CopyFrom(res)
+                    yield event
+                missing = self._missing_on(b.id, b.address)
+            except MosafsError as exc:
+                res.error = exc.message
+                continue
+            res.missing_chunks = len(missing)
+            self.store.remove_chunk_locations(b.id, [*corrupt, *missing])
+            for cid in (*corrupt, *missing):
+                dropped.setdefault(cid, set()).add(index)
+        yield manager_pb2.ScrubEvent(benefactors=len(live), repairing=True)
+        ids = list(dropped)
+        referenced = {cid for cid, rec in zip(ids, self.store.chunk_records(ids), strict=True)
+                      if rec is not None and rec.refcount > 0}  # the rest is garbage
+        short = self._repair([cid for cid in ids if cid in referenced])
+        done = manager_pb2.ScrubEvent(benefactors=len(live), done=True)
+        for cid in referenced:
+            for i in dropped[cid]:
+                if cid in short:
+                    results[i].unrepaired_chunks += 1
+                else:
+                    results[i].repaired_chunks += 1
+        done.results.extend(results)
+        done.unrepaired_ids.extend(sorted(short)[:MAX_UNREPAIRED_IDS])
+        yield done
+
+    def _missing_on(self, bid: str, address: str) -> list[bytes]:
+        """Ids the index says BID holds that it does not (or holds corrupt)."""
+        assert self._has is not None
+        named = self.store.chunks_on(bid)
+        missing: list[bytes] = []
+        for start in range(0, len(named), HAS_BATCH):
+            batch = named[start:start + HAS_BATCH]
+            present = self._has(address, batch)
+            missing.extend(cid for cid, ok in zip(batch, present, strict=True) if not ok)
+        return missing
+
+    def _short_of_copies(self, ids: Sequence[bytes]) -> set[bytes]:
+        """Of IDS, the referenced chunks with fewer than R live copies."""
+        want = self.replicator.replication() if self.replicator else 1
+        records = self.store.chunk_records(ids)
+        named = {b for rec in records if rec is not None for b in rec.benefactor_ids}
+        alive = self.registry.alive_among(named)
+        return {cid for cid, rec in zip(ids, records, strict=True)
+                if rec is not None and rec.refcount > 0
+                and sum(b in alive for b in rec.benefactor_ids) < want}
+
+    def _repair(self, ids: list[bytes]) -> set[bytes]:
+        """Run replication passes until every chunk of IDS has R live copies, or passes
+        stop making progress (no sound copy left anywhere, no benefactor to take one), or
+        REPAIR_TIMEOUT_S. Returns the ids still short of copies."""
+        short = self._short_of_copies(ids)
+        deadline = time.monotonic() + REPAIR_TIMEOUT_S
+        idle = 0
+        while short and self.replicator is not None and time.monotonic() < deadline:
+            if not self.replicator.ready():
+                time.sleep(0.2)
+                continue
+            copied = self.replicator.run_once()
+            before = len(short)
+            short = self._short_of_copies(list(short))
+            idle = idle + 1 if not copied and len(short) == before else 0
+            if idle >= 2:
+                break
+        return short
+
+    def fsck(self, repair: bool = False) -> FsckResult:
+        return fsck(self.store, repair=repair)
 
     def statfs(self) -> manager_pb2.StatFsResponse:
         capacity, free = self.registry.capacity()

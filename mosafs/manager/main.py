@@ -136,7 +136,8 @@ def run(args: argparse.Namespace) -> int:
                                gc_grace_s=args.gc_grace)
         peers = BenefactorPeers()
         manager = Manager(store, config, copy=peers.replicate,
-                          run_round=peers.run_garbage_round)
+                          run_round=peers.run_garbage_round, scrub=peers.scrub,
+                          has=peers.has)
         srv, port = listen(add_to_server(manager), args.listen)
         background = ReplicationLoop(manager, args.replication_interval)
         try:

@@ -48,11 +48,12 @@ Invariants (every write transaction keeps them):
   - ChunkRecord.refcount equals the number of block-map entries naming the id, over every
     version of every file (an id twice in a block-map counts twice). Every id named by a
     block-map has a ChunkRecord. A record whose refcount drops to 0 stays until garbage
-    collection (later work) removes it.
+    collection removes it.
   - Every xattrs key names an existing inode (xattr_orphans() checks it); names start with
     "user." and not "user.mosafs."; an inode's names and values total at most 1 MiB, its
     names (each + 1) at most 64 KiB.
   - Pool "default" exists.
+mosafs.manager.fsck checks every one of these (`mosafs fsck`) and repairs what it can.
 """
 
 from __future__ import annotations
@@ -567,6 +568,13 @@ class MetadataStore:
         except lmdb.MapFullError:
             raise NoSpace(f"the metadata store {self.path} is full: restart the manager "
                           f"with a larger --map-size") from None
+
+    @contextmanager
+    def transaction(self, *, write: bool = False) -> Iterator[_Tx]:
+        """One transaction over the whole store, for tools that check or repair it as a
+        whole (mosafs.manager.fsck); everything else uses the operations below."""
+        with self._write() if write else self._read() as tx:
+            yield tx
 
     def _initialise(self) -> None:
         """Schema marker, inode counter, root directory and default pool on first open."""
@@ -1197,6 +1205,34 @@ class MetadataStore:
                     tx.txn.delete(cid, db=self._db.chunks)
                     gone += 1
         return released, gone
+
+    def remove_chunk_locations(self, bid: str, ids: Iterable[bytes]) -> int:
+        """Benefactor BID no longer holds IDS (scrub found them corrupt or missing): take
+        it out of their records in one transaction; a record left with no copy and no
+        reference is deleted (a referenced one stays, lost until a copy turns up). Returns
+        how many records named BID."""
+        check_benefactor_id(bid)
+        removed = 0
+        with self._write() as tx:
+            for cid in check_ids(list(ids)):
+                rec = tx.chunk(cid)
+                if rec is None or bid not in rec.benefactor_ids:
+                    continue
+                removed += 1
+                holders = [b for b in rec.benefactor_ids if b != bid]
+                if not holders and rec.refcount == 0:
+                    tx.txn.delete(cid, db=self._db.chunks)
+                    continue
+                del rec.benefactor_ids[:]
+                rec.benefactor_ids.extend(holders)
+                tx.put_chunk(cid, rec)
+        return removed
+
+    def chunks_on(self, bid: str) -> list[bytes]:
+        """Ids whose records name benefactor BID (one snapshot; a full index scan)."""
+        with self._read() as tx:
+            return [bytes(cid) for cid, raw in tx.txn.cursor(db=self._db.chunks)
+                    if bid in metadata_pb2.ChunkRecord.FromString(raw).benefactor_ids]
 
     def add_chunk_locations(self, added: Iterable[tuple[bytes, str]]) -> int:
         """Record new copies (id, benefactor id) in one transaction; ids no longer in the

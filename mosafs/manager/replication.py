@@ -76,6 +76,7 @@ class Replicator:
         self._group_bytes = group_bytes
         self._page = page
         self._lock = threading.Lock()
+        self._pass_lock = threading.Lock()  # one pass at a time (loop, scrub repairs)
         self._figures = ReplicationFigures()
         self._rate = 0.0  # bytes/s, exponentially weighted over passes that copied
 
@@ -101,6 +102,10 @@ class Replicator:
 
     def run_once(self) -> int:
         """Scan, copy what is missing (up to a pass's budget); returns bytes copied."""
+        with self._pass_lock:
+            return self._run_once()
+
+    def _run_once(self) -> int:
         plan = self._plan()
         start = self._clock()
         copied = self._execute(plan) if self.ready() else 0
@@ -112,6 +117,10 @@ class Replicator:
                 rate = copied / elapsed
                 self._rate = rate if self._rate == 0 else 0.5 * self._rate + 0.5 * rate
         return copied
+
+    def replication(self) -> int:
+        """R of the default pool (every chunk's pool for now)."""
+        return self._replication()
 
     def _replication(self) -> int:
         try:

@@ -4,7 +4,7 @@ them into status codes (mosafs.rpc.errors)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import grpc
@@ -169,6 +169,24 @@ class ManagerServicer(manager_pb2_grpc.ManagerServicer):
 
     def CollectGarbage(self, request: pb.CollectGarbageRequest, context: Ctx) -> pb.GarbageReport:
         return self._m.collect_garbage()
+
+    # --- integrity ------------------------------------------------------------------------
+
+    def ReportCorruptChunks(self, request: pb.CorruptChunksReport, context: Ctx) -> pb.Empty:
+        self._m.report_corrupt(request.benefactor_id, list(request.ids))
+        return pb.Empty()
+
+    def Scrub(self, request: pb.ClusterScrubRequest, context: Ctx) -> Iterator[pb.ScrubEvent]:
+        yield from self._m.scrub()
+
+    def Fsck(self, request: pb.FsckRequest, context: Ctx) -> pb.FsckReport:
+        result = self._m.fsck(repair=request.repair)
+        out = pb.FsckReport(repaired=result.repaired, inodes=result.inodes,
+                            versions=result.versions, chunks=result.chunks,
+                            dirents=result.dirents)
+        out.findings.extend(pb.FsckFinding(kind=f.kind, detail=f.detail,
+                                           repairable=f.repairable) for f in result.findings)
+        return out
 
 
 def add_to_server(manager: Manager) -> Callable[[grpc.Server], None]:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import functools
 import inspect
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any, TypeVar
 
 import grpc
@@ -72,6 +72,9 @@ def _abort(context: grpc.ServicerContext, exc: errors.MosafsError) -> None:
 
 
 def _wrap(method: Callable[..., Any]) -> Callable[..., Any]:
+    if inspect.isgeneratorfunction(method):
+        return _wrap_stream(method)
+
     @functools.wraps(method)
     def handler(self: Any, request: Any, context: grpc.ServicerContext) -> Any:
         try:
@@ -84,6 +87,23 @@ def _wrap(method: Callable[..., Any]) -> Callable[..., Any]:
             log.exception("bug in %s", method.__qualname__)
             context.abort(grpc.StatusCode.INTERNAL, f"internal error in {method.__name__}")
         return None  # unreachable: abort raises
+
+    return handler
+
+
+def _wrap_stream(method: Callable[..., Iterator[Any]]) -> Callable[..., Iterator[Any]]:
+    """The same for a server-streaming method: errors raised while it yields abort too."""
+    @functools.wraps(method)
+    def handler(self: Any, request: Any, context: grpc.ServicerContext) -> Iterator[Any]:
+        try:
+            yield from method(self, request, context)
+        except errors.MosafsError as exc:
+            _abort(context, exc)
+        except Exception:
+            if getattr(context, "code", lambda: None)() is not None:
+                raise
+            log.exception("bug in %s", method.__qualname__)
+            context.abort(grpc.StatusCode.INTERNAL, f"internal error in {method.__name__}")
 
     return handler
 
@@ -117,9 +137,24 @@ def from_rpc_error(exc: grpc.RpcError) -> errors.MosafsError:
 R = TypeVar("R")
 
 
-def call(method: Callable[..., R], request: Any, *, timeout: float | None = None) -> R:
-    """Call a unary stub method; raise the domain error a failure stands for."""
+def call(method: Callable[..., R], request: Any, *, timeout: float | None = None,
+         wait_for_ready: bool | None = None) -> R:
+    """Call a unary stub method; raise the domain error a failure stands for.
+    WAIT_FOR_READY: while the server is unreachable, wait (up to TIMEOUT) for it to come
+    back instead of failing at once; a call is still sent at most once."""
     try:
-        return method(request, timeout=timeout)
+        if wait_for_ready is None:
+            return method(request, timeout=timeout)
+        return method(request, timeout=timeout, wait_for_ready=wait_for_ready)
+    except grpc.RpcError as exc:
+        raise from_rpc_error(exc) from None
+
+
+def stream(method: Callable[..., Iterable[R]], request: Any, *,
+           timeout: float | None = None) -> Iterator[R]:
+    """Call a server-streaming stub method and yield its messages; raise the domain error
+    a failure stands for (also one that arrives in the middle of the stream)."""
+    try:
+        yield from method(request, timeout=timeout)
     except grpc.RpcError as exc:
         raise from_rpc_error(exc) from None

@@ -37,10 +37,11 @@ class _HandlerCapture:
 def add_decoding_in_handlers(add_to_server: Callable[[Any, Any], None], servicer_obj: Any,
                              server: grpc.Server) -> None:
     """Register SERVICER_OBJ like ADD_TO_SERVER (generated) would, with request decoding
-    done inside each (unary-unary) handler."""
+    done inside each handler with a single request (unary-unary, unary-stream)."""
     capture = _HandlerCapture()
     add_to_server(servicer_obj, capture)
-    handlers = {name: _decode_inside(h) if h.unary_unary is not None else h
+    handlers = {name: _decode_inside(h)
+                if h.unary_unary is not None or h.unary_stream is not None else h
                 for name, h in capture.handlers.items()}
     server.add_generic_rpc_handlers(
         (grpc.method_handlers_generic_handler(capture.service, handlers),))
@@ -49,7 +50,8 @@ def add_decoding_in_handlers(add_to_server: Callable[[Any, Any], None], servicer
 
 def _decode_inside(handler: Any) -> Any:
     parse = handler.request_deserializer
-    behavior = handler.unary_unary
+    streaming = handler.unary_stream is not None
+    behavior = handler.unary_stream if streaming else handler.unary_unary
 
     def run(raw: bytes, context: Ctx) -> Any:
         try:
@@ -58,5 +60,7 @@ def _decode_inside(handler: Any) -> Any:
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"malformed request: {exc}")
         return behavior(request, context)
 
-    return grpc.unary_unary_rpc_method_handler(
-        run, request_deserializer=None, response_serializer=handler.response_serializer)
+    make = (grpc.unary_stream_rpc_method_handler if streaming
+            else grpc.unary_unary_rpc_method_handler)
+    return make(run, request_deserializer=None,
+                response_serializer=handler.response_serializer)

@@ -4,18 +4,20 @@ a chunk to another. One channel per address, opened on first use and shared by t
 from __future__ import annotations
 
 import threading
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 
 import grpc
 
 from mosafs._proto import benefactor_pb2 as bpb
 from mosafs._proto import benefactor_pb2_grpc as bgrpc
+from mosafs.errors import InternalError
 from mosafs.rpc.channels import channel
-from mosafs.rpc.errors import call
+from mosafs.rpc.errors import call, stream
 
 PUT_TIMEOUT_S = 120.0
 # A replication request copies up to a few tens of MiB chunk by chunk at low priority.
 REPLICATE_TIMEOUT_S = 600.0
+SCRUB_TIMEOUT_S = 24 * 3600.0  # a full pass reads every chunk of a benefactor
 
 
 class BenefactorPeers:
@@ -50,6 +52,19 @@ class BenefactorPeers:
         reply = call(self._stub(address).RunGarbageRound, bpb.GarbageRoundRequest(),
                      timeout=REPLICATE_TIMEOUT_S)
         return reply.deleted_chunks, reply.freed_bytes, reply.waiting_chunks
+
+    def scrub(self, address: str) -> Iterator[bpb.ScrubProgress]:
+        """Ask the benefactor at ADDRESS to verify every chunk now; its progress."""
+        yield from stream(self._stub(address).Scrub, bpb.ScrubRequest(),
+                          timeout=SCRUB_TIMEOUT_S)
+
+    def has(self, address: str, ids: Sequence[bytes]) -> list[bool]:
+        reply = call(self._stub(address).HasChunks, bpb.HasChunksRequest(ids=ids),
+                     timeout=PUT_TIMEOUT_S)
+        if len(reply.present) != len(ids):
+            raise InternalError(f"benefactor {address} answered {len(reply.present)} of "
+                                f"{len(ids)} ids")
+        return list(reply.present)
 
     def close(self) -> None:
         with self._lock:

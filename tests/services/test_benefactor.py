@@ -482,3 +482,26 @@ def test_services_benefactor_replication_refuses_bad_requests(benefactor: Proc,
         ids=[chunk_id(data)], target_address="127.0.0.1:1"), timeout=TIMEOUT)
     assert list(reply.copied) == [False] and reply.errors[0]
     assert stub.GetChunk(pb.GetChunkRequest(id=chunk_id(data)), timeout=TIMEOUT).data == data
+
+
+def test_services_benefactor_scrub_streams_progress_and_deletes_corrupt_copies(
+        benefactor: Proc, stub: Stub, tmp_path: Path) -> None:
+    chunks = [blob(f"svc-scrub-{i}", 40_000 + i) for i in range(6)]
+    for data in chunks:
+        put(stub, data)
+    bad = chunk_id(chunks[2])
+    path = chunk_path(tmp_path / "benefactor-data", bad)
+    path.write_bytes(b"\0" * len(chunks[2]))
+    benefactor.expected_noise = [rf"corrupt chunk {bad.hex()}"]
+    messages = list(stub.Scrub(pb.ScrubRequest(), timeout=TIMEOUT))
+    last = messages[-1]
+    assert last.done and all(not m.done for m in messages[:-1])
+    assert (last.checked_chunks, last.total_chunks, last.corrupt_chunks) == (6, 6, 1)
+    assert list(last.corrupt_ids) == [bad]
+    assert last.checked_bytes == sum(len(c) for c in chunks)
+    assert not path.exists()
+    assert list(stub.HasChunks(pb.HasChunksRequest(ids=[bad]), timeout=TIMEOUT).present) \
+        == [False]
+    assert put(stub, chunks[2]) is False  # a good copy is stored again
+    again = list(stub.Scrub(pb.ScrubRequest(), timeout=TIMEOUT))[-1]
+    assert again.corrupt_chunks == 0 and again.checked_chunks == 6

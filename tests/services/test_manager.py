@@ -543,3 +543,32 @@ def test_inventory_reports_are_checked_and_the_server_keeps_serving(mgr: Mgr) ->
     located = mgr("LocateChunks", pb.LocateChunksRequest(ids=[cid(2)])).locations[0]
     assert set(located.benefactor_ids) == {"bf-1", "bf-2"}
     assert mgr.serving()
+
+
+def test_integrity_rpcs_over_grpc(mgr: Mgr) -> None:
+    register(mgr, "b1", 7001)
+    f = mgr("Create", pb.CreateRequest(parent=ROOT, name="f", mode=0o644)).inode
+    write(mgr, f, [(cid(1), 10), (cid(2), 20)])
+    report = mgr("Fsck", pb.FsckRequest())
+    assert list(report.findings) == [] and not report.repaired and report.chunks == 2
+    # A corrupt copy reported: the only holder goes, the referenced record stays (lost).
+    mgr("ReportCorruptChunks", pb.CorruptChunksReport(benefactor_id="b1", ids=[cid(1)]))
+    located = mgr("LocateChunks", pb.LocateChunksRequest(ids=[cid(1), cid(2)]))
+    holders = {loc.id: list(loc.benefactor_ids) for loc in located.locations}
+    assert holders == {cid(1): [], cid(2): ["b1"]}
+    assert list(mgr("Fsck", pb.FsckRequest(repair=True)).findings) == []
+    bad = [
+        ("ReportCorruptChunks", pb.CorruptChunksReport(benefactor_id="b1", ids=[b"short"]),
+         grpc.StatusCode.INVALID_ARGUMENT),
+        ("ReportCorruptChunks", pb.CorruptChunksReport(benefactor_id="../x", ids=[]),
+         grpc.StatusCode.INVALID_ARGUMENT),
+        ("ReportCorruptChunks", pb.CorruptChunksReport(benefactor_id="nobody", ids=[]),
+         grpc.StatusCode.NOT_FOUND),
+    ]
+    for method, request, code in bad:
+        assert mgr.code_of(method, request) == code, method
+    # b1 is registered (alive) but nothing listens there: the scrub reports it, and ends.
+    events = list(mgr.stub.Scrub(pb.ClusterScrubRequest(), timeout=30))
+    assert events[-1].done and [r.id for r in events[-1].results] == ["b1"]
+    assert events[-1].results[0].error and events[-1].results[0].checked_chunks == 0
+    assert mgr.serving()

@@ -436,3 +436,102 @@ def test_unit_benefactor_identity_unreadable_is_config_error(tmp_path: Path) -> 
     (tmp_path / "benefactor.json").write_text("{not json")
     with pytest.raises(ConfigError, match="benefactor id"):
         load_or_create_identity(tmp_path)
+
+
+# -- scrubbing -------------------------------------------------------------------------------
+
+
+def test_unit_chunkstore_scrub_sound_corrupt_and_gone(backend: Backend,
+                                                      caplog: pytest.LogCaptureFixture) -> None:
+    from mosafs.benefactor.chunkstore import CORRUPT, GONE, SOUND
+
+    good, bad = blob("scrub-good", 5000), blob("scrub-bad", 7000)
+    gid, bid = chunk_id(good), chunk_id(bad)
+    with backend.open() as store:
+        store.put(gid, good)
+        store.put(bid, bad)
+        backend.corrupt(store, bid, 1234)
+        assert store.scrub(gid) == (SOUND, 5000)
+        with caplog.at_level(logging.WARNING):
+            assert store.scrub(bid) == (CORRUPT, 7000)
+        assert any("corrupt chunk" in r.message and bid.hex() in r.message
+                   for r in caplog.records)
+        assert not store.has(bid)
+        assert store.usage().chunks == 1 and store.usage().stored_bytes == 5000
+        assert store.scrub(bid) == (GONE, 0)
+        assert [i.id for i in store.inventory()] == [gid]
+        assert store.put(bid, bad) is False  # a good copy pushed back is stored again
+        assert store.get(bid) == bad
+        assert store.scrub(bid) == (SOUND, 7000)
+        assert store.usage().chunks == 2 and store.usage().stored_bytes == 12000
+    with backend.open() as store:  # the counters agree with a fresh scan
+        assert store.usage().chunks == 2 and store.usage().stored_bytes == 12000
+
+
+def test_unit_chunkstore_scrub_refuses_bad_ids(store: ChunkStore) -> None:
+    for bad in BAD_IDS:
+        with pytest.raises(InvalidArgument):
+            store.scrub(bad)
+
+
+def test_unit_scrubber_reports_corrupt_copies_and_retries_failed_reports(
+        backend: Backend, caplog: pytest.LogCaptureFixture) -> None:
+    from mosafs.benefactor.scrub import Scrubber
+    from mosafs.errors import Unavailable
+
+    chunks = [blob(f"scrubber-{i}", 3000 + i) for i in range(10)]
+    ids = [chunk_id(c) for c in chunks]
+    reported: list[bytes] = []
+    up = {"manager": False}
+
+    def report(batch: object) -> None:
+        if not up["manager"]:
+            raise Unavailable("manager down")
+        reported.extend(batch)  # type: ignore[call-overload]
+
+    with backend.open() as store:
+        for cid, data in zip(ids, chunks, strict=True):
+            store.put(cid, data)
+        for cid in ids[:3]:
+            backend.corrupt(store, cid, 10)
+        scrubber = Scrubber(store, report)
+        with caplog.at_level(logging.WARNING):
+            final = scrubber.run_pass()
+        assert final is not None and final.done
+        assert final.checked_chunks == 10 and final.total_chunks == 10
+        assert sorted(final.corrupt_ids) == sorted(ids[:3])
+        assert reported == []  # the manager was down: kept for later
+        up["manager"] = True
+        again = scrubber.run_pass()
+        assert again is not None and again.checked_chunks == 7 and not again.corrupt_ids
+        assert sorted(reported) == sorted(ids[:3])  # delivered with the next pass
+        assert store.usage().chunks == 7
+
+
+def test_unit_scrubber_holds_its_rate_and_stops_when_asked(backend: Backend) -> None:
+    from mosafs.benefactor.scrub import Scrubber
+
+    with backend.open() as store:
+        for i in range(8):
+            data = blob(f"rate-{i}", 1000)
+            store.put(chunk_id(data), data)
+        now = [0.0]
+        waits: list[float] = []
+
+        def wait(seconds: float) -> bool:
+            waits.append(seconds)
+            now[0] += seconds
+            return False
+
+        scrubber = Scrubber(store, clock=lambda: now[0])
+        final = scrubber.run_pass(rate=1000.0, wait=wait)  # 1000 bytes a second
+        assert final is not None and final.checked_bytes == 8000
+        assert now[0] == pytest.approx(8.0)  # eight chunks of 1000 bytes: eight seconds
+        calls = [0]
+
+        def stop_after_three(seconds: float) -> bool:
+            calls[0] += 1
+            return calls[0] >= 3
+
+        assert scrubber.run_pass(rate=1000.0, wait=stop_after_three) is None
+        assert calls[0] == 3

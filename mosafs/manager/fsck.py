@@ -1,0 +1,363 @@
+"""`mosafs fsck`: check the metadata invariants (docs/metadata.md, the docstring of
+mosafs.manager.metadata) over the whole store, and repair what can be repaired.
+
+A check runs in one read transaction, so it sees one consistent snapshot while the manager
+keeps serving; a repair runs the same check inside one write transaction and fixes what it
+finds there, so nothing changes between the finding and the fix. Both scan every
+sub-database once.
+
+What is checked, and the repair of each finding (docs/metadata.md has the table):
+
+  dangling_dirent       a dirent whose parent is not a directory or whose child does not
+                        exist: the dirent is deleted
+  dangling_version      a VersionRecord of a missing inode, of an inode that is not a
+                        regular file, beyond the inode's newest_version, or without its
+                        block-map: the record (and block-map) is deleted
+  dangling_blockmap     a block-map without its VersionRecord: deleted
+  bad_blockmap          a block-map whose length is not a multiple of 40: not repairable
+  newest_version        an inode whose newest_version has no (sound) version: it becomes
+                        the newest one left (0 with none)
+  size                  a regular file whose size is not its newest version's: corrected
+  nlink                 nlink not what the dirents give: corrected
+  orphan_inode          an inode (not the root) no dirent names: deleted with its versions
+                        and attributes (a directory only when empty; else not repairable)
+  directory_parent      a directory whose parent field is not the directory naming it: set
+  orphan_xattr          extended attributes of a missing inode: deleted
+  refcount              ChunkRecord.refcount not the number of block-map entries naming the
+                        id: recounted
+  missing_chunk_record  an id a block-map names has no record: created with the count and
+                        no locations; the next inventory rounds add the benefactors that
+                        hold it (reconciliation)
+  chunk_length          a record whose length differs from a block-map's: not repairable
+  unknown_benefactor    a location naming a benefactor that is not registered: dropped
+  duplicate_location    a benefactor named twice in one record: once
+  next_inode            the inode counter at or below an inode in use: raised
+  root                  no root directory: not repairable
+  default_pool          no pool "default": created with the default settings
+
+Domain code: no gRPC.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+from mosafs._proto import metadata_pb2
+from mosafs.manager import pools
+from mosafs.manager.metadata import (
+    BLOCKMAP_ENTRY,
+    DIRECTORY,
+    REGULAR,
+    ROOT_INODE,
+    MetadataStore,
+    kind_name,
+)
+
+_U64 = struct.Struct(">Q")
+_VKEY = struct.Struct(">QQ")
+MAX_FINDINGS = 10_000  # in one report; the rest are counted in a last finding
+
+
+@dataclass(frozen=True)
+class Finding:
+    kind: str
+    detail: str
+    repairable: bool = True
+
+
+@dataclass
+class FsckResult:
+    findings: list[Finding] = field(default_factory=list)
+    repaired: bool = False
+    inodes: int = 0
+    versions: int = 0
+    chunks: int = 0
+    dirents: int = 0
+    _more: int = 0
+
+    def add(self, kind: str, detail: str, repairable: bool = True) -> None:
+        if len(self.findings) < MAX_FINDINGS:
+            self.findings.append(Finding(kind, detail, repairable))
+        else:
+            self._more += 1
+
+    def close(self) -> None:
+        if self._more:
+            self.findings.append(Finding("more", f"{self._more} more findings not listed",
+                                         False))
+            self._more = 0
+
+
+def fsck(store: MetadataStore, *, repair: bool = False) -> FsckResult:
+    """Check every invariant; with REPAIR, fix what is repairable in the same (write)
+    transaction. The findings are what was found (and, with REPAIR, fixed)."""
+    with store.transaction(write=repair) as tx:
+        result = _Check(tx, fix=repair).run()
+    result.repaired = repair
+    result.close()
+    return result
+
+
+class _Check:
+    def __init__(self, tx: Any, *, fix: bool) -> None:
+        self.txn = tx.txn
+        self.db = tx.db
+        self.fix = fix
+        self.out = FsckResult()
+        self.top = ROOT_INODE
+
+    def run(self) -> FsckResult:
+        inodes = self._inodes()
+        names, subdirs, parents = self._dirents(inodes)
+        self._orphans_and_nlinks(inodes, names, subdirs, parents)
+        newest = self._versions(inodes)
+        counted, lengths = self._blockmaps(newest)
+        self._newest_versions(inodes, newest)
+        self._xattrs(inodes)
+        self._chunks(counted, lengths)
+        self._meta(inodes)
+        return self.out
+
+    # -- namespace ---------------------------------------------------------------------------
+
+    def _inodes(self) -> dict[int, metadata_pb2.InodeRecord]:
+        inodes = {int(_U64.unpack(key)[0]): metadata_pb2.InodeRecord.FromString(raw)
+                  for key, raw in self.txn.cursor(db=self.db.inodes)}
+        self.out.inodes = len(inodes)
+        self.top = max(inodes, default=ROOT_INODE)  # orphans deleted later count too
+        root = inodes.get(ROOT_INODE)
+        if root is None or root.kind != DIRECTORY:
+            self.out.add("root", "inode 1 is not a directory: the store is not usable",
+                         False)
+        return inodes
+
+    def _dirents(self, inodes: dict[int, metadata_pb2.InodeRecord],
+                 ) -> tuple[Counter[int], Counter[int], dict[int, int]]:
+        names: Counter[int] = Counter()
+        subdirs: Counter[int] = Counter()
+        parents: dict[int, int] = {}  # directory -> the directory naming it
+        dangling = []
+        for key, value in self.txn.cursor(db=self.db.dirents):
+            self.out.dirents += 1
+            parent = int(_U64.unpack(key[:8])[0])
+            child = int(_U64.unpack(value)[0])
+            name = bytes(key[8:]).decode("utf-8", "replace")
+            prec = inodes.get(parent)
+            if prec is None or prec.kind != DIRECTORY or child not in inodes:
+                what = ("its directory does not exist" if prec is None else
+                        "its parent is not a directory" if prec.kind != DIRECTORY else
+                        f"inode {child} does not exist")
+                self.out.add("dangling_dirent", f"entry {name!r} of inode {parent}: {what}")
+                dangling.append(bytes(key))
+                continue
+            names[child] += 1
+            if inodes[child].kind == DIRECTORY:
+                subdirs[parent] += 1
+                parents[child] = parent
+        if self.fix:
+            for key in dangling:
+                self.txn.delete(key, db=self.db.dirents)
+        return names, subdirs, parents
+
+    def _orphans_and_nlinks(self, inodes: dict[int, metadata_pb2.InodeRecord],
+                            names: Counter[int], subdirs: Counter[int],
+                            parents: dict[int, int]) -> None:
+        for ino, rec in sorted(inodes.items()):
+            if ino != ROOT_INODE and names[ino] == 0:
+                empty = not (rec.kind == DIRECTORY and subdirs[ino]) and not self._has_entries(ino)
+                self.out.add("orphan_inode", f"inode {ino} ({kind_name(rec.kind)}) has no name",
+                             empty)
+                if self.fix and empty:
+                    self._forget(ino)
+                    del inodes[ino]
+                continue
+            expected = 2 + subdirs[ino] if rec.kind == DIRECTORY else names[ino]
+            if rec.nlink != expected:
+                self.out.add("nlink", f"inode {ino} has nlink {rec.nlink}, its names give "
+                             f"{expected}")
+                rec.nlink = expected
+                self._put_inode(ino, rec)
+            if rec.kind == DIRECTORY and ino != ROOT_INODE and rec.parent != parents[ino]:
+                self.out.add("directory_parent", f"directory {ino} has parent {rec.parent}, "
+                             f"it is named in {parents[ino]}")
+                rec.parent = parents[ino]
+                self._put_inode(ino, rec)
+
+    def _has_entries(self, ino: int) -> bool:
+        prefix = _U64.pack(ino)
+        cursor = self.txn.cursor(db=self.db.dirents)
+        return bool(cursor.set_range(prefix) and cursor.key().startswith(prefix))
+
+    def _forget(self, ino: int) -> None:
+        """Delete an orphan inode with its versions, block-maps and xattrs (chunk counts
+        are recounted afterwards)."""
+        prefix = _U64.pack(ino)
+        for db in (self.db.versions, self.db.blockmaps, self.db.xattrs):
+            cursor = self.txn.cursor(db=db)
+            keys = []
+            if cursor.set_range(prefix):
+                for key in cursor.iternext(keys=True, values=False):
+                    if not key.startswith(prefix):
+                        break
+                    keys.append(bytes(key))
+            for key in keys:
+                self.txn.delete(key, db=db)
+        self.txn.delete(prefix, db=self.db.inodes)
+
+    def _put_inode(self, ino: int, rec: metadata_pb2.InodeRecord) -> None:
+        if self.fix:
+            self.txn.put(_U64.pack(ino), rec.SerializeToString(), db=self.db.inodes)
+
+    # -- versions and block-maps -------------------------------------------------------------
+
+    def _versions(self, inodes: dict[int, metadata_pb2.InodeRecord],
+                  ) -> dict[int, dict[int, metadata_pb2.VersionRecord]]:
+        """inode -> version -> record, of the sound versions."""
+        sound: dict[int, dict[int, metadata_pb2.VersionRecord]] = {}
+        dangling = []
+        for key, raw in self.txn.cursor(db=self.db.versions):
+            self.out.versions += 1
+            ino, version = _VKEY.unpack(key)
+            rec = inodes.get(ino)
+            problem = ("its inode does not exist" if rec is None else
+                       "its inode is not a regular file" if rec.kind != REGULAR else
+                       f"the inode's newest version is {rec.newest_version}"
+                       if version > rec.newest_version else
+                       "it has no block-map"
+                       if self.txn.get(bytes(key), db=self.db.blockmaps) is None else "")
+            if problem:
+                self.out.add("dangling_version", f"version {version} of inode {ino}: {problem}")
+                dangling.append(bytes(key))
+                continue
+            sound.setdefault(ino, {})[version] = metadata_pb2.VersionRecord.FromString(raw)
+        if self.fix:
+            for key in dangling:
+                self.txn.delete(key, db=self.db.versions)
+                self.txn.delete(key, db=self.db.blockmaps)
+        return sound
+
+    def _blockmaps(self, sound: dict[int, dict[int, metadata_pb2.VersionRecord]],
+                   ) -> tuple[Counter[bytes], dict[bytes, int]]:
+        counted: Counter[bytes] = Counter()
+        lengths: dict[bytes, int] = {}
+        dangling = []
+        for key, value in self.txn.cursor(db=self.db.blockmaps):
+            ino, version = _VKEY.unpack(key)
+            if version not in sound.get(ino, {}):
+                if self.txn.get(bytes(key), db=self.db.versions) is None:
+                    self.out.add("dangling_blockmap",
+                                 f"block-map of version {version} of inode {ino} has no "
+                                 f"version record")
+                    dangling.append(bytes(key))
+                continue
+            if len(value) % BLOCKMAP_ENTRY.size:
+                self.out.add("bad_blockmap", f"block-map of version {version} of inode {ino} "
+                             f"is {len(value)} bytes, not a multiple of "
+                             f"{BLOCKMAP_ENTRY.size}", False)
+                continue
+            for cid, length in BLOCKMAP_ENTRY.iter_unpack(value):
+                counted[cid] += 1
+                lengths.setdefault(cid, length)
+        if self.fix:
+            for key in dangling:
+                self.txn.delete(key, db=self.db.blockmaps)
+        return counted, lengths
+
+    def _newest_versions(self, inodes: dict[int, metadata_pb2.InodeRecord],
+                         sound: dict[int, dict[int, metadata_pb2.VersionRecord]]) -> None:
+        for ino, rec in sorted(inodes.items()):
+            if rec.kind != REGULAR:
+                continue
+            versions = sound.get(ino, {})
+            if rec.newest_version and rec.newest_version not in versions:
+                newest = max(versions, default=0)
+                self.out.add("newest_version", f"inode {ino}: newest version "
+                             f"{rec.newest_version} does not exist; {newest} is the newest")
+                rec.newest_version = newest
+                self._put_inode(ino, rec)
+            size = versions[rec.newest_version].size if rec.newest_version else 0
+            if rec.size != size:
+                self.out.add("size", f"inode {ino} has size {rec.size}, its newest version "
+                             f"{size}")
+                rec.size = size
+                self._put_inode(ino, rec)
+
+    def _xattrs(self, inodes: dict[int, metadata_pb2.InodeRecord]) -> None:
+        orphans = []
+        for key in self.txn.cursor(db=self.db.xattrs).iternext(keys=True, values=False):
+            ino = int(_U64.unpack(key[:8])[0])
+            if ino not in inodes:
+                self.out.add("orphan_xattr", f"attribute {bytes(key[8:])!r} of missing inode "
+                             f"{ino}")
+                orphans.append(bytes(key))
+        if self.fix:
+            for key in orphans:
+                self.txn.delete(key, db=self.db.xattrs)
+
+    # -- chunk index -------------------------------------------------------------------------
+
+    def _chunks(self, counted: Counter[bytes], lengths: dict[bytes, int]) -> None:
+        registered = {bytes(key).decode() for key in
+                      self.txn.cursor(db=self.db.benefactors).iternext(keys=True, values=False)}
+        fixed: list[tuple[bytes, metadata_pb2.ChunkRecord]] = []
+        seen = set()
+        for cid, raw in self.txn.cursor(db=self.db.chunks):
+            cid = bytes(cid)
+            seen.add(cid)
+            self.out.chunks += 1
+            rec = metadata_pb2.ChunkRecord.FromString(raw)
+            changed = False
+            want = counted.get(cid, 0)
+            if rec.refcount != want:
+                self.out.add("refcount", f"chunk {cid.hex()} has refcount {rec.refcount}, "
+                             f"block-maps name it {want} times")
+                rec.refcount = want
+                changed = True
+            if cid in lengths and rec.length != lengths[cid]:
+                self.out.add("chunk_length", f"chunk {cid.hex()} has length {rec.length} in "
+                             f"the index, {lengths[cid]} in a block-map", False)
+            holders: list[str] = []
+            for bid in rec.benefactor_ids:
+                if bid not in registered:
+                    self.out.add("unknown_benefactor", f"chunk {cid.hex()} names benefactor "
+                                 f"{bid!r}, which is not registered")
+                elif bid in holders:
+                    self.out.add("duplicate_location", f"chunk {cid.hex()} names benefactor "
+                                 f"{bid} twice")
+                else:
+                    holders.append(bid)
+            if holders != list(rec.benefactor_ids):
+                del rec.benefactor_ids[:]
+                rec.benefactor_ids.extend(holders)
+                changed = True
+            if changed:
+                fixed.append((cid, rec))
+        for cid, count in sorted(counted.items()):
+            if cid not in seen:
+                self.out.add("missing_chunk_record", f"chunk {cid.hex()} is named {count} "
+                             f"times by block-maps and has no record")
+                fixed.append((cid, metadata_pb2.ChunkRecord(length=lengths[cid],
+                                                            refcount=count)))
+        if self.fix:
+            for cid, rec in fixed:
+                self.txn.put(cid, rec.SerializeToString(), db=self.db.chunks)
+
+    # -- meta ----------------------------------------------------------------------------------
+
+    def _meta(self, inodes: dict[int, metadata_pb2.InodeRecord]) -> None:
+        raw = self.txn.get(b"next_inode", db=self.db.meta)
+        top = self.top  # inode numbers are never reused, not even a deleted orphan's
+        if raw is None or _U64.unpack(raw)[0] <= top:
+            self.out.add("next_inode", f"the inode counter is "
+                         f"{None if raw is None else _U64.unpack(raw)[0]}, inode {top} exists")
+            if self.fix:
+                self.txn.put(b"next_inode", _U64.pack(top + 1), db=self.db.meta)
+        if self.txn.get(pools.DEFAULT_POOL.encode(), db=self.db.pools) is None:
+            self.out.add("default_pool", f"pool {pools.DEFAULT_POOL!r} does not exist")
+            if self.fix:
+                rec = metadata_pb2.PoolRecord(settings=pools.default_settings())
+                self.txn.put(pools.DEFAULT_POOL.encode(), rec.SerializeToString(),
+                             db=self.db.pools)

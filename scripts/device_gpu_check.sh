@@ -2,7 +2,12 @@
 # One call on a lent GPU machine (the `run` tool): checks and times the GPU backend.
 #
 #   Here, once:  python3 -m pip download --no-deps --only-binary=:all: --python-version 3.12 \
-#                  --implementation cp --platform manylinux2014_x86_64 -d .whl blake3==1.0.11
+#                  --implementation cp --platform manylinux2014_x86_64 -d .whl blake3==1.0.11 \
+#                  trio outcome sniffio sortedcontainers lmdb cachetools platformdirs grpcio protobuf
+#                (pinned to the versions of .venv), a pyfuse3 wheel built with Python 3.12
+#                (`python3.12 -m pip wheel --no-deps -w .whl pyfuse3`), the FUSE library and
+#                tools as Debian packages (`cd .devcarry/debs && apt-get download libfuse3-3
+#                fuse3`) for the mount tests, and
 #                mkdir -p .devcarry/vectors && cp ../shared/vectors/chunking-v1.json .devcarry/vectors/
 #                (both folders ignored by git: .whl in .gitignore, .devcarry in .git/info/exclude)
 #   There:       bash scripts/device_gpu_check.sh        (carry: .whl .devcarry)
@@ -12,16 +17,18 @@
 #   2. smoke: GPU == CPU on 64 MiB, with every Python warning shown;
 #   3. the benchmark (benchmarks/hash_gpu.py --backend all --json) -> $OUT/hash.json;
 #   4. candidate-kernel strip sizes (compile-time variants) -> $OUT/variants.json;
-#   5. pytest tests/gpu and tests/unit/test_chunking.py (the unit tests run every backend
-#      that is available, so the GPU one too) -> $OUT/pytest.log, $OUT/junit.xml.
+#   5. pytest tests/gpu (a --hash-backend gpu mount included), tests/unit/test_chunking.py
+#      (the unit tests run every backend that is available, so the GPU one too) and
+#      tests/unit/test_bench_hash.py -> $OUT/pytest.log, $OUT/junit.xml;
+#   6. mosafs bench backends --backends cpu,gpu (the mount's CPU per GiB) -> $OUT/backends.json.
 #
 # STEPS (default "env smoke bench variants tests") picks steps; BENCH_BACKEND (default all)
 # is passed to the benchmark's --backend; TESTS (default "tests/gpu
 # tests/unit/test_chunking.py") the test paths.
 set -u
-STEPS=${STEPS:-env smoke bench variants tests}
+STEPS=${STEPS:-env smoke bench variants tests backends}
 BENCH_BACKEND=${BENCH_BACKEND:-all}
-TESTS=${TESTS:-tests/gpu tests/unit/test_chunking.py}
+TESTS=${TESTS:-tests/gpu tests/unit/test_chunking.py tests/unit/test_bench_hash.py}
 OUT=${OUT:-/tmp/mosafs-gpu-check}
 mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
@@ -35,6 +42,12 @@ else
 fi
 if [ ! -f ../shared/vectors/chunking-v1.json ] && [ -f .devcarry/vectors/chunking-v1.json ]; then
     mkdir -p ../shared/vectors && cp .devcarry/vectors/chunking-v1.json ../shared/vectors/
+fi
+
+if [ -d .devcarry/debs ]; then  # libfuse3 and fusermount3 for the mount tests
+    for f in .devcarry/debs/*.deb; do dpkg -x "$f" /tmp/fuseroot; done
+    export LD_LIBRARY_PATH=/tmp/fuseroot/lib/x86_64-linux-gnu:/tmp/fuseroot/usr/lib/x86_64-linux-gnu
+    export PATH=$PATH:/tmp/fuseroot/bin:/tmp/fuseroot/usr/bin
 fi
 
 step() { case " $STEPS " in *" $1 "*) return 0;; *) return 1;; esac; }
@@ -117,4 +130,11 @@ timeout 330 $PY -m pytest -v -p no:cacheprovider -rfEs --durations=15 --junitxml
 echo "pytest rc=$?"
 grep -E "(passed|failed|error).* in " "$OUT/pytest.log" | tail -3
 sed -n '/slowest/,$p' "$OUT/pytest.log" | head -60
+fi
+
+if step backends; then
+echo "== 6. the mount's CPU per GiB by hash backend"
+timeout 240 $PY -m mosafs bench backends --backends cpu,gpu --size-mib 2048 --json \
+    > "$OUT/backends.json" 2> "$OUT/backends.err"
+echo "rc=$?"; cat "$OUT/backends.json"; tail -8 "$OUT/backends.err"
 fi

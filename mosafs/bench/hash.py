@@ -261,9 +261,14 @@ def gpu_figures(spec: ChunkerSpec, e2e_bytes: int, kernel_bytes: int, reps: int,
     rt = gpu_runtime.runtime_for(spec)
     chunker = GpuChunker(spec, gpu_runtime.GpuRuntime(rt.buffer_size, devices=[0]))
     _prefill(chunker, 11)
-    _e2e_pinned(chunker, min(e2e_bytes, 4 * rt.buffer_size))  # warm-up
+    # Warm-up of the full size: every pinned slot the timed runs use is allocated (pinned
+    # allocations are slow) and the GPU's clocks are up; a shorter one left the first timed
+    # run at ~0.7 of the others.
+    _e2e_pinned(chunker, e2e_bytes)
     e2e = _best([_e2e_pinned(chunker, e2e_bytes) for _ in range(reps)])
-    e2e["over_h2d"] = round(e2e["GBps"] / h2d, 3)
+    # The target is judged on the median run, not the best one.
+    e2e["over_h2d"] = round(e2e["median_GBps"] / h2d, 3)
+    e2e["best_over_h2d"] = round(e2e["GBps"] / h2d, 3)
     profile = gpu_runtime.Profile()
     profiled = _e2e_pinned(chunker, e2e_bytes, profile)
     stages = profile.as_dict()
@@ -356,7 +361,8 @@ def format_summary(result: dict[str, Any]) -> str:
         lines.append(f"  gpu kernels: candidates {k['candidate_kernel']}, hash "
                      f"{k['hash_kernel']}, total {k['total']} (pipelined "
                      f"{k.get('total_pipelined')})")
-        lines.append(f"  gpu end to end from pinned: {e2e['GBps']} ({e2e['over_h2d']} of H2D); "
+        lines.append(f"  gpu end to end from pinned: median {e2e['median_GBps']} "
+                     f"({e2e['over_h2d']} of H2D), best {e2e['GBps']}; "
                      f"from bytes {gpu['end_to_end_from_bytes']['GBps']}; chunk_all "
                      f"{gpu['api_chunk_all_with_bytes']['GBps']}")
     if result.get("oracle"):

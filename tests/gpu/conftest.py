@@ -12,12 +12,13 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import blake3
 import numpy as np
 import pytest
 
 from mosafs.chunking import Chunk
 from mosafs.chunking.gpu import probe_gpu
+from tests.unit.test_chunking import triples as triples  # shared with the unit tests
+from tests.unit.test_chunking import vector_input as vector_input
 
 REASON = probe_gpu()
 GPU = [pytest.mark.gpu,
@@ -36,27 +37,6 @@ def load_vectors() -> list[dict[str, Any]]:
             assert cases
             return cases
     raise FileNotFoundError(f"chunking test vectors not found at {VECTOR_PATHS[0]} (DESIGN §5)")
-
-
-def vector_input(inp: dict[str, Any]) -> bytes:
-    """The recipes of DESIGN §5."""
-    kind = inp["kind"]
-    if kind == "xof":
-        return blake3.blake3(inp["seed"].encode()).digest(length=inp["length"])
-    if kind == "zeros":
-        return bytes(inp["length"])
-    if kind == "pattern":
-        pattern = inp["pattern"].encode()
-        return (pattern * (inp["length"] // len(pattern) + 1))[:inp["length"]]
-    if kind == "edit":
-        base = blake3.blake3(inp["seed"].encode()).digest(length=inp["length"])
-        at = inp["insert_at"]
-        return base[:at] + inp["insert"].encode() + base[at:]
-    raise AssertionError(f"unknown vector input kind {kind!r}")
-
-
-def triples(chunks: list[Chunk]) -> list[list[Any]]:
-    return [[c.offset, c.length, c.id.hex()] for c in chunks]
 
 
 def random_sizes(total: int, rng: random.Random, largest: int) -> Iterator[int]:

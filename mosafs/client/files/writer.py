@@ -92,11 +92,12 @@ class _Pipeline:
                     feed = self.stream.feed_pinned if isinstance(item, int) else self.stream.feed
                     await self._dispatch(await self.session.ctx.cpu(feed, item), uploads)
                 await self._dispatch(await self.session.ctx.cpu(self.stream.finish), uploads)
-        except errors.MosafsError as exc:
-            self.error = exc
-        except Exception as exc:  # a bug: keep the mount alive, fail this file's commit
-            log.exception("write pipeline of inode %d failed", self.session.inode)
-            self.error = errors.InternalError(f"write pipeline failed: {exc!r}")
+        except Exception as exc:
+            error = _domain_error(exc)
+            if error is None:  # a bug: keep the mount alive, fail this file's commit
+                log.exception("write pipeline of inode %d failed", self.session.inode)
+                error = errors.InternalError(f"write pipeline failed: {exc!r}")
+            self.error = error
         finally:
             if self._request is not None:
                 self._request.ready.set()  # with view None: the writer finds the error
@@ -185,6 +186,19 @@ class _Pipeline:
         if self.error is not None:
             raise self.error
         return self.entries
+
+
+def _domain_error(exc: BaseException) -> errors.MosafsError | None:
+    """The domain error EXC stands for, or None for a bug. Upload tasks fail in a nursery,
+    which wraps their errors in an exception group (several puts or look-ups can fail at
+    once when a server goes away): a group of domain errors only is the first of them."""
+    if isinstance(exc, errors.MosafsError):
+        return exc
+    if isinstance(exc, BaseExceptionGroup):
+        leaves = [_domain_error(e) for e in exc.exceptions]
+        if leaves and all(leaf is not None for leaf in leaves):
+            return leaves[0]
+    return None
 
 
 class _Pinned:

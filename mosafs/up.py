@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from mosafs.client.main import add_hash_backend_argument
 from mosafs.errors import ConfigError, Unavailable
 
 log = logging.getLogger("mosafs.up")
@@ -41,11 +42,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="replication factor R of the default pool (default 2, or 1 "
                              "with a single benefactor)")
     parser.add_argument("--chunker", help="chunker spec (default cdc:262144:1048576:4194304)")
-    parser.add_argument("--hash-backend", choices=["auto", "cpu", "gpu"],
-                        default=os.environ.get("MOSAFS_HASH_BACKEND", "auto"),
-                        help="where chunking and hashing run: gpu (CuPy and a CUDA device; "
-                             "an error without one), cpu, or auto (the GPU when there is one); "
-                             "default: $MOSAFS_HASH_BACKEND, else auto")
+    add_hash_backend_argument(parser)
     parser.add_argument("--ready-file", help=argparse.SUPPRESS)
     parser.add_argument("--log-level", default="INFO")
 

@@ -18,15 +18,20 @@ from mosafs.errors import ConfigError
 log = logging.getLogger(__name__)
 
 
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("mountpoint", help="an existing empty directory")
-    parser.add_argument("--manager", default=os.environ.get("MOSAFS_MANAGER"),
-                        help="HOST:PORT of the manager (default: $MOSAFS_MANAGER)")
+def add_hash_backend_argument(parser: argparse.ArgumentParser) -> None:
+    """--hash-backend, as `mosafs mount` and `mosafs up` (which passes it on) take it."""
     parser.add_argument("--hash-backend", choices=["auto", "cpu", "gpu"],
                         default=os.environ.get("MOSAFS_HASH_BACKEND", "auto"),
                         help="where chunking and hashing run: gpu (CuPy and a CUDA device; "
                              "an error without one), cpu, or auto (the GPU when there is one); "
                              "default: $MOSAFS_HASH_BACKEND, else auto")
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("mountpoint", help="an existing empty directory")
+    parser.add_argument("--manager", default=os.environ.get("MOSAFS_MANAGER"),
+                        help="HOST:PORT of the manager (default: $MOSAFS_MANAGER)")
+    add_hash_backend_argument(parser)
     parser.add_argument("--window-mib", type=int, default=64,
                         help="sliding write window per open file, MiB (default: 64)")
     parser.add_argument("--cache-mib", type=int, default=256,

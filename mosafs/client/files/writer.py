@@ -14,7 +14,8 @@ Two modes:
 
 Where the chunk stream takes bytes in place (the GPU backend's pinned host buffers), the
 FUSE write copies straight into that memory and the pipeline is told only how many bytes
-were added (`_Pinned` below): the one copy a write costs lands where the GPU copies from.
+were added (`_Pinned` below; `_Batches` gathers bytes otherwise): the one copy a write
+costs lands where the GPU copies from.
 
 A commit (flush/fsync/close) drains the pipeline and stores the block-map with one
 CommitVersion. Concurrency: every public method runs under the session's trio lock.
@@ -73,6 +74,8 @@ class _Pipeline:
         capacity = max(1, session.ctx.config.window_bytes // session.ctx.config.batch_bytes)
         self.send, self._recv = trio.open_memory_channel[_Item](capacity)
         self._request: _ViewRequest | None = None
+        # Appended bytes not yet sent: in the stream's own memory when it offers it.
+        self.input: _Batches | _Pinned = _Pinned() if self.stream.in_place else _Batches()
         self.entries: list[ChunkEntry] = []
         self.error: errors.MosafsError | None = None
         self.done = trio.Event()
@@ -102,6 +105,16 @@ class _Pipeline:
             if self._request is not None:
                 self._request.ready.set()  # with view None: the writer finds the error
             self.done.set()
+
+    async def append(self, data: bytes) -> None:
+        await self.input.append(self, data, self.session.ctx.config.batch_bytes)
+
+    async def send_rest(self) -> None:
+        """Send what append() gathered and has not sent yet (drain before finish())."""
+        rest = self.input.take_rest()
+        if rest:
+            with contextlib.suppress(trio.BrokenResourceError):  # finish() reports why
+                await self.send.send(rest)
 
     async def view(self) -> Any:
         """The stream's in-place buffer, after every item sent so far has been fed."""
@@ -201,6 +214,23 @@ def _domain_error(exc: BaseException) -> errors.MosafsError | None:
     return None
 
 
+class _Batches:
+    """Appended bytes gathered in memory and sent every batch_bytes."""
+
+    def __init__(self) -> None:
+        self.pending = bytearray()
+
+    async def append(self, pipeline: _Pipeline, data: bytes, batch_bytes: int) -> None:
+        self.pending += data
+        if len(self.pending) >= batch_bytes:
+            batch, self.pending = self.pending, bytearray()
+            await pipeline.put(batch)
+
+    def take_rest(self) -> bytearray:
+        rest, self.pending = self.pending, bytearray()
+        return rest
+
+
 class _Pinned:
     """Appended bytes written in place into the stream's buffer (pinned host memory).
 
@@ -219,6 +249,10 @@ class _Pinned:
     def unsent(self) -> int:
         return self.used - self.sent
 
+    def take_rest(self) -> int:
+        count, self.sent = self.unsent, self.used
+        return count
+
     async def append(self, pipeline: _Pipeline, data: bytes, batch_bytes: int) -> None:
         source = memoryview(data)
         while source:
@@ -229,8 +263,7 @@ class _Pinned:
             self.used += take
             source = source[take:]
             if self.unsent >= batch_bytes or self.used == len(self.view):
-                count, self.sent = self.unsent, self.used
-                await pipeline.put(count)
+                await pipeline.put(self.take_rest())
 
 
 class WriteSession:
@@ -254,8 +287,6 @@ class WriteSession:
         self.only_emptied = False
         self.mtime_ns = time.time_ns()
         self._pipeline: _Pipeline | None = None
-        self._pending = bytearray()
-        self._pinned = _Pinned()
         self._spill: Any = None  # a temp file while in SPILL mode
         self._renewals = trio.CancelScope()
         self.orphaned = False  # unlinked while open: nothing more is committed
@@ -346,15 +377,8 @@ class WriteSession:
         if self._pipeline is None:
             self._pipeline = _Pipeline(self, self._chunker())
             self.ctx.spawn(self._pipeline.run)
-        if self._pipeline.stream.in_place:
-            await self._pinned.append(self._pipeline, data, self.ctx.config.batch_bytes)
-            self.size += len(data)
-            return
-        self._pending += data
+        await self._pipeline.append(data)
         self.size += len(data)
-        if len(self._pending) >= self.ctx.config.batch_bytes:
-            batch, self._pending = self._pending, bytearray()
-            await self._pipeline.put(batch)
 
     async def truncate(self, size: int) -> None:
         if size == self.size:
@@ -381,8 +405,6 @@ class WriteSession:
             pipeline, self._pipeline = self._pipeline, None
             with contextlib.suppress(errors.MosafsError):  # the content is thrown away anyway
                 await pipeline.finish()
-        self._pending = bytearray()
-        self._pinned = _Pinned()
         self.prefix = []
         self.size = 0
         if self._spill is not None:
@@ -394,13 +416,7 @@ class WriteSession:
         if self._pipeline is None:
             return list(self.prefix)
         pipeline, self._pipeline = self._pipeline, None
-        pinned, self._pinned = self._pinned, _Pinned()
-        with contextlib.suppress(trio.BrokenResourceError):  # finish() reports why
-            if self._pending:
-                batch, self._pending = self._pending, bytearray()
-                await pipeline.send.send(batch)
-            if pinned.unsent:
-                await pipeline.send.send(pinned.unsent)
+        await pipeline.send_rest()
         return [*self.prefix, *await pipeline.finish()]
 
     async def _to_spill(self) -> None:

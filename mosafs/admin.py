@@ -75,15 +75,20 @@ def manager_for_status(args: argparse.Namespace) -> str:
                           f"--manager HOST:PORT, a PATH inside a mount, or --data-dir") from None
 
 
-def run_status(args: argparse.Namespace) -> int:
-    from mosafs._proto import manager_pb2 as mpb
+def _ask_manager(args: argparse.Namespace, method: str, request: Any, timeout: float) -> Any:
+    """One unary call to the manager found by manager_for_status."""
     from mosafs._proto import manager_pb2_grpc as mgrpc
     from mosafs.rpc.channels import channel
     from mosafs.rpc.errors import call
 
     with channel(manager_for_status(args)) as ch:
-        status = call(mgrpc.ManagerStub(ch).GetClusterStatus, mpb.ClusterStatusRequest(),
-                      timeout=30)
+        return call(getattr(mgrpc.ManagerStub(ch), method), request, timeout=timeout)
+
+
+def run_status(args: argparse.Namespace) -> int:
+    from mosafs._proto import manager_pb2 as mpb
+
+    status = _ask_manager(args, "GetClusterStatus", mpb.ClusterStatusRequest(), 30)
     return emit(status_report(status), args.json, _print_status)
 
 
@@ -126,13 +131,8 @@ def add_gc_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run_gc(args: argparse.Namespace) -> int:
     from mosafs._proto import manager_pb2 as mpb
-    from mosafs._proto import manager_pb2_grpc as mgrpc
-    from mosafs.rpc.channels import channel
-    from mosafs.rpc.errors import call
 
-    with channel(manager_for_status(args)) as ch:
-        report = call(mgrpc.ManagerStub(ch).CollectGarbage, mpb.CollectGarbageRequest(),
-                      timeout=600)
+    report = _ask_manager(args, "CollectGarbage", mpb.CollectGarbageRequest(), 600)
     emit({"benefactors": report.benefactors, "deleted_chunks": report.deleted_chunks,
           "freed_bytes": report.freed_bytes, "waiting_chunks": report.waiting_chunks,
           "failures": list(report.failures)}, args.json, _print_gc)
@@ -277,13 +277,8 @@ def add_fsck_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run_fsck(args: argparse.Namespace) -> int:
     from mosafs._proto import manager_pb2 as mpb
-    from mosafs._proto import manager_pb2_grpc as mgrpc
-    from mosafs.rpc.channels import channel
-    from mosafs.rpc.errors import call
 
-    with channel(manager_for_status(args)) as ch:
-        reply = call(mgrpc.ManagerStub(ch).Fsck, mpb.FsckRequest(repair=args.repair),
-                     timeout=3600)
+    reply = _ask_manager(args, "Fsck", mpb.FsckRequest(repair=args.repair), 3600)
     report = {
         "repaired": reply.repaired,
         "findings": [{"kind": f.kind, "detail": f.detail, "repairable": f.repairable}

@@ -452,13 +452,21 @@ class FileChunkStore(ChunkStore):
                 return 0
             if st.st_mtime_ns > touched_ns:
                 return 0  # put again since the inventory: in use
-            path.unlink()
-            fsync_dir(path.parent)
-            self._corrupt.discard(raw_id)
+            self._remove(raw_id, path)
+        self._forget_size(st.st_size)
+        return st.st_size
+
+    def _remove(self, raw_id: bytes, path: Path) -> None:
+        """Unlink a chunk file durably (under its stripe lock)."""
+        path.unlink()
+        fsync_dir(path.parent)
+        self._corrupt.discard(raw_id)
+
+    def _forget_size(self, size: int) -> None:
+        """The counters after a chunk file of SIZE bytes was removed."""
         with self._stats_lock:
             self._chunks -= 1
-            self._stored -= st.st_size
-        return st.st_size
+            self._stored -= size
 
     def has(self, raw_id: bytes) -> bool:
         check_id(raw_id)
@@ -482,12 +490,8 @@ class FileChunkStore(ChunkStore):
                 return GONE, len(data)
             if (st.st_ino, st.st_dev) != (read.st_ino, read.st_dev):
                 return SOUND, len(data)  # a put replaced the copy meanwhile: that one is new
-            path.unlink()
-            fsync_dir(path.parent)
-            self._corrupt.discard(raw_id)
-        with self._stats_lock:
-            self._chunks -= 1
-            self._stored -= st.st_size
+            self._remove(raw_id, path)
+        self._forget_size(st.st_size)
         log.warning("corrupt chunk %s in %s: %d bytes that do not match the id; deleted "
                     "(a good replica is copied back)", raw_id.hex(), path, len(data))
         return CORRUPT, len(data)

@@ -10,11 +10,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from mosafs._proto import common_pb2, manager_pb2
-from mosafs.errors import InvalidArgument, MosafsError, NotFound, Unavailable
+from mosafs.errors import InvalidArgument, MosafsError, Unavailable
 from mosafs.manager.fsck import FsckResult, fsck
-from mosafs.manager.garbage import MAX_INVENTORY_PAGE, GarbageCollector
+from mosafs.manager.garbage import GarbageCollector, check_report
 from mosafs.manager.leases import LeaseTable
-from mosafs.manager.metadata import ChunkEntry, MetadataStore, check_benefactor_id, check_ids
+from mosafs.manager.metadata import ChunkEntry, MetadataStore, check_ids
 from mosafs.manager.pools import DEFAULT_POOL
 from mosafs.manager.registry import Clock, Registry
 from mosafs.manager.replication import CopyFn, Replicator
@@ -200,12 +200,7 @@ class Manager:
         """Benefactor BID deleted copies that did not match their ids: the index stops
         naming it for them (replication copies good replicas back). Returns how many
         records named it."""
-        check_benefactor_id(bid)
-        if len(ids) > MAX_INVENTORY_PAGE:
-            raise InvalidArgument(f"a report names at most {MAX_INVENTORY_PAGE} ids, "
-                                  f"got {len(ids)}")
-        if self.store.benefactor(bid) is None:
-            raise NotFound(f"benefactor {bid} is not registered: register first")
+        check_report(self.store, bid, len(ids), "a report names")
         return self.store.remove_chunk_locations(bid, ids)
 
     def scrub(self) -> Iterator[manager_pb2.ScrubEvent]:

@@ -103,6 +103,7 @@ def fsck(store: MetadataStore, *, repair: bool = False) -> FsckResult:
 
 class _Check:
     def __init__(self, tx: Any, *, fix: bool) -> None:
+        self.tx = tx
         self.txn = tx.txn
         self.db = tx.db
         self.fix = fix
@@ -118,7 +119,7 @@ class _Check:
         self._newest_versions(inodes, newest)
         self._xattrs(inodes)
         self._chunks(counted, lengths)
-        self._meta(inodes)
+        self._meta()
         return self.out
 
     # -- namespace ---------------------------------------------------------------------------
@@ -167,7 +168,7 @@ class _Check:
                             parents: dict[int, int]) -> None:
         for ino, rec in sorted(inodes.items()):
             if ino != ROOT_INODE and names[ino] == 0:
-                empty = not (rec.kind == DIRECTORY and subdirs[ino]) and not self._has_entries(ino)
+                empty = not self.tx.has_entries(ino)  # a subdirectory is an entry too
                 self.out.add("orphan_inode", f"inode {ino} ({kind_name(rec.kind)}) has no name",
                              empty)
                 if self.fix and empty:
@@ -185,11 +186,6 @@ class _Check:
                              f"it is named in {parents[ino]}")
                 rec.parent = parents[ino]
                 self._put_inode(ino, rec)
-
-    def _has_entries(self, ino: int) -> bool:
-        prefix = _U64.pack(ino)
-        cursor = self.txn.cursor(db=self.db.dirents)
-        return bool(cursor.set_range(prefix) and cursor.key().startswith(prefix))
 
     def _forget(self, ino: int) -> None:
         """Delete an orphan inode with its versions, block-maps and xattrs (chunk counts
@@ -209,7 +205,7 @@ class _Check:
 
     def _put_inode(self, ino: int, rec: metadata_pb2.InodeRecord) -> None:
         if self.fix:
-            self.txn.put(_U64.pack(ino), rec.SerializeToString(), db=self.db.inodes)
+            self.tx.put_inode(ino, rec)
 
     # -- versions and block-maps -------------------------------------------------------------
 
@@ -347,7 +343,7 @@ class _Check:
 
     # -- meta ----------------------------------------------------------------------------------
 
-    def _meta(self, inodes: dict[int, metadata_pb2.InodeRecord]) -> None:
+    def _meta(self) -> None:
         raw = self.txn.get(b"next_inode", db=self.db.meta)
         top = self.top  # inode numbers are never reused, not even a deleted orphan's
         if raw is None or _U64.unpack(raw)[0] <= top:

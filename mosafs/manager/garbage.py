@@ -39,6 +39,16 @@ MAX_INVENTORY_PAGE = 16_384
 CLOCK_SKEW_NS = 1_000_000_000  # benefactor and manager wall clocks may differ this much
 
 
+def check_report(store: MetadataStore, bid: str, count: int, what: str) -> None:
+    """A page of ids benefactor BID reports (inventory, corrupt copies): BID must be
+    registered, COUNT at most MAX_INVENTORY_PAGE (WHAT names the page in the error)."""
+    check_benefactor_id(bid)
+    if count > MAX_INVENTORY_PAGE:
+        raise InvalidArgument(f"{what} at most {MAX_INVENTORY_PAGE} ids, got {count}")
+    if store.benefactor(bid) is None:
+        raise NotFound(f"benefactor {bid} is not registered: register first")
+
+
 class GarbageCollector:
     def __init__(self, store: MetadataStore, leases: LeaseTable, *, grace_s: float,
                  wall_ns: Callable[[], int] = time.time_ns) -> None:
@@ -53,12 +63,7 @@ class GarbageCollector:
     def review(self, bid: str, entries: Sequence[tuple[bytes, int]]) -> tuple[list[bytes], int]:
         """ENTRIES: (id, last put ns) stored on BID. Returns (ids BID may delete, how many
         unreferenced ids wait for the grace period or a write in flight)."""
-        check_benefactor_id(bid)
-        if self._store.benefactor(bid) is None:
-            raise NotFound(f"benefactor {bid} is not registered: register first")
-        if len(entries) > MAX_INVENTORY_PAGE:
-            raise InvalidArgument(f"an inventory page holds at most {MAX_INVENTORY_PAGE} ids, "
-                                  f"got {len(entries)}")
+        check_report(self._store, bid, len(entries), "an inventory page holds")
         ids = check_ids([cid for cid, _ in entries])
         # The leases first, the records after: a commit that finished in between has its
         # references in the records read below.

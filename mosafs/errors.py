@@ -92,6 +92,14 @@ class NotSupported(MosafsError):
     exit_code = 4
 
 
+class ReadOnly(MosafsError):
+    """A change to something that is read-only: the mount's views of older versions."""
+
+    kind = "read-only"
+    errno = _errno.EROFS
+    exit_code = 4
+
+
 class NoAttribute(MosafsError):
     """No such extended attribute (ENODATA, which Linux also calls ENOATTR)."""
 
@@ -170,7 +178,8 @@ class InternalError(MosafsError):
 
 ALL_ERRORS: tuple[type[MosafsError], ...] = (
     MosafsError, InvalidArgument, ConfigError, NotFound, AlreadyExists, NotADirectory,
-    IsADirectory, DirectoryNotEmpty, NameTooLong, NotPermitted, NotSupported, NoAttribute,
+    IsADirectory, DirectoryNotEmpty, NameTooLong, NotPermitted, NotSupported, ReadOnly,
+    NoAttribute,
     ValueTooLarge, NoSpace, LeaseExpired, FailedPrecondition,
     IntegrityError, Unavailable, DeadlineExceeded, ResourceExhausted, InternalError,
 )

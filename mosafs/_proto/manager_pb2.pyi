@@ -431,7 +431,7 @@ class GetVersionStatsRequest(_message.Message):
     def __init__(self, inode: _Optional[int] = ..., version: _Optional[int] = ...) -> None: ...
 
 class VersionStats(_message.Message):
-    __slots__ = ("inode", "version", "size", "chunks", "shared_chunks", "base_inode", "base_version", "new_bytes", "commit_time_ns", "mtime_ns")
+    __slots__ = ("inode", "version", "size", "chunks", "shared_chunks", "base_inode", "base_version", "new_bytes", "commit_time_ns", "mtime_ns", "shared_bytes")
     INODE_FIELD_NUMBER: _ClassVar[int]
     VERSION_FIELD_NUMBER: _ClassVar[int]
     SIZE_FIELD_NUMBER: _ClassVar[int]
@@ -442,6 +442,7 @@ class VersionStats(_message.Message):
     NEW_BYTES_FIELD_NUMBER: _ClassVar[int]
     COMMIT_TIME_NS_FIELD_NUMBER: _ClassVar[int]
     MTIME_NS_FIELD_NUMBER: _ClassVar[int]
+    SHARED_BYTES_FIELD_NUMBER: _ClassVar[int]
     inode: int
     version: int
     size: int
@@ -452,7 +453,8 @@ class VersionStats(_message.Message):
     new_bytes: int
     commit_time_ns: int
     mtime_ns: int
-    def __init__(self, inode: _Optional[int] = ..., version: _Optional[int] = ..., size: _Optional[int] = ..., chunks: _Optional[int] = ..., shared_chunks: _Optional[int] = ..., base_inode: _Optional[int] = ..., base_version: _Optional[int] = ..., new_bytes: _Optional[int] = ..., commit_time_ns: _Optional[int] = ..., mtime_ns: _Optional[int] = ...) -> None: ...
+    shared_bytes: int
+    def __init__(self, inode: _Optional[int] = ..., version: _Optional[int] = ..., size: _Optional[int] = ..., chunks: _Optional[int] = ..., shared_chunks: _Optional[int] = ..., base_inode: _Optional[int] = ..., base_version: _Optional[int] = ..., new_bytes: _Optional[int] = ..., commit_time_ns: _Optional[int] = ..., mtime_ns: _Optional[int] = ..., shared_bytes: _Optional[int] = ...) -> None: ...
 
 class RegisterBenefactorRequest(_message.Message):
     __slots__ = ("info",)
@@ -483,14 +485,16 @@ class ListBenefactorsRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class BenefactorStatus(_message.Message):
-    __slots__ = ("info", "alive", "last_heartbeat_age_ms")
+    __slots__ = ("info", "alive", "last_heartbeat_age_ms", "draining")
     INFO_FIELD_NUMBER: _ClassVar[int]
     ALIVE_FIELD_NUMBER: _ClassVar[int]
     LAST_HEARTBEAT_AGE_MS_FIELD_NUMBER: _ClassVar[int]
+    DRAINING_FIELD_NUMBER: _ClassVar[int]
     info: _benefactor_pb2.BenefactorInfo
     alive: bool
     last_heartbeat_age_ms: int
-    def __init__(self, info: _Optional[_Union[_benefactor_pb2.BenefactorInfo, _Mapping]] = ..., alive: _Optional[bool] = ..., last_heartbeat_age_ms: _Optional[int] = ...) -> None: ...
+    draining: bool
+    def __init__(self, info: _Optional[_Union[_benefactor_pb2.BenefactorInfo, _Mapping]] = ..., alive: _Optional[bool] = ..., last_heartbeat_age_ms: _Optional[int] = ..., draining: _Optional[bool] = ...) -> None: ...
 
 class ListBenefactorsResponse(_message.Message):
     __slots__ = ("benefactors",)
@@ -651,3 +655,243 @@ class FsckReport(_message.Message):
     chunks: int
     dirents: int
     def __init__(self, findings: _Optional[_Iterable[_Union[FsckFinding, _Mapping]]] = ..., repaired: _Optional[bool] = ..., inodes: _Optional[int] = ..., versions: _Optional[int] = ..., chunks: _Optional[int] = ..., dirents: _Optional[int] = ...) -> None: ...
+
+class ListVersionsRequest(_message.Message):
+    __slots__ = ("inode",)
+    INODE_FIELD_NUMBER: _ClassVar[int]
+    inode: int
+    def __init__(self, inode: _Optional[int] = ...) -> None: ...
+
+class ListVersionsResponse(_message.Message):
+    __slots__ = ("versions",)
+    VERSIONS_FIELD_NUMBER: _ClassVar[int]
+    versions: _containers.RepeatedCompositeFieldContainer[VersionStats]
+    def __init__(self, versions: _Optional[_Iterable[_Union[VersionStats, _Mapping]]] = ...) -> None: ...
+
+class RestoreVersionRequest(_message.Message):
+    __slots__ = ("inode", "version")
+    INODE_FIELD_NUMBER: _ClassVar[int]
+    VERSION_FIELD_NUMBER: _ClassVar[int]
+    inode: int
+    version: int
+    def __init__(self, inode: _Optional[int] = ..., version: _Optional[int] = ...) -> None: ...
+
+class PrunePolicy(_message.Message):
+    __slots__ = ("keep_last", "keep_every", "purge_after_ms")
+    KEEP_LAST_FIELD_NUMBER: _ClassVar[int]
+    KEEP_EVERY_FIELD_NUMBER: _ClassVar[int]
+    PURGE_AFTER_MS_FIELD_NUMBER: _ClassVar[int]
+    keep_last: int
+    keep_every: int
+    purge_after_ms: int
+    def __init__(self, keep_last: _Optional[int] = ..., keep_every: _Optional[int] = ..., purge_after_ms: _Optional[int] = ...) -> None: ...
+
+class FolderSettings(_message.Message):
+    __slots__ = ("pool", "series_pattern", "policy")
+    POOL_FIELD_NUMBER: _ClassVar[int]
+    SERIES_PATTERN_FIELD_NUMBER: _ClassVar[int]
+    POLICY_FIELD_NUMBER: _ClassVar[int]
+    pool: str
+    series_pattern: str
+    policy: PrunePolicy
+    def __init__(self, pool: _Optional[str] = ..., series_pattern: _Optional[str] = ..., policy: _Optional[_Union[PrunePolicy, _Mapping]] = ...) -> None: ...
+
+class SetFolderSettingsRequest(_message.Message):
+    __slots__ = ("inode", "pool", "series_pattern", "policy", "clear_policy")
+    INODE_FIELD_NUMBER: _ClassVar[int]
+    POOL_FIELD_NUMBER: _ClassVar[int]
+    SERIES_PATTERN_FIELD_NUMBER: _ClassVar[int]
+    POLICY_FIELD_NUMBER: _ClassVar[int]
+    CLEAR_POLICY_FIELD_NUMBER: _ClassVar[int]
+    inode: int
+    pool: str
+    series_pattern: str
+    policy: PrunePolicy
+    clear_policy: bool
+    def __init__(self, inode: _Optional[int] = ..., pool: _Optional[str] = ..., series_pattern: _Optional[str] = ..., policy: _Optional[_Union[PrunePolicy, _Mapping]] = ..., clear_policy: _Optional[bool] = ...) -> None: ...
+
+class GetFolderSettingsRequest(_message.Message):
+    __slots__ = ("inode",)
+    INODE_FIELD_NUMBER: _ClassVar[int]
+    inode: int
+    def __init__(self, inode: _Optional[int] = ...) -> None: ...
+
+class EffectiveSettings(_message.Message):
+    __slots__ = ("pool", "pool_from", "series_pattern", "series_pattern_from", "policy", "policy_from")
+    POOL_FIELD_NUMBER: _ClassVar[int]
+    POOL_FROM_FIELD_NUMBER: _ClassVar[int]
+    SERIES_PATTERN_FIELD_NUMBER: _ClassVar[int]
+    SERIES_PATTERN_FROM_FIELD_NUMBER: _ClassVar[int]
+    POLICY_FIELD_NUMBER: _ClassVar[int]
+    POLICY_FROM_FIELD_NUMBER: _ClassVar[int]
+    pool: str
+    pool_from: int
+    series_pattern: str
+    series_pattern_from: int
+    policy: PrunePolicy
+    policy_from: int
+    def __init__(self, pool: _Optional[str] = ..., pool_from: _Optional[int] = ..., series_pattern: _Optional[str] = ..., series_pattern_from: _Optional[int] = ..., policy: _Optional[_Union[PrunePolicy, _Mapping]] = ..., policy_from: _Optional[int] = ...) -> None: ...
+
+class FolderSettingsReply(_message.Message):
+    __slots__ = ("inode", "own", "effective", "path")
+    INODE_FIELD_NUMBER: _ClassVar[int]
+    OWN_FIELD_NUMBER: _ClassVar[int]
+    EFFECTIVE_FIELD_NUMBER: _ClassVar[int]
+    PATH_FIELD_NUMBER: _ClassVar[int]
+    inode: int
+    own: FolderSettings
+    effective: EffectiveSettings
+    path: str
+    def __init__(self, inode: _Optional[int] = ..., own: _Optional[_Union[FolderSettings, _Mapping]] = ..., effective: _Optional[_Union[EffectiveSettings, _Mapping]] = ..., path: _Optional[str] = ...) -> None: ...
+
+class ListFolderSettingsRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class ListFolderSettingsResponse(_message.Message):
+    __slots__ = ("folders",)
+    FOLDERS_FIELD_NUMBER: _ClassVar[int]
+    folders: _containers.RepeatedCompositeFieldContainer[FolderSettingsReply]
+    def __init__(self, folders: _Optional[_Iterable[_Union[FolderSettingsReply, _Mapping]]] = ...) -> None: ...
+
+class PruneRequest(_message.Message):
+    __slots__ = ("inode", "dry_run", "policy")
+    INODE_FIELD_NUMBER: _ClassVar[int]
+    DRY_RUN_FIELD_NUMBER: _ClassVar[int]
+    POLICY_FIELD_NUMBER: _ClassVar[int]
+    inode: int
+    dry_run: bool
+    policy: PrunePolicy
+    def __init__(self, inode: _Optional[int] = ..., dry_run: _Optional[bool] = ..., policy: _Optional[_Union[PrunePolicy, _Mapping]] = ...) -> None: ...
+
+class PrunedImage(_message.Message):
+    __slots__ = ("path", "inode", "version", "whole_file", "size", "commit_time_ns", "reason")
+    PATH_FIELD_NUMBER: _ClassVar[int]
+    INODE_FIELD_NUMBER: _ClassVar[int]
+    VERSION_FIELD_NUMBER: _ClassVar[int]
+    WHOLE_FILE_FIELD_NUMBER: _ClassVar[int]
+    SIZE_FIELD_NUMBER: _ClassVar[int]
+    COMMIT_TIME_NS_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    path: str
+    inode: int
+    version: int
+    whole_file: bool
+    size: int
+    commit_time_ns: int
+    reason: str
+    def __init__(self, path: _Optional[str] = ..., inode: _Optional[int] = ..., version: _Optional[int] = ..., whole_file: _Optional[bool] = ..., size: _Optional[int] = ..., commit_time_ns: _Optional[int] = ..., reason: _Optional[str] = ...) -> None: ...
+
+class PruneReport(_message.Message):
+    __slots__ = ("pruned", "dry_run", "files_removed", "versions_removed", "bytes_released", "skipped")
+    PRUNED_FIELD_NUMBER: _ClassVar[int]
+    DRY_RUN_FIELD_NUMBER: _ClassVar[int]
+    FILES_REMOVED_FIELD_NUMBER: _ClassVar[int]
+    VERSIONS_REMOVED_FIELD_NUMBER: _ClassVar[int]
+    BYTES_RELEASED_FIELD_NUMBER: _ClassVar[int]
+    SKIPPED_FIELD_NUMBER: _ClassVar[int]
+    pruned: _containers.RepeatedCompositeFieldContainer[PrunedImage]
+    dry_run: bool
+    files_removed: int
+    versions_removed: int
+    bytes_released: int
+    skipped: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, pruned: _Optional[_Iterable[_Union[PrunedImage, _Mapping]]] = ..., dry_run: _Optional[bool] = ..., files_removed: _Optional[int] = ..., versions_removed: _Optional[int] = ..., bytes_released: _Optional[int] = ..., skipped: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class PoolRequest(_message.Message):
+    __slots__ = ("name", "replication", "stripe_width", "chunker", "write_semantics", "hash_backend")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    REPLICATION_FIELD_NUMBER: _ClassVar[int]
+    STRIPE_WIDTH_FIELD_NUMBER: _ClassVar[int]
+    CHUNKER_FIELD_NUMBER: _ClassVar[int]
+    WRITE_SEMANTICS_FIELD_NUMBER: _ClassVar[int]
+    HASH_BACKEND_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    replication: int
+    stripe_width: int
+    chunker: str
+    write_semantics: str
+    hash_backend: str
+    def __init__(self, name: _Optional[str] = ..., replication: _Optional[int] = ..., stripe_width: _Optional[int] = ..., chunker: _Optional[str] = ..., write_semantics: _Optional[str] = ..., hash_backend: _Optional[str] = ...) -> None: ...
+
+class PoolInfo(_message.Message):
+    __slots__ = ("settings", "benefactors", "folders", "folder_paths")
+    SETTINGS_FIELD_NUMBER: _ClassVar[int]
+    BENEFACTORS_FIELD_NUMBER: _ClassVar[int]
+    FOLDERS_FIELD_NUMBER: _ClassVar[int]
+    FOLDER_PATHS_FIELD_NUMBER: _ClassVar[int]
+    settings: _common_pb2.PoolSettings
+    benefactors: _containers.RepeatedScalarFieldContainer[str]
+    folders: _containers.RepeatedScalarFieldContainer[int]
+    folder_paths: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, settings: _Optional[_Union[_common_pb2.PoolSettings, _Mapping]] = ..., benefactors: _Optional[_Iterable[str]] = ..., folders: _Optional[_Iterable[int]] = ..., folder_paths: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class GetPoolRequest(_message.Message):
+    __slots__ = ("name",)
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    def __init__(self, name: _Optional[str] = ...) -> None: ...
+
+class ListPoolsRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class ListPoolsResponse(_message.Message):
+    __slots__ = ("pools",)
+    POOLS_FIELD_NUMBER: _ClassVar[int]
+    pools: _containers.RepeatedCompositeFieldContainer[PoolInfo]
+    def __init__(self, pools: _Optional[_Iterable[_Union[PoolInfo, _Mapping]]] = ...) -> None: ...
+
+class DeletePoolRequest(_message.Message):
+    __slots__ = ("name",)
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    def __init__(self, name: _Optional[str] = ...) -> None: ...
+
+class MoveBenefactorRequest(_message.Message):
+    __slots__ = ("id", "pool")
+    ID_FIELD_NUMBER: _ClassVar[int]
+    POOL_FIELD_NUMBER: _ClassVar[int]
+    id: str
+    pool: str
+    def __init__(self, id: _Optional[str] = ..., pool: _Optional[str] = ...) -> None: ...
+
+class DrainBenefactorRequest(_message.Message):
+    __slots__ = ("id", "cancel")
+    ID_FIELD_NUMBER: _ClassVar[int]
+    CANCEL_FIELD_NUMBER: _ClassVar[int]
+    id: str
+    cancel: bool
+    def __init__(self, id: _Optional[str] = ..., cancel: _Optional[bool] = ...) -> None: ...
+
+class DrainStatusRequest(_message.Message):
+    __slots__ = ("id",)
+    ID_FIELD_NUMBER: _ClassVar[int]
+    id: str
+    def __init__(self, id: _Optional[str] = ...) -> None: ...
+
+class DrainStatus(_message.Message):
+    __slots__ = ("id", "draining", "alive", "chunks", "pending_chunks", "pending_bytes", "done")
+    ID_FIELD_NUMBER: _ClassVar[int]
+    DRAINING_FIELD_NUMBER: _ClassVar[int]
+    ALIVE_FIELD_NUMBER: _ClassVar[int]
+    CHUNKS_FIELD_NUMBER: _ClassVar[int]
+    PENDING_CHUNKS_FIELD_NUMBER: _ClassVar[int]
+    PENDING_BYTES_FIELD_NUMBER: _ClassVar[int]
+    DONE_FIELD_NUMBER: _ClassVar[int]
+    id: str
+    draining: bool
+    alive: bool
+    chunks: int
+    pending_chunks: int
+    pending_bytes: int
+    done: bool
+    def __init__(self, id: _Optional[str] = ..., draining: _Optional[bool] = ..., alive: _Optional[bool] = ..., chunks: _Optional[int] = ..., pending_chunks: _Optional[int] = ..., pending_bytes: _Optional[int] = ..., done: _Optional[bool] = ...) -> None: ...
+
+class RemoveBenefactorRequest(_message.Message):
+    __slots__ = ("id", "force")
+    ID_FIELD_NUMBER: _ClassVar[int]
+    FORCE_FIELD_NUMBER: _ClassVar[int]
+    id: str
+    force: bool
+    def __init__(self, id: _Optional[str] = ..., force: _Optional[bool] = ...) -> None: ...

@@ -209,6 +209,81 @@ class ManagerStub:
                 request_serializer=mosafs_dot_v1_dot_manager__pb2.FsckRequest.SerializeToString,
                 response_deserializer=mosafs_dot_v1_dot_manager__pb2.FsckReport.FromString,
                 _registered_method=True)
+        self.ListVersions = channel.unary_unary(
+                '/mosafs.v1.Manager/ListVersions',
+                request_serializer=mosafs_dot_v1_dot_manager__pb2.ListVersionsRequest.SerializeToString,
+                response_deserializer=mosafs_dot_v1_dot_manager__pb2.ListVersionsResponse.FromString,
+                _registered_method=True)
+        self.RestoreVersion = channel.unary_unary(
+                '/mosafs.v1.Manager/RestoreVersion',
+                request_serializer=mosafs_dot_v1_dot_manager__pb2.RestoreVersionRequest.SerializeToString,
+                response_deserializer=mosafs_dot_v1_dot_manager__pb2.CommitVersionResponse.FromString,
+                _registered_method=True)
+        self.SetFolderSettings = channel.unary_unary(
+                '/mosafs.v1.Manager/SetFolderSettings',
+                request_serializer=mosafs_dot_v1_dot_manager__pb2.SetFolderSettingsRequest.SerializeToString,
+                response_deserializer=mosafs_dot_v1_dot_manager__pb2.FolderSettingsReply.FromString,
+                _registered_method=True)
+        self.GetFolderSettings = channel.unary_unary(
+                '/mosafs.v1.Manager/GetFolderSettings',
+                request_serializer=mosafs_dot_v1_dot_manager__pb2.GetFolderSettingsRequest.SerializeToString,
+                response_deserializer=mosafs_dot_v1_dot_manager__pb2.FolderSettingsReply.FromString,
+                _registered_method=True)
+        self.ListFolderSettings = channel.unary_unary(
+                '/mosafs.v1.Manager/ListFolderSettings',
+                request_serializer=mosafs_dot_v1_dot_manager__pb2.ListFolderSettingsRequest.SerializeToString,
+                response_deserializer=mosafs_dot_v1_dot_manager__pb2.ListFolderSettingsResponse.FromString,
+                _registered_method=True)
+        self.Prune = channel.unary_unary(
+                '/mosafs.v1.Manager/Prune',
+                request_serializer=mosafs_dot_v1_dot_manager__pb2.PruneRequest.SerializeToString,
+                response_deserializer=mosafs_dot_v1_dot_manager__pb2.PruneReport.FromString,
+                _registered_method=True)
+        self.CreatePool = channel.unary_unary(
+                '/mosafs.v1.Manager/CreatePool',
+                request_serializer=mosafs_dot_v1_dot_manager__pb2.PoolRequest.SerializeToString,
+                response_deserializer=mosafs_dot_v1_dot_manager__pb2.PoolInfo.FromString,
+                _registered_method=True)
+        self.UpdatePool = channel.unary_unary(
+                '/mosafs.v1.Manager/UpdatePool',
+                request_serializer=mosafs_dot_v1_dot_manager__pb2.PoolRequest.SerializeToString,
+                response_deserializer=mosafs_dot_v1_dot_manager__pb2.PoolInfo.FromString,
+                _registered_method=True)
+        self.GetPool = channel.unary_unary(
+                '/mosafs.v1.Manager/GetPool',
+                request_serializer=mosafs_dot_v1_dot_manager__pb2.GetPoolRequest.SerializeToString,
+                response_deserializer=mosafs_dot_v1_dot_manager__pb2.PoolInfo.FromString,
+                _registered_method=True)
+        self.ListPools = channel.unary_unary(
+                '/mosafs.v1.Manager/ListPools',
+                request_serializer=mosafs_dot_v1_dot_manager__pb2.ListPoolsRequest.SerializeToString,
+                response_deserializer=mosafs_dot_v1_dot_manager__pb2.ListPoolsResponse.FromString,
+                _registered_method=True)
+        self.DeletePool = channel.unary_unary(
+                '/mosafs.v1.Manager/DeletePool',
+                request_serializer=mosafs_dot_v1_dot_manager__pb2.DeletePoolRequest.SerializeToString,
+                response_deserializer=mosafs_dot_v1_dot_manager__pb2.Empty.FromString,
+                _registered_method=True)
+        self.MoveBenefactor = channel.unary_unary(
+                '/mosafs.v1.Manager/MoveBenefactor',
+                request_serializer=mosafs_dot_v1_dot_manager__pb2.MoveBenefactorRequest.SerializeToString,
+                response_deserializer=mosafs_dot_v1_dot_manager__pb2.BenefactorStatus.FromString,
+                _registered_method=True)
+        self.DrainBenefactor = channel.unary_unary(
+                '/mosafs.v1.Manager/DrainBenefactor',
+                request_serializer=mosafs_dot_v1_dot_manager__pb2.DrainBenefactorRequest.SerializeToString,
+                response_deserializer=mosafs_dot_v1_dot_manager__pb2.DrainStatus.FromString,
+                _registered_method=True)
+        self.GetDrainStatus = channel.unary_unary(
+                '/mosafs.v1.Manager/GetDrainStatus',
+                request_serializer=mosafs_dot_v1_dot_manager__pb2.DrainStatusRequest.SerializeToString,
+                response_deserializer=mosafs_dot_v1_dot_manager__pb2.DrainStatus.FromString,
+                _registered_method=True)
+        self.RemoveBenefactor = channel.unary_unary(
+                '/mosafs.v1.Manager/RemoveBenefactor',
+                request_serializer=mosafs_dot_v1_dot_manager__pb2.RemoveBenefactorRequest.SerializeToString,
+                response_deserializer=mosafs_dot_v1_dot_manager__pb2.Empty.FromString,
+                _registered_method=True)
 
 
 class ManagerServicer:
@@ -446,6 +521,106 @@ class ManagerServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ListVersions(self, request, context):
+        """Versions (docs/lifecycle.md): every committed version of a file, oldest first.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def RestoreVersion(self, request, context):
+        """Restore in place: a new version of the file with the block-map of an older one (no
+        chunk moves; one transaction).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def SetFolderSettings(self, request, context):
+        """Folder settings: pool assignment, series pattern and pruning policy of a directory.
+        Children inherit each setting a directory does not set itself.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def GetFolderSettings(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListFolderSettings(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def Prune(self, request, context):
+        """Apply the pruning policies now (one folder, or every folder with a policy); with
+        dry_run, only list what would go.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def CreatePool(self, request, context):
+        """Pools (R, W, chunker, write semantics, preferred hash backend).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def UpdatePool(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def GetPool(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListPools(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def DeletePool(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def MoveBenefactor(self, request, context):
+        """Benefactor administration: move to another pool, drain (copy every chunk it holds to
+        other benefactors of its pool; it takes no new chunks), remove (a stopped benefactor).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def DrainBenefactor(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def GetDrainStatus(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def RemoveBenefactor(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_ManagerServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -623,6 +798,81 @@ def add_ManagerServicer_to_server(servicer, server):
                     servicer.Fsck,
                     request_deserializer=mosafs_dot_v1_dot_manager__pb2.FsckRequest.FromString,
                     response_serializer=mosafs_dot_v1_dot_manager__pb2.FsckReport.SerializeToString,
+            ),
+            'ListVersions': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListVersions,
+                    request_deserializer=mosafs_dot_v1_dot_manager__pb2.ListVersionsRequest.FromString,
+                    response_serializer=mosafs_dot_v1_dot_manager__pb2.ListVersionsResponse.SerializeToString,
+            ),
+            'RestoreVersion': grpc.unary_unary_rpc_method_handler(
+                    servicer.RestoreVersion,
+                    request_deserializer=mosafs_dot_v1_dot_manager__pb2.RestoreVersionRequest.FromString,
+                    response_serializer=mosafs_dot_v1_dot_manager__pb2.CommitVersionResponse.SerializeToString,
+            ),
+            'SetFolderSettings': grpc.unary_unary_rpc_method_handler(
+                    servicer.SetFolderSettings,
+                    request_deserializer=mosafs_dot_v1_dot_manager__pb2.SetFolderSettingsRequest.FromString,
+                    response_serializer=mosafs_dot_v1_dot_manager__pb2.FolderSettingsReply.SerializeToString,
+            ),
+            'GetFolderSettings': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetFolderSettings,
+                    request_deserializer=mosafs_dot_v1_dot_manager__pb2.GetFolderSettingsRequest.FromString,
+                    response_serializer=mosafs_dot_v1_dot_manager__pb2.FolderSettingsReply.SerializeToString,
+            ),
+            'ListFolderSettings': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListFolderSettings,
+                    request_deserializer=mosafs_dot_v1_dot_manager__pb2.ListFolderSettingsRequest.FromString,
+                    response_serializer=mosafs_dot_v1_dot_manager__pb2.ListFolderSettingsResponse.SerializeToString,
+            ),
+            'Prune': grpc.unary_unary_rpc_method_handler(
+                    servicer.Prune,
+                    request_deserializer=mosafs_dot_v1_dot_manager__pb2.PruneRequest.FromString,
+                    response_serializer=mosafs_dot_v1_dot_manager__pb2.PruneReport.SerializeToString,
+            ),
+            'CreatePool': grpc.unary_unary_rpc_method_handler(
+                    servicer.CreatePool,
+                    request_deserializer=mosafs_dot_v1_dot_manager__pb2.PoolRequest.FromString,
+                    response_serializer=mosafs_dot_v1_dot_manager__pb2.PoolInfo.SerializeToString,
+            ),
+            'UpdatePool': grpc.unary_unary_rpc_method_handler(
+                    servicer.UpdatePool,
+                    request_deserializer=mosafs_dot_v1_dot_manager__pb2.PoolRequest.FromString,
+                    response_serializer=mosafs_dot_v1_dot_manager__pb2.PoolInfo.SerializeToString,
+            ),
+            'GetPool': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetPool,
+                    request_deserializer=mosafs_dot_v1_dot_manager__pb2.GetPoolRequest.FromString,
+                    response_serializer=mosafs_dot_v1_dot_manager__pb2.PoolInfo.SerializeToString,
+            ),
+            'ListPools': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListPools,
+                    request_deserializer=mosafs_dot_v1_dot_manager__pb2.ListPoolsRequest.FromString,
+                    response_serializer=mosafs_dot_v1_dot_manager__pb2.ListPoolsResponse.SerializeToString,
+            ),
+            'DeletePool': grpc.unary_unary_rpc_method_handler(
+                    servicer.DeletePool,
+                    request_deserializer=mosafs_dot_v1_dot_manager__pb2.DeletePoolRequest.FromString,
+                    response_serializer=mosafs_dot_v1_dot_manager__pb2.Empty.SerializeToString,
+            ),
+            'MoveBenefactor': grpc.unary_unary_rpc_method_handler(
+                    servicer.MoveBenefactor,
+                    request_deserializer=mosafs_dot_v1_dot_manager__pb2.MoveBenefactorRequest.FromString,
+                    response_serializer=mosafs_dot_v1_dot_manager__pb2.BenefactorStatus.SerializeToString,
+            ),
+            'DrainBenefactor': grpc.unary_unary_rpc_method_handler(
+                    servicer.DrainBenefactor,
+                    request_deserializer=mosafs_dot_v1_dot_manager__pb2.DrainBenefactorRequest.FromString,
+                    response_serializer=mosafs_dot_v1_dot_manager__pb2.DrainStatus.SerializeToString,
+            ),
+            'GetDrainStatus': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetDrainStatus,
+                    request_deserializer=mosafs_dot_v1_dot_manager__pb2.DrainStatusRequest.FromString,
+                    response_serializer=mosafs_dot_v1_dot_manager__pb2.DrainStatus.SerializeToString,
+            ),
+            'RemoveBenefactor': grpc.unary_unary_rpc_method_handler(
+                    servicer.RemoveBenefactor,
+                    request_deserializer=mosafs_dot_v1_dot_manager__pb2.RemoveBenefactorRequest.FromString,
+                    response_serializer=mosafs_dot_v1_dot_manager__pb2.Empty.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -1570,6 +1820,411 @@ class Manager:
             '/mosafs.v1.Manager/Fsck',
             mosafs_dot_v1_dot_manager__pb2.FsckRequest.SerializeToString,
             mosafs_dot_v1_dot_manager__pb2.FsckReport.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListVersions(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/mosafs.v1.Manager/ListVersions',
+            mosafs_dot_v1_dot_manager__pb2.ListVersionsRequest.SerializeToString,
+            mosafs_dot_v1_dot_manager__pb2.ListVersionsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def RestoreVersion(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/mosafs.v1.Manager/RestoreVersion',
+            mosafs_dot_v1_dot_manager__pb2.RestoreVersionRequest.SerializeToString,
+            mosafs_dot_v1_dot_manager__pb2.CommitVersionResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def SetFolderSettings(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/mosafs.v1.Manager/SetFolderSettings',
+            mosafs_dot_v1_dot_manager__pb2.SetFolderSettingsRequest.SerializeToString,
+            mosafs_dot_v1_dot_manager__pb2.FolderSettingsReply.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetFolderSettings(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/mosafs.v1.Manager/GetFolderSettings',
+            mosafs_dot_v1_dot_manager__pb2.GetFolderSettingsRequest.SerializeToString,
+            mosafs_dot_v1_dot_manager__pb2.FolderSettingsReply.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListFolderSettings(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/mosafs.v1.Manager/ListFolderSettings',
+            mosafs_dot_v1_dot_manager__pb2.ListFolderSettingsRequest.SerializeToString,
+            mosafs_dot_v1_dot_manager__pb2.ListFolderSettingsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Prune(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/mosafs.v1.Manager/Prune',
+            mosafs_dot_v1_dot_manager__pb2.PruneRequest.SerializeToString,
+            mosafs_dot_v1_dot_manager__pb2.PruneReport.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def CreatePool(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/mosafs.v1.Manager/CreatePool',
+            mosafs_dot_v1_dot_manager__pb2.PoolRequest.SerializeToString,
+            mosafs_dot_v1_dot_manager__pb2.PoolInfo.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def UpdatePool(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/mosafs.v1.Manager/UpdatePool',
+            mosafs_dot_v1_dot_manager__pb2.PoolRequest.SerializeToString,
+            mosafs_dot_v1_dot_manager__pb2.PoolInfo.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetPool(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/mosafs.v1.Manager/GetPool',
+            mosafs_dot_v1_dot_manager__pb2.GetPoolRequest.SerializeToString,
+            mosafs_dot_v1_dot_manager__pb2.PoolInfo.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListPools(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/mosafs.v1.Manager/ListPools',
+            mosafs_dot_v1_dot_manager__pb2.ListPoolsRequest.SerializeToString,
+            mosafs_dot_v1_dot_manager__pb2.ListPoolsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DeletePool(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/mosafs.v1.Manager/DeletePool',
+            mosafs_dot_v1_dot_manager__pb2.DeletePoolRequest.SerializeToString,
+            mosafs_dot_v1_dot_manager__pb2.Empty.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def MoveBenefactor(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/mosafs.v1.Manager/MoveBenefactor',
+            mosafs_dot_v1_dot_manager__pb2.MoveBenefactorRequest.SerializeToString,
+            mosafs_dot_v1_dot_manager__pb2.BenefactorStatus.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DrainBenefactor(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/mosafs.v1.Manager/DrainBenefactor',
+            mosafs_dot_v1_dot_manager__pb2.DrainBenefactorRequest.SerializeToString,
+            mosafs_dot_v1_dot_manager__pb2.DrainStatus.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetDrainStatus(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/mosafs.v1.Manager/GetDrainStatus',
+            mosafs_dot_v1_dot_manager__pb2.DrainStatusRequest.SerializeToString,
+            mosafs_dot_v1_dot_manager__pb2.DrainStatus.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def RemoveBenefactor(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/mosafs.v1.Manager/RemoveBenefactor',
+            mosafs_dot_v1_dot_manager__pb2.RemoveBenefactorRequest.SerializeToString,
+            mosafs_dot_v1_dot_manager__pb2.Empty.FromString,
             options,
             channel_credentials,
             insecure,

@@ -9,7 +9,7 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class InodeRecord(_message.Message):
-    __slots__ = ("kind", "mode", "nlink", "uid", "gid", "atime_ns", "mtime_ns", "ctime_ns", "newest_version", "size", "parent", "symlink_target")
+    __slots__ = ("kind", "mode", "nlink", "uid", "gid", "atime_ns", "mtime_ns", "ctime_ns", "newest_version", "size", "parent", "symlink_target", "name")
     KIND_FIELD_NUMBER: _ClassVar[int]
     MODE_FIELD_NUMBER: _ClassVar[int]
     NLINK_FIELD_NUMBER: _ClassVar[int]
@@ -22,6 +22,7 @@ class InodeRecord(_message.Message):
     SIZE_FIELD_NUMBER: _ClassVar[int]
     PARENT_FIELD_NUMBER: _ClassVar[int]
     SYMLINK_TARGET_FIELD_NUMBER: _ClassVar[int]
+    NAME_FIELD_NUMBER: _ClassVar[int]
     kind: _manager_pb2.FileKind
     mode: int
     nlink: int
@@ -34,10 +35,11 @@ class InodeRecord(_message.Message):
     size: int
     parent: int
     symlink_target: bytes
-    def __init__(self, kind: _Optional[_Union[_manager_pb2.FileKind, str]] = ..., mode: _Optional[int] = ..., nlink: _Optional[int] = ..., uid: _Optional[int] = ..., gid: _Optional[int] = ..., atime_ns: _Optional[int] = ..., mtime_ns: _Optional[int] = ..., ctime_ns: _Optional[int] = ..., newest_version: _Optional[int] = ..., size: _Optional[int] = ..., parent: _Optional[int] = ..., symlink_target: _Optional[bytes] = ...) -> None: ...
+    name: bytes
+    def __init__(self, kind: _Optional[_Union[_manager_pb2.FileKind, str]] = ..., mode: _Optional[int] = ..., nlink: _Optional[int] = ..., uid: _Optional[int] = ..., gid: _Optional[int] = ..., atime_ns: _Optional[int] = ..., mtime_ns: _Optional[int] = ..., ctime_ns: _Optional[int] = ..., newest_version: _Optional[int] = ..., size: _Optional[int] = ..., parent: _Optional[int] = ..., symlink_target: _Optional[bytes] = ..., name: _Optional[bytes] = ...) -> None: ...
 
 class VersionRecord(_message.Message):
-    __slots__ = ("size", "chunks", "shared_chunks", "base_inode", "base_version", "new_bytes", "commit_time_ns", "mtime_ns")
+    __slots__ = ("size", "chunks", "shared_chunks", "base_inode", "base_version", "new_bytes", "commit_time_ns", "mtime_ns", "shared_bytes")
     SIZE_FIELD_NUMBER: _ClassVar[int]
     CHUNKS_FIELD_NUMBER: _ClassVar[int]
     SHARED_CHUNKS_FIELD_NUMBER: _ClassVar[int]
@@ -46,6 +48,7 @@ class VersionRecord(_message.Message):
     NEW_BYTES_FIELD_NUMBER: _ClassVar[int]
     COMMIT_TIME_NS_FIELD_NUMBER: _ClassVar[int]
     MTIME_NS_FIELD_NUMBER: _ClassVar[int]
+    SHARED_BYTES_FIELD_NUMBER: _ClassVar[int]
     size: int
     chunks: int
     shared_chunks: int
@@ -54,36 +57,47 @@ class VersionRecord(_message.Message):
     new_bytes: int
     commit_time_ns: int
     mtime_ns: int
-    def __init__(self, size: _Optional[int] = ..., chunks: _Optional[int] = ..., shared_chunks: _Optional[int] = ..., base_inode: _Optional[int] = ..., base_version: _Optional[int] = ..., new_bytes: _Optional[int] = ..., commit_time_ns: _Optional[int] = ..., mtime_ns: _Optional[int] = ...) -> None: ...
+    shared_bytes: int
+    def __init__(self, size: _Optional[int] = ..., chunks: _Optional[int] = ..., shared_chunks: _Optional[int] = ..., base_inode: _Optional[int] = ..., base_version: _Optional[int] = ..., new_bytes: _Optional[int] = ..., commit_time_ns: _Optional[int] = ..., mtime_ns: _Optional[int] = ..., shared_bytes: _Optional[int] = ...) -> None: ...
 
 class ChunkRecord(_message.Message):
-    __slots__ = ("length", "refcount", "benefactor_ids")
+    __slots__ = ("length", "refcount", "benefactor_ids", "pool")
     LENGTH_FIELD_NUMBER: _ClassVar[int]
     REFCOUNT_FIELD_NUMBER: _ClassVar[int]
     BENEFACTOR_IDS_FIELD_NUMBER: _ClassVar[int]
+    POOL_FIELD_NUMBER: _ClassVar[int]
     length: int
     refcount: int
     benefactor_ids: _containers.RepeatedScalarFieldContainer[str]
-    def __init__(self, length: _Optional[int] = ..., refcount: _Optional[int] = ..., benefactor_ids: _Optional[_Iterable[str]] = ...) -> None: ...
+    pool: str
+    def __init__(self, length: _Optional[int] = ..., refcount: _Optional[int] = ..., benefactor_ids: _Optional[_Iterable[str]] = ..., pool: _Optional[str] = ...) -> None: ...
 
 class BenefactorRecord(_message.Message):
-    __slots__ = ("address", "pool", "capacity_bytes", "free_bytes", "chunks", "registered_ns")
+    __slots__ = ("address", "pool", "capacity_bytes", "free_bytes", "chunks", "registered_ns", "draining")
     ADDRESS_FIELD_NUMBER: _ClassVar[int]
     POOL_FIELD_NUMBER: _ClassVar[int]
     CAPACITY_BYTES_FIELD_NUMBER: _ClassVar[int]
     FREE_BYTES_FIELD_NUMBER: _ClassVar[int]
     CHUNKS_FIELD_NUMBER: _ClassVar[int]
     REGISTERED_NS_FIELD_NUMBER: _ClassVar[int]
+    DRAINING_FIELD_NUMBER: _ClassVar[int]
     address: str
     pool: str
     capacity_bytes: int
     free_bytes: int
     chunks: int
     registered_ns: int
-    def __init__(self, address: _Optional[str] = ..., pool: _Optional[str] = ..., capacity_bytes: _Optional[int] = ..., free_bytes: _Optional[int] = ..., chunks: _Optional[int] = ..., registered_ns: _Optional[int] = ...) -> None: ...
+    draining: bool
+    def __init__(self, address: _Optional[str] = ..., pool: _Optional[str] = ..., capacity_bytes: _Optional[int] = ..., free_bytes: _Optional[int] = ..., chunks: _Optional[int] = ..., registered_ns: _Optional[int] = ..., draining: _Optional[bool] = ...) -> None: ...
 
 class PoolRecord(_message.Message):
     __slots__ = ("settings",)
     SETTINGS_FIELD_NUMBER: _ClassVar[int]
     settings: _common_pb2.PoolSettings
     def __init__(self, settings: _Optional[_Union[_common_pb2.PoolSettings, _Mapping]] = ...) -> None: ...
+
+class FolderRecord(_message.Message):
+    __slots__ = ("settings",)
+    SETTINGS_FIELD_NUMBER: _ClassVar[int]
+    settings: _manager_pb2.FolderSettings
+    def __init__(self, settings: _Optional[_Union[_manager_pb2.FolderSettings, _Mapping]] = ...) -> None: ...

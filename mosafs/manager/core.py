@@ -1,23 +1,35 @@
 """The manager's write and read protocol (DESIGN §4, §7) on top of the metadata store, the
-benefactor registry and the write leases. The gRPC servicer calls this and the store; it
-holds no state of its own beyond its three parts."""
+benefactor registry and the write leases, and the administration of versions, folders,
+pools and benefactors (docs/lifecycle.md). The gRPC servicer calls this and the store; it
+holds no state of its own beyond its parts."""
 
 from __future__ import annotations
 
+import logging
+import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from mosafs._proto import common_pb2, manager_pb2
-from mosafs.errors import InvalidArgument, MosafsError, Unavailable
+from mosafs.errors import (
+    FailedPrecondition,
+    InvalidArgument,
+    MosafsError,
+    NotFound,
+    Unavailable,
+)
+from mosafs.manager import pruning
+from mosafs.manager.folders import Folders, PruneResult
 from mosafs.manager.fsck import FsckResult, fsck
 from mosafs.manager.garbage import GarbageCollector, check_report
 from mosafs.manager.leases import LeaseTable
-from mosafs.manager.metadata import ChunkEntry, MetadataStore, check_ids
-from mosafs.manager.pools import DEFAULT_POOL
+from mosafs.manager.metadata import ChunkEntry, MetadataStore, check_benefactor_id, check_ids
 from mosafs.manager.registry import Clock, Registry
-from mosafs.manager.replication import CopyFn, Replicator
+from mosafs.manager.replication import CopyFn, Redundancy, Replicator
+
+log = logging.getLogger(__name__)
 
 MAX_FIND_CHUNKS = 65_536  # ids per FindChunks call: ~2.2 MiB of request
 MAX_CLIENT_ID = 256
@@ -31,6 +43,7 @@ HasFn = Callable[[str, Sequence[bytes]], list[bool]]
 HAS_BATCH = 65_536  # ids per HasChunks call while looking for missing copies
 REPAIR_TIMEOUT_S = 120.0  # how long `mosafs scrub` waits for replication to repair
 MAX_UNREPAIRED_IDS = 1000  # listed in a scrub report
+PRUNE_INTERVAL_S = 60.0  # background pruning, at the latest; purge-after wakes it sooner
 
 
 @dataclass(frozen=True)
@@ -58,27 +71,29 @@ class Manager:
         self.replicator = (Replicator(store, self.registry, copy, clock=clock)
                            if copy is not None else None)
         self.garbage = GarbageCollector(store, self.leases, grace_s=self.config.gc_grace_s)
+        self.folders = Folders(store)
+        # Set when a policy changes or a commit may have made work: the pruning loop wakes.
+        self.prune_wakeup = threading.Event()
         self._run_round = run_round
         self._scrub = scrub
         self._has = has
 
-    def pool_for(self, inode: int) -> common_pb2.PoolSettings:
-        """The pool new writes of INODE use. The one place where folder-assigned pools will
-        be resolved; for now every file is in the default pool."""
-        return self.store.pool(DEFAULT_POOL)
-
     # --- write sessions -------------------------------------------------------------------
 
     def open_write(self, inode: int, client_id: str) -> manager_pb2.OpenWriteResponse:
+        """A write lease, the pool's settings and targets, and the base version: the file's
+        newest, else the newest file of its series (the folder decides pool and series)."""
         if len(client_id) > MAX_CLIENT_ID:
             raise InvalidArgument(f"client id longer than {MAX_CLIENT_ID} characters")
-        base = self.store.write_base(inode)  # NotFound / IsADirectory first
-        pool = self.pool_for(inode)
+        context = self.folders.write_context(inode)  # NotFound / IsADirectory first
+        base = context.base
+        pool = self.store.pool(context.pool)
         # R targets at least: a pessimistic write stores every chunk on R of them.
         targets = self.registry.pick_targets(pool.name,
                                              max(pool.stripe_width, pool.replication))
         lease = self.leases.open(inode, client_id, base_inode=base.inode,
-                                 base_version=base.version)
+                                 base_version=base.version, pool=pool.name,
+                                 folder=context.folder)
         out = manager_pb2.OpenWriteResponse(
             lease_id=lease.id, lease_ttl_ms=self.leases.ttl_ms, pool=pool, targets=targets,
             base_inode=base.inode if base.version else 0, base_version=base.version,
@@ -100,13 +115,31 @@ class Manager:
         try:
             result = self.store.commit_version(
                 inode, chunks, placements, base_inode=lease.base_inode,
-                base_version=lease.base_version, mtime_ns=mtime_ns, new_bytes=new_bytes)
+                base_version=lease.base_version, mtime_ns=mtime_ns, new_bytes=new_bytes,
+                pool=lease.pool)
         except BaseException:
             # The client may fix its request (e.g. store a missing chunk) and retry.
             self.leases.restore(lease)
             raise
         self.leases.finish(lease)
+        if lease.folder:
+            self._prune_after_commit(lease.folder)
         return result
+
+    def _prune_after_commit(self, folder: int) -> None:
+        """Apply the folder's policy now that a new image exists. The commit is stored
+        already: a failure here is logged, never answered (the background pass retries)."""
+        try:
+            result = self.folders.prune(folder, busy=self.leases.inodes())
+        except MosafsError as exc:
+            log.warning("pruning folder %d after a commit failed: %s", folder, exc)
+            return
+        except Exception:
+            log.exception("bug in pruning folder %d after a commit", folder)
+            return
+        self._log_pruned(result)
+        if result.next_expiry_ns is not None:
+            self.prune_wakeup.set()  # the loop reschedules for the new image's expiry
 
     def abort_write(self, lease_id: int) -> None:
         self.leases.abort(lease_id)
@@ -141,6 +174,97 @@ class Manager:
         out.benefactors.extend(common_pb2.BenefactorAddress(id=bid, address=addresses[bid])
                                for bid in named if bid in addresses)
         return out
+
+    # --- versions and folders -------------------------------------------------------------
+
+    def restore_version(self, inode: int, version: int) -> tuple[int, manager_pb2.Attr]:
+        result = self.store.restore_version(inode, version)
+        folder = self.folders.write_context(inode).folder
+        if folder:
+            self._prune_after_commit(folder)
+        return result
+
+    def set_folder(self, inode: int, *, pool: str | None, series_pattern: str | None,
+                   policy: pruning.Policy | None,
+                   clear_policy: bool) -> manager_pb2.FolderSettingsReply:
+        reply = self.folders.set(inode, pool=pool, series_pattern=series_pattern,
+                                 policy=policy, clear_policy=clear_policy)
+        self.prune_wakeup.set()
+        return reply
+
+    def prune(self, folder: int = 0, *, dry_run: bool = False,
+              policy: pruning.Policy | None = None) -> PruneResult:
+        result = self.folders.prune(folder, dry_run=dry_run, busy=self.leases.inodes(),
+                                    policy=policy)
+        if not dry_run:
+            self._log_pruned(result)
+        return result
+
+    def prune_pass(self) -> float:
+        """One background pass over every folder with a policy; returns the seconds until
+        the next one (the soonest purge-after expiry, at most PRUNE_INTERVAL_S)."""
+        result = self.prune()
+        if result.next_expiry_ns is None:
+            return PRUNE_INTERVAL_S
+        wait = (result.next_expiry_ns - time.time_ns()) / 1e9
+        return min(PRUNE_INTERVAL_S, max(0.05, wait))
+
+    @staticmethod
+    def _log_pruned(result: PruneResult) -> None:
+        for image in result.pruned:
+            log.info("pruned %s version %d (%s)%s", image.path, image.version, image.reason,
+                     ", the file is gone" if image.whole_file else "")
+
+    # --- pools and benefactors ------------------------------------------------------------
+
+    def pool_info(self, settings: common_pb2.PoolSettings) -> manager_pb2.PoolInfo:
+        bids, folders = self.store.pool_users(settings.name)
+        paths = [self.folders.get(ino).path for ino in folders]
+        return manager_pb2.PoolInfo(settings=settings, benefactors=bids, folders=folders,
+                                    folder_paths=paths)
+
+    def drain(self, bid: str, *, cancel: bool = False) -> manager_pb2.DrainStatus:
+        self.registry.update(check_benefactor_id(bid), draining=not cancel)
+        return self.drain_status(bid)
+
+    def drain_status(self, bid: str) -> manager_pb2.DrainStatus:
+        """How far draining BID is: its referenced chunks, and those still without R
+        counted copies on other benefactors (replication moves them)."""
+        rec = self.store.benefactor(check_benefactor_id(bid))
+        if rec is None:
+            raise NotFound(f"no benefactor {bid!r} (mosafs benefactor list)")
+        chunks, pending, pending_bytes = self._held_by(bid)
+        return manager_pb2.DrainStatus(
+            id=bid, draining=rec.draining, alive=self.registry.is_alive(bid), chunks=chunks,
+            pending_chunks=pending, pending_bytes=pending_bytes,
+            done=rec.draining and pending == 0)
+
+    def _held_by(self, bid: str) -> tuple[int, int, int]:
+        """(referenced chunks BID holds, of those without R counted copies elsewhere, their
+        bytes)."""
+        view = Redundancy(self.store, self.registry)
+        ids = self.store.chunks_on(bid)
+        chunks = pending = pending_bytes = 0
+        for start in range(0, len(ids), HAS_BATCH):
+            for rec in self.store.chunk_records(ids[start:start + HAS_BATCH]):
+                if rec is None or rec.refcount == 0:
+                    continue
+                chunks += 1
+                if len([b for b in view.counted(rec) if b != bid]) < view.want(rec):
+                    pending += 1
+                    pending_bytes += rec.length
+        return chunks, pending, pending_bytes
+
+    def remove_benefactor(self, bid: str, *, force: bool = False) -> int:
+        check_benefactor_id(bid)
+        if not force:
+            _, pending, _ = self._held_by(bid)
+            if pending:
+                raise FailedPrecondition(
+                    f"benefactor {bid} holds {pending} chunks that have fewer than R copies "
+                    f"elsewhere: drain it first (mosafs benefactor drain {bid}) or pass "
+                    f"--force to lose those copies")
+        return self.registry.remove(bid)
 
     # --- reads and status -----------------------------------------------------------------
 
@@ -262,14 +386,11 @@ class Manager:
         return missing
 
     def _short_of_copies(self, ids: Sequence[bytes]) -> set[bytes]:
-        """Of IDS, the referenced chunks with fewer than R live copies."""
-        want = self.replicator.replication() if self.replicator else 1
+        """Of IDS, the referenced chunks with fewer than R counted copies."""
+        view = Redundancy(self.store, self.registry)
         records = self.store.chunk_records(ids)
-        named = {b for rec in records if rec is not None for b in rec.benefactor_ids}
-        alive = self.registry.alive_among(named)
         return {cid for cid, rec in zip(ids, records, strict=True)
-                if rec is not None and rec.refcount > 0
-                and sum(b in alive for b in rec.benefactor_ids) < want}
+                if rec is not None and rec.refcount > 0 and view.missing(rec)}
 
     def _repair(self, ids: list[bytes]) -> set[bytes]:
         """Run replication passes until every chunk of IDS has R live copies, or passes

@@ -21,7 +21,10 @@ What is checked, and the repair of each finding (docs/metadata.md has the table)
   nlink                 nlink not what the dirents give: corrected
   orphan_inode          an inode (not the root) no dirent names: deleted with its versions
                         and attributes (a directory only when empty; else not repairable)
-  directory_parent      a directory whose parent field is not the directory naming it: set
+  directory_parent      a directory whose parent field (or name, where kept) is not the
+                        entry naming it: set
+  file_folder           a regular file whose parent/name is not one of its entries: cleared
+                        (a file of no known folder; its next rename gives it one again)
   orphan_xattr          extended attributes of a missing inode: deleted
   refcount              ChunkRecord.refcount not the number of block-map entries naming the
                         id: recounted
@@ -34,6 +37,10 @@ What is checked, and the repair of each finding (docs/metadata.md has the table)
   next_inode            the inode counter at or below an inode in use: raised
   root                  no root directory: not repairable
   default_pool          no pool "default": created with the default settings
+  dangling_folder       folder settings of an inode that is not a directory: deleted
+  unknown_pool          folder settings or a benefactor naming a pool that does not exist:
+                        the folder inherits its parent's pool, the benefactor joins
+                        "default"
 
 Domain code: no gRPC.
 """
@@ -109,17 +116,20 @@ class _Check:
         self.fix = fix
         self.out = FsckResult()
         self.top = ROOT_INODE
+        self.dir_names: dict[int, bytes] = {}  # directory -> its name in its parent
 
     def run(self) -> FsckResult:
         inodes = self._inodes()
         names, subdirs, parents = self._dirents(inodes)
         self._orphans_and_nlinks(inodes, names, subdirs, parents)
+        self._file_folders(inodes)
         newest = self._versions(inodes)
         counted, lengths = self._blockmaps(newest)
         self._newest_versions(inodes, newest)
         self._xattrs(inodes)
         self._chunks(counted, lengths)
         self._meta()
+        self._folders(inodes)
         return self.out
 
     # -- namespace ---------------------------------------------------------------------------
@@ -158,6 +168,7 @@ class _Check:
             if inodes[child].kind == DIRECTORY:
                 subdirs[parent] += 1
                 parents[child] = parent
+                self.dir_names[child] = bytes(key[8:])
         if self.fix:
             for key in dangling:
                 self.txn.delete(key, db=self.db.dirents)
@@ -181,16 +192,29 @@ class _Check:
                              f"{expected}")
                 rec.nlink = expected
                 self._put_inode(ino, rec)
-            if rec.kind == DIRECTORY and ino != ROOT_INODE and rec.parent != parents[ino]:
-                self.out.add("directory_parent", f"directory {ino} has parent {rec.parent}, "
-                             f"it is named in {parents[ino]}")
-                rec.parent = parents[ino]
+            if rec.kind == DIRECTORY and ino != ROOT_INODE and (
+                    rec.parent != parents[ino] or rec.name not in (b"", self.dir_names[ino])):
+                self.out.add("directory_parent", f"directory {ino} has parent {rec.parent} "
+                             f"and name {bytes(rec.name)!r}, it is named "
+                             f"{self.dir_names[ino]!r} in {parents[ino]}")
+                rec.parent, rec.name = parents[ino], self.dir_names[ino]
+                self._put_inode(ino, rec)
+
+    def _file_folders(self, inodes: dict[int, metadata_pb2.InodeRecord]) -> None:
+        for ino, rec in sorted(inodes.items()):
+            if rec.kind != REGULAR or not rec.parent:
+                continue
+            if not rec.name or self.tx.child(rec.parent, bytes(rec.name)) != ino:
+                self.out.add("file_folder", f"file {ino} says it is {bytes(rec.name)!r} in "
+                             f"directory {rec.parent}, which names something else")
+                rec.parent, rec.name = 0, b""
                 self._put_inode(ino, rec)
 
     def _forget(self, ino: int) -> None:
         """Delete an orphan inode with its versions, block-maps and xattrs (chunk counts
         are recounted afterwards)."""
         prefix = _U64.pack(ino)
+        self.txn.delete(prefix, db=self.db.folders)
         for db in (self.db.versions, self.db.blockmaps, self.db.xattrs):
             cursor = self.txn.cursor(db=db)
             keys = []
@@ -357,3 +381,32 @@ class _Check:
                 rec = metadata_pb2.PoolRecord(settings=pools.default_settings())
                 self.txn.put(pools.DEFAULT_POOL.encode(), rec.SerializeToString(),
                              db=self.db.pools)
+
+    # -- folders and pools ---------------------------------------------------------------------
+
+    def _folders(self, inodes: dict[int, metadata_pb2.InodeRecord]) -> None:
+        pools_known = {bytes(key).decode() for key in
+                       self.txn.cursor(db=self.db.pools).iternext(keys=True, values=False)}
+        pools_known.add(pools.DEFAULT_POOL)  # created above when missing
+        for ino, settings in list(self.tx.folders()):
+            rec = inodes.get(ino)
+            if rec is None or rec.kind != DIRECTORY:
+                self.out.add("dangling_folder", f"folder settings of inode {ino}, which is "
+                             f"not a directory")
+                if self.fix:
+                    self.txn.delete(_U64.pack(ino), db=self.db.folders)
+                continue
+            if settings.HasField("pool") and settings.pool not in pools_known:
+                self.out.add("unknown_pool", f"directory {ino} is assigned pool "
+                             f"{settings.pool!r}, which does not exist")
+                settings.ClearField("pool")
+                if self.fix:
+                    self.tx.put_folder(ino, settings)
+        for key, raw in list(self.txn.cursor(db=self.db.benefactors)):
+            brec = metadata_pb2.BenefactorRecord.FromString(raw)
+            if brec.pool and brec.pool not in pools_known:
+                self.out.add("unknown_pool", f"benefactor {bytes(key).decode()} is in pool "
+                             f"{brec.pool!r}, which does not exist")
+                brec.pool = pools.DEFAULT_POOL
+                if self.fix:
+                    self.txn.put(bytes(key), brec.SerializeToString(), db=self.db.benefactors)

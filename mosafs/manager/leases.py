@@ -30,6 +30,8 @@ class WriteLease:
     expires: float  # clock() time
     opened_ns: int = 0  # wall clock of the open (garbage collection compares it)
     committing: bool = False  # claimed by a commit in progress
+    pool: str = ""  # the pool new chunks go to (their records keep it)
+    folder: int = 0  # the file's folder (pruned after the commit); 0: none known
 
 
 class LeaseTable:
@@ -45,12 +47,13 @@ class LeaseTable:
     def ttl_ms(self) -> int:
         return int(self.ttl_s * 1000)
 
-    def open(self, inode: int, client_id: str, *, base_inode: int,
-             base_version: int) -> WriteLease:
+    def open(self, inode: int, client_id: str, *, base_inode: int, base_version: int,
+             pool: str = "", folder: int = 0) -> WriteLease:
         with self._lock:
             self._sweep()
             lease = WriteLease(next(self._ids), inode, client_id, base_inode, base_version,
-                               self._clock() + self.ttl_s, time.time_ns())
+                               self._clock() + self.ttl_s, time.time_ns(), pool=pool,
+                               folder=folder)
             self._leases[lease.id] = lease
             return lease
 
@@ -88,6 +91,13 @@ class LeaseTable:
         """Wall clock of the oldest open of a lease still open (or committing)."""
         with self._lock:
             return min((lease.opened_ns for lease in self._leases.values()), default=None)
+
+    def inodes(self) -> frozenset[int]:
+        """Files with a write open (or committing): pruning leaves them alone."""
+        with self._lock:
+            now = self._clock()
+            return frozenset(lease.inode for lease in self._leases.values()
+                             if lease.committing or now <= lease.expires)
 
     def abort(self, lease_id: int) -> None:
         with self._lock:

@@ -13,9 +13,10 @@ from __future__ import annotations
 import argparse
 import logging
 import threading
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
+from mosafs.argtypes import bounded_int
 from mosafs.errors import ConfigError, MosafsError
 
 log = logging.getLogger("mosafs.manager")
@@ -24,14 +25,7 @@ DEFAULT_LISTEN = "127.0.0.1:0"
 STOP_GRACE_S = 2.0  # in-flight RPCs get this long to finish on SIGTERM
 
 
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
-    if not 0 < value < 1 << 32:
-        raise argparse.ArgumentTypeError(f"must be a positive integer: {text!r}")
-    return value
+_positive_int = bounded_int(1, (1 << 32) - 1)
 
 
 def _seconds(text: str) -> float:
@@ -139,9 +133,15 @@ def run(args: argparse.Namespace) -> int:
                           run_round=peers.run_garbage_round, scrub=peers.scrub,
                           has=peers.has)
         srv, port = listen(add_to_server(manager), args.listen)
-        background = ReplicationLoop(manager, args.replication_interval)
+        replicator = manager.replicator
+        assert replicator is not None
+        background = [
+            BackgroundLoop("replication", _every(args.replication_interval, replicator.run_once)),
+            BackgroundLoop("pruning", manager.prune_pass, wakeup=manager.prune_wakeup),
+        ]
         try:
-            background.start()
+            for loop in background:
+                loop.start()
             address = advertised_address(listen_host, port)
             write_ready_file(args.ready_file, address=address, data_dir=str(data_dir))
             log.info("manager serving %s on %s (default pool: %s, R=%d, W=%d, %s)", data_dir,
@@ -150,35 +150,56 @@ def run(args: argparse.Namespace) -> int:
             stop.wait()
             log.info("stopping")
         finally:
-            background.stop()
+            for loop in background:
+                loop.stop()
             srv.stop(STOP_GRACE_S).wait()
             peers.close()
     log.info("stopped")
     return 0
 
 
-class ReplicationLoop:
-    """Runs replication passes in a daemon thread every INTERVAL seconds until stop()."""
+def _every(interval: float, work: Callable[[], object]) -> Callable[[], float]:
+    """WORK as a pass that always asks to run again after INTERVAL seconds."""
+    def run() -> float:
+        work()
+        return interval
+    return run
 
-    def __init__(self, manager: Any, interval: float) -> None:
-        self._manager = manager
-        self._interval = interval
+
+class BackgroundLoop:
+    """Runs PASS in a daemon thread until stop(): each pass returns the seconds to wait
+    before the next; WAKEUP, when set by someone, ends a wait early. A pass that fails is
+    logged and the loop goes on (a bug gets its traceback)."""
+
+    def __init__(self, name: str, work: Callable[[], float], *,
+                 wakeup: threading.Event | None = None, first_wait: float = 0.0) -> None:
+        self._name = name
+        self._work = work
+        self._wakeup = wakeup or threading.Event()
+        self._first_wait = first_wait
         self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="replication", daemon=True)
+        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
 
     def start(self) -> None:
         self._thread.start()
 
     def stop(self) -> None:
         self._stop.set()
+        self._wakeup.set()
         self._thread.join(timeout=10)
 
     def _run(self) -> None:
-        replicator = self._manager.replicator
-        while not self._stop.wait(self._interval):
+        wait = self._first_wait
+        while not self._stop.is_set():
+            self._wakeup.wait(wait)
+            self._wakeup.clear()
+            if self._stop.is_set():
+                return
             try:
-                replicator.run_once()
+                wait = self._work()
             except MosafsError as exc:
-                log.warning("replication pass failed: %s", exc)
+                log.warning("%s pass failed: %s", self._name, exc)
+                wait = 1.0
             except Exception:
-                log.exception("bug in the replication pass")
+                log.exception("bug in the %s pass", self._name)
+                wait = 1.0

@@ -19,10 +19,12 @@ records are the messages of protos/mosafs/v1/metadata.proto.
   chunks        32-byte chunk id             ChunkRecord
   benefactors   benefactor id (utf-8)        BenefactorRecord
   pools         pool name (utf-8)            PoolRecord
+  folders       u64be directory inode        FolderRecord (pool, series pattern, policy)
 
-The xattrs sub-database and InodeRecord.symlink_target were added to schema 1 without a
-new schema number: both are additive (a store written before them has no symlinks and an
-empty xattrs sub-database, which is created on open).
+The xattrs and folders sub-databases, InodeRecord.symlink_target and .name, and the
+parent of regular files were added to schema 1 without a new schema number: all are
+additive (a store written before them has no symlinks, empty xattrs and folders, and
+regular files with parent 0: files of no known folder, which fall back to the defaults).
 
 Packed block-map: the concatenation, in file order, of one 40-byte record per chunk: the
 32-byte chunk id, then the chunk's length as u64 little-endian (struct "<32sQ"). A version
@@ -37,14 +39,17 @@ Invariants (every write transaction keeps them):
     next_inode only grows.
   - Every dirent names an existing inode. Every directory except the root is named by
     exactly one dirent, and its InodeRecord.parent is the inode whose dirent names it
-    (parent is 0 and unused for every other kind). Every non-directory is named by
-    nlink >= 1 dirents (hard links); its last name going removes it.
+    (and .name that name, or empty in stores from before names were kept). A regular
+    file's parent/name is one of its dirents (its folder), or 0/empty; other kinds have
+    parent 0. Every non-directory is named by nlink >= 1 dirents (hard links); its last
+    name going removes it.
     Names: 1..255 bytes of UTF-8, no "/" or NUL, not "." or "..".
   - nlink: a directory has 2 + its number of subdirectories; a non-directory has the
     number of dirents naming it (nlink_mismatches() checks both).
-  - A regular file has versions 1..newest_version (keep-all) each with a VersionRecord and
-    a block-map; InodeRecord.size is the newest version's size (0 with no version).
-    Other kinds have no versions.
+  - A regular file has a VersionRecord and a block-map for each version it keeps: a
+    subset of 1..newest_version that holds newest_version (pruning removes older ones);
+    InodeRecord.size is the newest version's size (0 with no version). Other kinds have
+    no versions.
   - ChunkRecord.refcount equals the number of block-map entries naming the id, over every
     version of every file (an id twice in a block-map counts twice). Every id named by a
     block-map has a ChunkRecord. A record whose refcount drops to 0 stays until garbage
@@ -52,7 +57,8 @@ Invariants (every write transaction keeps them):
   - Every xattrs key names an existing inode (xattr_orphans() checks it); names start with
     "user." and not "user.mosafs."; an inode's names and values total at most 1 MiB, its
     names (each + 1) at most 64 KiB.
-  - Pool "default" exists.
+  - Pool "default" exists. A benefactor's pool exists. Every folders key names an existing
+    directory, and the pool it assigns exists.
 mosafs.manager.fsck checks every one of these (`mosafs fsck`) and repairs what it can.
 """
 
@@ -96,12 +102,15 @@ SCHEMA_VERSION = b"1"
 ROOT_INODE = 1
 DEFAULT_MAP_SIZE = 16 << 30
 MAX_DBS = 16
+DB_NAMES = (b"meta", b"inodes", b"dirents", b"versions", b"blockmaps", b"xattrs", b"chunks",
+            b"benefactors", b"pools", b"folders")
 MAX_NAME_BYTES = 255
 MAX_CHUNK_BYTES = pools.MAX_CHUNK_BYTES
 READDIR_DEFAULT = 1000
 READDIR_MAX = 10_000
 MAX_SYMLINK_BYTES = 4095  # PATH_MAX - 1: the longest target Linux accepts
 MAX_LINKS = (1 << 32) - 1  # InodeRecord.nlink is a uint32
+VERSIONS_DIR = ".versions"  # the mount's read-only view of older versions (docs/lifecycle.md)
 XATTR_PREFIX = "user."  # the only namespace stored (the client admits user.* only)
 XATTR_RESERVED_PREFIX = "user.mosafs."  # the client's read-only attributes: never stored
 XATTR_NAME_MAX = 255  # Linux's limits
@@ -165,6 +174,15 @@ def check_name(name: str) -> bytes:
     if len(raw) > MAX_NAME_BYTES:
         raise NameTooLong(f"name {name[:40]!r}... is {len(raw)} bytes long; "
                           f"the limit is {MAX_NAME_BYTES}")
+    return raw
+
+
+def check_new_name(name: str) -> bytes:
+    """A name for a new entry: a valid name that is not reserved for the mount's views."""
+    raw = check_name(name)
+    if name == VERSIONS_DIR:
+        raise NotPermitted(f"{VERSIONS_DIR!r} is reserved: every directory of a mount shows "
+                           f"the versions of its files there")
     return raw
 
 
@@ -286,6 +304,15 @@ def check_xattr_name(name: str, *, writing: bool) -> bytes:
     return raw
 
 
+def _version_stats(inode: int, version: int,
+                   v: metadata_pb2.VersionRecord) -> manager_pb2.VersionStats:
+    return manager_pb2.VersionStats(
+        inode=inode, version=version, size=v.size, chunks=v.chunks,
+        shared_chunks=v.shared_chunks, base_inode=v.base_inode, base_version=v.base_version,
+        new_bytes=v.new_bytes, commit_time_ns=v.commit_time_ns, mtime_ns=v.mtime_ns,
+        shared_bytes=v.shared_bytes)
+
+
 def _attr(inode: int, rec: metadata_pb2.InodeRecord) -> manager_pb2.Attr:
     return manager_pb2.Attr(
         inode=inode, kind=rec.kind, mode=rec.mode, nlink=rec.nlink, uid=rec.uid, gid=rec.gid,
@@ -315,6 +342,7 @@ class _Dbs:
     chunks: lmdb._Database
     benefactors: lmdb._Database
     pools: lmdb._Database
+    folders: lmdb._Database
 
 
 # --- one transaction ----------------------------------------------------------------------
@@ -437,6 +465,36 @@ class _Tx:
             raise NotFound(f"file {ino} has no block-map for version {version}")
         return unpack_blockmap(raw)
 
+    def versions_of(self, ino: int) -> list[tuple[int, metadata_pb2.VersionRecord]]:
+        """(version, record) of every version file INO keeps, oldest first."""
+        prefix = _U64.pack(ino)
+        out = []
+        cursor = self.txn.cursor(db=self.db.versions)
+        if cursor.set_range(prefix):
+            for key, raw in cursor:
+                if not key.startswith(prefix):
+                    break
+                out.append((int(_VKEY.unpack(key)[1]),
+                            metadata_pb2.VersionRecord.FromString(raw)))
+        return out
+
+    def drop_version(self, ino: int, version: int) -> None:
+        """Delete one version that is not the newest (pruning) and release its chunks."""
+        key = _VKEY.pack(ino, version)
+        raw = self.txn.get(key, db=self.db.blockmaps)
+        if raw is not None:
+            for cid, count in Counter(cid for cid, _ in unpack_blockmap(raw)).items():
+                self.release_chunk(cid, count)
+        self.txn.delete(key, db=self.db.blockmaps)
+        self.txn.delete(key, db=self.db.versions)
+
+    def origin(self, ino: int) -> tuple[int, bytes] | None:
+        """The folder and name of regular file INO, if that entry still names it."""
+        rec = self.inode(ino)
+        if not rec.parent or not rec.name or self.child(rec.parent, rec.name) != ino:
+            return None
+        return rec.parent, bytes(rec.name)
+
     def drop_file(self, ino: int) -> None:
         """Delete a file's inode, versions and block-maps; release its chunk references."""
         prefix = _U64.pack(ino)
@@ -465,11 +523,12 @@ class _Tx:
         self.forget_inode(ino)
 
     def forget_inode(self, ino: int) -> None:
-        """Delete inode INO's record and its extended attributes (the versions of a file
-        are drop_file's)."""
+        """Delete inode INO's record, its extended attributes and folder settings (the
+        versions of a file are drop_file's)."""
         prefix = _U64.pack(ino)
         for name, _ in list(self.xattrs(ino)):
             self.txn.delete(prefix + name, db=self.db.xattrs)
+        self.txn.delete(prefix, db=self.db.folders)
         self.delete_inode(ino)
 
     # extended attributes
@@ -495,6 +554,18 @@ class _Tx:
     def put_chunk(self, cid: bytes, rec: metadata_pb2.ChunkRecord) -> None:
         self.txn.put(cid, rec.SerializeToString(), db=self.db.chunks)
 
+    def drop_location(self, cid: bytes, rec: metadata_pb2.ChunkRecord, bid: str) -> None:
+        """Benefactor BID no longer holds chunk CID: out of its record; a record left with
+        no copy and no reference is deleted (a referenced one stays: lost until a copy
+        turns up)."""
+        holders = [b for b in rec.benefactor_ids if b != bid]
+        if not holders and rec.refcount == 0:
+            self.txn.delete(cid, db=self.db.chunks)
+            return
+        del rec.benefactor_ids[:]
+        rec.benefactor_ids.extend(holders)
+        self.put_chunk(cid, rec)
+
     def release_chunk(self, cid: bytes, count: int) -> None:
         rec = self.chunk(cid)
         if rec is None or rec.refcount < count:
@@ -512,12 +583,59 @@ class _Tx:
         return None if raw is None else metadata_pb2.BenefactorRecord.FromString(raw)
 
     def pool(self, name: str) -> metadata_pb2.PoolRecord | None:
-        raw = self.txn.get(name.encode(), db=self.db.pools)
+        key = name.encode("utf-8", "replace")
+        if not 0 < len(key) <= MAX_NAME_BYTES:  # no pool has such a name (LMDB keys < 512)
+            return None
+        raw = self.txn.get(key, db=self.db.pools)
         return None if raw is None else metadata_pb2.PoolRecord.FromString(raw)
 
     def put_pool(self, settings: common_pb2.PoolSettings) -> None:
         rec = metadata_pb2.PoolRecord(settings=settings)
         self.txn.put(settings.name.encode(), rec.SerializeToString(), db=self.db.pools)
+
+    def put_benefactor(self, bid: str, rec: metadata_pb2.BenefactorRecord) -> None:
+        self.txn.put(bid.encode(), rec.SerializeToString(), db=self.db.benefactors)
+
+    # folder settings
+    def folder(self, ino: int) -> manager_pb2.FolderSettings | None:
+        raw = self.txn.get(_U64.pack(ino), db=self.db.folders)
+        return None if raw is None else metadata_pb2.FolderRecord.FromString(raw).settings
+
+    def put_folder(self, ino: int, settings: manager_pb2.FolderSettings) -> None:
+        """Store SETTINGS of directory INO; settings that set nothing are deleted."""
+        key = _U64.pack(ino)
+        if settings.ByteSize() == 0:
+            self.txn.delete(key, db=self.db.folders)
+        else:
+            rec = metadata_pb2.FolderRecord(settings=settings)
+            self.txn.put(key, rec.SerializeToString(), db=self.db.folders)
+
+    def folders(self) -> Iterator[tuple[int, manager_pb2.FolderSettings]]:
+        for key, raw in self.txn.cursor(db=self.db.folders):
+            yield int(_U64.unpack(key)[0]), metadata_pb2.FolderRecord.FromString(raw).settings
+
+    def name_of(self, ino: int) -> bytes | None:
+        """A directory's name in its parent (a scan of the parent for old records)."""
+        rec = self.inode(ino)
+        if ino == ROOT_INODE:
+            return b""
+        if rec.name and self.child(rec.parent, rec.name) == ino:
+            return bytes(rec.name)
+        for name, child in self.entries(rec.parent, b""):
+            if child == ino:
+                return name
+        return None
+
+    def path_of(self, ino: int) -> str:
+        """/a/b of directory INO, for people ("?" where a name cannot be found)."""
+        names: list[str] = []
+        seen: set[int] = set()
+        while ino != ROOT_INODE and ino not in seen:
+            seen.add(ino)
+            name = self.name_of(ino)
+            names.append("?" if name is None else name.decode("utf-8", "replace"))
+            ino = self.inode(ino).parent
+        return "/" + "/".join(reversed(names))
 
 
 def _touch(rec: metadata_pb2.InodeRecord, now: int) -> None:
@@ -541,9 +659,7 @@ class MetadataStore:
         # Reader slots of processes that died (a manager killed with SIGKILL) are freed here.
         self._env.reader_check()
         env = self._env
-        self._db = _Dbs(*(env.open_db(name) for name in (
-            b"meta", b"inodes", b"dirents", b"versions", b"blockmaps", b"xattrs", b"chunks",
-            b"benefactors", b"pools")))
+        self._db = _Dbs(*(env.open_db(name) for name in DB_NAMES))
         self._initialise()
 
     def close(self) -> None:
@@ -655,7 +771,7 @@ class MetadataStore:
 
     def mkdir(self, parent: int, name: str, mode: int, uid: int = 0,
               gid: int = 0) -> manager_pb2.Attr:
-        raw = check_name(name)
+        raw = check_new_name(name)
         perm = _permissions(mode, DIRECTORY)
         _check_owner(uid, gid)
         now = time.time_ns()
@@ -666,7 +782,7 @@ class MetadataStore:
             ino = tx.allocate_inode()
             rec = metadata_pb2.InodeRecord(
                 kind=DIRECTORY, mode=perm, nlink=2, uid=uid, gid=gid, atime_ns=now,
-                mtime_ns=now, ctime_ns=now, parent=parent)
+                mtime_ns=now, ctime_ns=now, parent=parent, name=raw)
             tx.put_inode(ino, rec)
             tx.link(parent, raw, ino)
             pdir.nlink += 1
@@ -677,7 +793,7 @@ class MetadataStore:
     def create(self, parent: int, name: str, mode: int, uid: int = 0, gid: int = 0, *,
                exclusive: bool = False) -> manager_pb2.Attr:
         """A new empty regular file; an existing one is returned unless EXCLUSIVE (O_EXCL)."""
-        raw = check_name(name)
+        raw = check_new_name(name)
         perm = _permissions(mode, REGULAR)
         _check_owner(uid, gid)
         now = time.time_ns()
@@ -694,7 +810,7 @@ class MetadataStore:
             ino = tx.allocate_inode()
             rec = metadata_pb2.InodeRecord(
                 kind=REGULAR, mode=perm, nlink=1, uid=uid, gid=gid, atime_ns=now,
-                mtime_ns=now, ctime_ns=now)
+                mtime_ns=now, ctime_ns=now, parent=parent, name=raw)
             tx.put_inode(ino, rec)
             tx.link(parent, raw, ino)
             _touch(pdir, now)
@@ -705,16 +821,13 @@ class MetadataStore:
         raw = check_name(name)
         now = time.time_ns()
         with self._write() as tx:
-            pdir = tx.directory(parent)
+            tx.directory(parent)
             ino = tx.child(parent, raw)
             if ino is None:
                 raise NotFound(f"no {name!r} in directory {parent}")
             if tx.inode(ino).kind == DIRECTORY:
                 raise IsADirectory(f"{name!r} in directory {parent} is a directory: use rmdir")
-            tx.unlink_entry(parent, raw)
-            self._release_file(tx, ino, now)
-            _touch(pdir, now)
-            tx.put_inode(parent, pdir)
+            self.remove_name(tx, parent, raw, ino, now)
 
     def rmdir(self, parent: int, name: str) -> None:
         raw = check_name(name)
@@ -735,13 +848,25 @@ class MetadataStore:
             tx.put_inode(parent, pdir)
 
     @staticmethod
-    def _release_file(tx: _Tx, ino: int, now: int) -> None:
-        """A dirent naming non-directory INO is gone: drop a link, and with the last one
-        the inode, its versions, block-maps, chunk references and xattrs."""
+    def remove_name(tx: _Tx, parent: int, raw: bytes, ino: int, now: int) -> None:
+        """Delete entry RAW of directory PARENT, which names non-directory INO (unlink,
+        pruning): the entry, a link of INO (the last one: the file), the parent's times."""
+        pdir = tx.directory(parent)
+        tx.unlink_entry(parent, raw)
+        MetadataStore._release_file(tx, ino, now, parent, raw)
+        _touch(pdir, now)
+        tx.put_inode(parent, pdir)
+
+    @staticmethod
+    def _release_file(tx: _Tx, ino: int, now: int, parent: int, name: bytes) -> None:
+        """Dirent NAME in PARENT naming non-directory INO is gone: drop a link, and with
+        the last one the inode, its versions, block-maps, chunk references and xattrs."""
         rec = tx.inode(ino)
         if rec.nlink > 1:
             rec.nlink -= 1
             rec.ctime_ns = now
+            if rec.kind == REGULAR and (rec.parent, rec.name) == (parent, name):
+                rec.parent, rec.name = 0, b""  # its folder's name went; others remain
             tx.put_inode(ino, rec)
         else:
             tx.drop_file(ino)
@@ -749,7 +874,7 @@ class MetadataStore:
     def rename(self, old_parent: int, old_name: str, new_parent: int, new_name: str, *,
                no_replace: bool = False) -> None:
         old_raw = check_name(old_name)
-        new_raw = check_name(new_name)
+        new_raw = check_new_name(new_name)
         now = time.time_ns()
         with self._write() as tx:
             src_dir = tx.directory(old_parent)
@@ -770,13 +895,15 @@ class MetadataStore:
                 raise InvalidArgument(
                     f"cannot move directory {old_name!r} into itself or its subdirectory")
             if target is not None:
-                self._remove_target(tx, target, new_name, moving_dir, dst_dir, now)
+                self._remove_target(tx, target, new_parent, new_raw, moving_dir, dst_dir, now)
             tx.unlink_entry(old_parent, old_raw)
             tx.link(new_parent, new_raw, ino)
             if moving_dir and old_parent != new_parent:
                 src_dir.nlink -= 1
                 dst_dir.nlink += 1
-                rec.parent = new_parent
+            if moving_dir or (rec.kind == REGULAR and (rec.parent, rec.name) in (
+                    (old_parent, old_raw), (0, b""))):
+                rec.parent, rec.name = new_parent, new_raw  # the folder follows its name
             rec.ctime_ns = now
             tx.put_inode(ino, rec)
             _touch(src_dir, now)
@@ -785,9 +912,10 @@ class MetadataStore:
             tx.put_inode(new_parent, dst_dir)
 
     @staticmethod
-    def _remove_target(tx: _Tx, target: int, name: str, moving_dir: bool,
+    def _remove_target(tx: _Tx, target: int, parent: int, raw: bytes, moving_dir: bool,
                        dst_dir: metadata_pb2.InodeRecord, now: int) -> None:
         """Take the entry a rename replaces out of the way (its dirent is overwritten)."""
+        name = raw.decode("utf-8")
         trec = tx.inode(target)
         target_dir = trec.kind == DIRECTORY
         if target_dir and not moving_dir:
@@ -800,12 +928,12 @@ class MetadataStore:
             tx.forget_inode(target)
             dst_dir.nlink -= 1
         else:
-            MetadataStore._release_file(tx, target, now)
+            MetadataStore._release_file(tx, target, now, parent, raw)
 
     def symlink(self, parent: int, name: str, target: bytes, uid: int = 0,
                 gid: int = 0) -> manager_pb2.Attr:
         """A symbolic link: mode 0777, size = the target's length in bytes."""
-        raw = check_name(name)
+        raw = check_new_name(name)
         target = check_symlink_target(target)
         _check_owner(uid, gid)
         now = time.time_ns()
@@ -836,7 +964,7 @@ class MetadataStore:
                 kind, "device nodes are not supported (mosafs behaves as a nodev mount)")
             raise NotPermitted(f"mknod {name[:80]!r}: only FIFOs and sockets can be made "
                                f"with mknod; {what}")
-        raw = check_name(name)
+        raw = check_new_name(name)
         perm = _permissions(mode, kind)
         _check_owner(uid, gid)
         now = time.time_ns()
@@ -861,7 +989,7 @@ class MetadataStore:
     def link(self, inode: int, new_parent: int, new_name: str) -> manager_pb2.Attr:
         """A hard link: NEW_NAME in NEW_PARENT names INODE too (nlink + 1). Directories
         cannot be linked (NotPermitted, EPERM as link(2))."""
-        raw = check_name(new_name)
+        raw = check_new_name(new_name)
         now = time.time_ns()
         with self._write() as tx:
             rec = tx.inode(inode)
@@ -877,6 +1005,8 @@ class MetadataStore:
             tx.link(new_parent, raw, inode)
             rec.nlink += 1
             rec.ctime_ns = now
+            if rec.kind == REGULAR and not rec.parent:
+                rec.parent, rec.name = new_parent, raw  # a folder again
             tx.put_inode(inode, rec)
             _touch(pdir, now)
             tx.put_inode(new_parent, pdir)
@@ -1008,7 +1138,7 @@ class MetadataStore:
     def commit_version(
         self, inode: int, chunks: Iterable[ChunkEntry],
         placements: Iterable[tuple[bytes, Sequence[str]]] = (), *, base_inode: int = 0,
-        base_version: int = 0, mtime_ns: int = 0, new_bytes: int = 0,
+        base_version: int = 0, mtime_ns: int = 0, new_bytes: int = 0, pool: str = "",
     ) -> tuple[int, manager_pb2.Attr]:
         """Store a new version of INODE with block-map CHUNKS in one write transaction.
 
@@ -1016,6 +1146,7 @@ class MetadataStore:
         ids where the client stored it). Placements of ids the block-map does not name are
         validated and ignored: the index only tracks referenced chunks. BASE_* name the
         version the write deduped against (for shared_chunks). MTIME_NS 0: the commit time.
+        POOL: the pool the write stored new chunks in (their records keep it: their R).
         """
         entries = check_chunks(chunks)
         placed = _merge_placements(placements)
@@ -1033,30 +1164,38 @@ class MetadataStore:
                 if tx.benefactor(bid) is None:
                     raise InvalidArgument(f"placement names unknown benefactor {bid!r}")
             for cid, count in occurrences.items():
-                self._reference_chunk(tx, cid, lengths[cid], count, placed.get(cid))
-            shared = 0
+                self._reference_chunk(tx, cid, lengths[cid], count, placed.get(cid), pool)
+            shared = shared_bytes = 0
             if base_version:
                 base_ids = self._base_ids(tx, base_inode, base_version)
                 shared = sum(1 for cid, _ in entries if cid in base_ids)
-            version = rec.newest_version + 1
+                shared_bytes = sum(n for cid, n in entries if cid in base_ids)
             size = sum(lengths[cid] * count for cid, count in occurrences.items())
             vrec = metadata_pb2.VersionRecord(
                 size=size, chunks=len(entries), shared_chunks=shared, base_inode=base_inode,
                 base_version=base_version, new_bytes=new_bytes, commit_time_ns=now,
-                mtime_ns=mtime_ns or now)
-            key = _VKEY.pack(inode, version)
-            tx.txn.put(key, vrec.SerializeToString(), db=self._db.versions)
-            tx.txn.put(key, pack_blockmap(entries), db=self._db.blockmaps)
-            rec.newest_version = version
-            rec.size = size
-            rec.mtime_ns = vrec.mtime_ns
-            rec.ctime_ns = now
-            tx.put_inode(inode, rec)
-            return version, _attr(inode, rec)
+                mtime_ns=mtime_ns or now, shared_bytes=shared_bytes)
+            return self._add_version(tx, inode, rec, vrec, entries)
+
+    @staticmethod
+    def _add_version(tx: _Tx, inode: int, rec: metadata_pb2.InodeRecord,
+                     vrec: metadata_pb2.VersionRecord,
+                     entries: list[ChunkEntry]) -> tuple[int, manager_pb2.Attr]:
+        """Write VREC and ENTRIES as the newest version of INODE (chunks referenced)."""
+        version = rec.newest_version + 1
+        key = _VKEY.pack(inode, version)
+        tx.txn.put(key, vrec.SerializeToString(), db=tx.db.versions)
+        tx.txn.put(key, pack_blockmap(entries), db=tx.db.blockmaps)
+        rec.newest_version = version
+        rec.size = vrec.size
+        rec.mtime_ns = vrec.mtime_ns
+        rec.ctime_ns = vrec.commit_time_ns
+        tx.put_inode(inode, rec)
+        return version, _attr(inode, rec)
 
     @staticmethod
     def _reference_chunk(tx: _Tx, cid: bytes, length: int, count: int,
-                         locations: list[str] | None) -> None:
+                         locations: list[str] | None, pool: str = "") -> None:
         crec = tx.chunk(cid)
         if crec is None:
             if not locations:
@@ -1064,7 +1203,8 @@ class MetadataStore:
                     f"chunk {cid.hex()} is neither stored nor placed: store it on a "
                     f"benefactor and name it in the commit's placements")
             crec = metadata_pb2.ChunkRecord(length=length, refcount=count,
-                                            benefactor_ids=locations)
+                                            benefactor_ids=locations,
+                                            pool="" if pool == pools.DEFAULT_POOL else pool)
         else:
             if crec.length != length:
                 raise InvalidArgument(f"chunk {cid.hex()} has length {crec.length} in the "
@@ -1120,12 +1260,38 @@ class MetadataStore:
             version = version or rec.newest_version
             if version == 0:
                 raise NotFound(f"file {inode} has no committed version")
-            v = tx.version(inode, version)
-            return manager_pb2.VersionStats(
-                inode=inode, version=version, size=v.size, chunks=v.chunks,
-                shared_chunks=v.shared_chunks, base_inode=v.base_inode,
-                base_version=v.base_version, new_bytes=v.new_bytes,
-                commit_time_ns=v.commit_time_ns, mtime_ns=v.mtime_ns)
+            return _version_stats(inode, version, tx.version(inode, version))
+
+    def list_versions(self, inode: int) -> list[manager_pb2.VersionStats]:
+        """Every version regular file INODE keeps, oldest first."""
+        with self._read() as tx:
+            tx.regular_file(inode)
+            return [_version_stats(inode, v, rec) for v, rec in tx.versions_of(inode)]
+
+    def restore_version(self, inode: int, version: int) -> tuple[int, manager_pb2.Attr]:
+        """Make VERSION of INODE the newest again: a new version with its block-map (its
+        chunks referenced once more; nothing is copied), in one write transaction."""
+        _check_u64(version, "version")
+        now = time.time_ns()
+        with self._write() as tx:
+            rec = tx.regular_file(inode)
+            if version == 0:
+                raise InvalidArgument("name the version to restore (1 or more)")
+            old = tx.version(inode, version)  # NotFound names the version
+            entries = tx.blockmap(inode, version)
+            for cid, count in Counter(cid for cid, _ in entries).items():
+                crec = tx.chunk(cid)
+                if crec is None:
+                    raise FailedPrecondition(f"version {version} of file {inode} names chunk "
+                                             f"{cid.hex()}, which the index lacks: run "
+                                             f"mosafs fsck")
+                crec.refcount += count
+                tx.put_chunk(cid, crec)
+            vrec = metadata_pb2.VersionRecord(
+                size=old.size, chunks=old.chunks, shared_chunks=old.chunks,
+                base_inode=inode, base_version=version, new_bytes=0, commit_time_ns=now,
+                mtime_ns=old.mtime_ns, shared_bytes=old.size)
+            return self._add_version(tx, inode, rec, vrec, entries)
 
     def versions(self, inode: int) -> list[int]:
         """Committed version numbers of a file, oldest first."""
@@ -1216,16 +1382,9 @@ class MetadataStore:
         with self._write() as tx:
             for cid in check_ids(list(ids)):
                 rec = tx.chunk(cid)
-                if rec is None or bid not in rec.benefactor_ids:
-                    continue
-                removed += 1
-                holders = [b for b in rec.benefactor_ids if b != bid]
-                if not holders and rec.refcount == 0:
-                    tx.txn.delete(cid, db=self._db.chunks)
-                    continue
-                del rec.benefactor_ids[:]
-                rec.benefactor_ids.extend(holders)
-                tx.put_chunk(cid, rec)
+                if rec is not None and bid in rec.benefactor_ids:
+                    removed += 1
+                    tx.drop_location(cid, rec, bid)
         return removed
 
     def chunks_on(self, bid: str) -> list[bytes]:
@@ -1271,7 +1430,61 @@ class MetadataStore:
     def put_benefactor(self, bid: str, rec: metadata_pb2.BenefactorRecord) -> None:
         check_benefactor_id(bid)
         with self._write() as tx:
-            tx.txn.put(bid.encode(), rec.SerializeToString(), db=self._db.benefactors)
+            tx.put_benefactor(bid, rec)
+
+    def register_benefactor(self, bid: str, address: str, pool: str, capacity_bytes: int,
+                            free_bytes: int, chunks: int) -> metadata_pb2.BenefactorRecord:
+        """Record a (re-)registration. POOL "" keeps the pool it is in (a new benefactor:
+        the default pool); a pool named joins it. Draining survives re-registration."""
+        check_benefactor_id(bid)
+        with self._write() as tx:
+            old = tx.benefactor(bid)
+            pool = pool or (old.pool if old is not None else pools.DEFAULT_POOL)
+            if tx.pool(pool) is None:
+                raise InvalidArgument(f"benefactor {bid}: no pool {pool!r} (mosafs pool list)")
+            if old is not None and old.pool != pool:
+                log.info("benefactor %s moves from pool %s to %s", bid, old.pool, pool)
+            rec = metadata_pb2.BenefactorRecord(
+                address=address, pool=pool, capacity_bytes=capacity_bytes,
+                free_bytes=free_bytes, chunks=chunks, registered_ns=time.time_ns(),
+                draining=old is not None and old.draining)
+            tx.put_benefactor(bid, rec)
+            return rec
+
+    def update_benefactor(self, bid: str, *, pool: str | None = None,
+                          draining: bool | None = None) -> metadata_pb2.BenefactorRecord:
+        """Move registered benefactor BID to POOL and/or set its draining flag."""
+        check_benefactor_id(bid)
+        with self._write() as tx:
+            rec = tx.benefactor(bid)
+            if rec is None:
+                raise NotFound(f"no benefactor {bid!r} (mosafs benefactor list)")
+            if pool is not None:
+                if tx.pool(pool) is None:
+                    raise NotFound(f"no pool {pool!r} (mosafs pool list)")
+                rec.pool = pool
+            if draining is not None:
+                rec.draining = draining
+            tx.put_benefactor(bid, rec)
+            return rec
+
+    def remove_benefactor(self, bid: str) -> int:
+        """Forget benefactor BID: its registration and every location naming it, in one
+        transaction (a full index scan). Records left with no copy and no reference are
+        deleted; referenced ones stay (lost until a copy turns up). Returns how many
+        records named it."""
+        check_benefactor_id(bid)
+        named = 0
+        with self._write() as tx:
+            if tx.benefactor(bid) is None:
+                raise NotFound(f"no benefactor {bid!r} (mosafs benefactor list)")
+            for cid, raw in list(tx.txn.cursor(db=self._db.chunks)):
+                rec = metadata_pb2.ChunkRecord.FromString(raw)
+                if bid in rec.benefactor_ids:
+                    named += 1
+                    tx.drop_location(bytes(cid), rec, bid)
+            tx.txn.delete(bid.encode(), db=self._db.benefactors)
+        return named
 
     def benefactor(self, bid: str) -> metadata_pb2.BenefactorRecord | None:
         with self._read() as tx:
@@ -1299,19 +1512,60 @@ class MetadataStore:
                 raise NotFound(f"no pool {name!r}")
             return rec.settings
 
+    def pools(self) -> list[common_pb2.PoolSettings]:
+        with self._read() as tx:
+            return [metadata_pb2.PoolRecord.FromString(raw).settings
+                    for _, raw in tx.txn.cursor(db=self._db.pools)]
+
     def update_pool(
         self, name: str, *, replication: int | None = None, stripe_width: int | None = None,
         chunker: str | None = None, write_semantics: str | None = None,
-        hash_backend: str | None = None,
+        hash_backend: str | None = None, create: bool = False,
     ) -> common_pb2.PoolSettings:
-        """Apply the settings that are not None to pool NAME; returns the result."""
+        """Apply the settings that are not None to pool NAME; returns the result. CREATE:
+        a new pool (AlreadyExists if there is one), the rest of its settings the defaults."""
+        if create:
+            pools.check_name(name)
         with self._write() as tx:
             rec = tx.pool(name)
-            if rec is None:
-                raise NotFound(f"no pool {name!r}")
+            if create and rec is not None:
+                raise AlreadyExists(f"pool {name!r} exists (mosafs pool set changes it)")
+            if not create and rec is None:
+                raise NotFound(f"no pool {name!r} (mosafs pool list)")
+            current = pools.default_settings(name) if rec is None else rec.settings
             settings = pools.with_overrides(
-                rec.settings, replication=replication, stripe_width=stripe_width,
+                current, replication=replication, stripe_width=stripe_width,
                 chunker=chunker, write_semantics=write_semantics, hash_backend=hash_backend)
-            if settings != rec.settings:
+            if rec is None or settings != rec.settings:
                 tx.put_pool(settings)
             return settings
+
+    def pool_users(self, name: str) -> tuple[list[str], list[int]]:
+        """(benefactor ids in pool NAME, folders assigned to it)."""
+        with self._read() as tx:
+            if tx.pool(name) is None:
+                raise NotFound(f"no pool {name!r} (mosafs pool list)")
+            bids = [key.decode() for key, raw in tx.txn.cursor(db=self._db.benefactors)
+                    if metadata_pb2.BenefactorRecord.FromString(raw).pool == name]
+            folders = [ino for ino, f in tx.folders() if f.HasField("pool") and f.pool == name]
+            return bids, folders
+
+    def delete_pool(self, name: str) -> None:
+        """Delete an unused pool. Chunks stored through it keep their copies; their R
+        becomes the default pool's."""
+        if name == pools.DEFAULT_POOL:
+            raise NotPermitted(f"pool {name!r} cannot be deleted: new files fall back to it")
+        with self._write() as tx:
+            if tx.pool(name) is None:
+                raise NotFound(f"no pool {name!r} (mosafs pool list)")
+            bids = [key.decode() for key, raw in tx.txn.cursor(db=self._db.benefactors)
+                    if metadata_pb2.BenefactorRecord.FromString(raw).pool == name]
+            if bids:
+                raise FailedPrecondition(f"pool {name!r} still has benefactors "
+                                         f"{', '.join(sorted(bids))}: move or remove them first")
+            folders = [tx.path_of(ino) for ino, f in tx.folders()
+                       if f.HasField("pool") and f.pool == name]
+            if folders:
+                raise FailedPrecondition(f"pool {name!r} is assigned to {', '.join(folders)}: "
+                                         f"assign those folders another pool first")
+            tx.txn.delete(name.encode(), db=self._db.pools)

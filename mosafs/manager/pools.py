@@ -1,21 +1,33 @@
 """Pools: named settings for new writes (replication R, stripe width W, chunker, write
-semantics, hash backend). For now there is one pool, "default", created at the first start;
-the choice of a file's pool is made in one place (core.Manager.pool_for) so that folder
-assignments can plug in later."""
+semantics, preferred hash backend) and the benefactors that take their chunks. Pool
+"default" is created at the first start and cannot be deleted; others are made with
+`mosafs pool create`. A folder is assigned a pool (children inherit, docs/lifecycle.md);
+the choice of a file's pool is made in one place (core.Manager.open_write)."""
 
 from __future__ import annotations
 
+import re
+
 from mosafs._proto import common_pb2
+from mosafs.chunking.registry import BACKEND_CHOICES
 from mosafs.chunking.spec import DEFAULT_SPEC, MAX_CHUNK, parse_spec
 from mosafs.errors import ConfigError
 
 DEFAULT_POOL = "default"
 DEFAULT_CHUNKER = DEFAULT_SPEC
 WRITE_SEMANTICS = ("optimistic", "pessimistic")
-HASH_BACKENDS = ("auto", "cpu", "gpu")
+HASH_BACKENDS = BACKEND_CHOICES
 MAX_CHUNK_BYTES = MAX_CHUNK  # the largest chunk a spec (and a commit) may name
 MAX_REPLICATION = 16
 MAX_STRIPE_WIDTH = 1024
+_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
+
+
+def check_name(name: str) -> str:
+    if not _NAME.fullmatch(name):
+        raise ConfigError(f"bad pool name {name[:80]!r}: use 1..64 characters of A-Z a-z 0-9 "
+                          f". _ - (starting with a letter or digit)")
+    return name
 
 
 def default_settings(name: str = DEFAULT_POOL) -> common_pb2.PoolSettings:

@@ -5,8 +5,12 @@ benefactor lease old. After a manager restart every persisted benefactor is dead
 sends a heartbeat or registers again.
 
 Placement: W targets chosen round-robin over live benefactors of the pool that have free
-space, starting one further along on every call so successive writes start on different
-benefactors.
+space and are not draining, starting one further along on every call so successive writes
+start on different benefactors.
+
+Pool membership and draining are persisted (BenefactorRecord) and mirrored here: a
+benefactor registering without naming a pool stays in the pool it is in (an administrator
+may have moved it); one that names a pool joins it.
 """
 
 from __future__ import annotations
@@ -17,9 +21,8 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from mosafs._proto import benefactor_pb2, common_pb2, manager_pb2, metadata_pb2
-from mosafs.errors import InvalidArgument, NoSpace, NotFound
+from mosafs.errors import FailedPrecondition, InvalidArgument, NoSpace, NotFound
 from mosafs.manager.metadata import MetadataStore, check_benefactor_id
-from mosafs.manager.pools import DEFAULT_POOL
 
 Clock = Callable[[], float]
 
@@ -38,6 +41,7 @@ def check_address(address: str) -> str:
 class _Soft:
     info: benefactor_pb2.BenefactorInfo
     last_seen: float  # clock() of the last heartbeat or registration
+    draining: bool = False
 
 
 class Registry:
@@ -53,15 +57,9 @@ class Registry:
     def register(self, info: benefactor_pb2.BenefactorInfo) -> None:
         bid = check_benefactor_id(info.id)
         check_address(info.address)
-        pool = info.pool or DEFAULT_POOL
-        try:
-            self._store.pool(pool)
-        except NotFound:
-            raise InvalidArgument(f"benefactor {bid}: no pool {pool!r}") from None
-        self._store.put_benefactor(bid, metadata_pb2.BenefactorRecord(
-            address=info.address, pool=pool, capacity_bytes=info.capacity_bytes,
-            free_bytes=info.free_bytes, chunks=info.chunks, registered_ns=time.time_ns()))
-        self._remember(info, pool)
+        rec = self._store.register_benefactor(
+            bid, info.address, info.pool, info.capacity_bytes, info.free_bytes, info.chunks)
+        self._remember(info, rec)
 
     def heartbeat(self, info: benefactor_pb2.BenefactorInfo) -> None:
         """NotFound tells the benefactor to register (again)."""
@@ -74,13 +72,43 @@ class Registry:
                            f"{info.address}: register again")
         info = _copy(info)
         info.address = rec.address
-        self._remember(info, rec.pool)
+        self._remember(info, rec)
 
-    def _remember(self, info: benefactor_pb2.BenefactorInfo, pool: str) -> None:
+    def _remember(self, info: benefactor_pb2.BenefactorInfo,
+                  rec: metadata_pb2.BenefactorRecord) -> None:
         info = _copy(info)
-        info.pool = pool
+        info.pool = rec.pool
         with self._lock:
-            self._soft[info.id] = _Soft(info, self._clock())
+            self._soft[info.id] = _Soft(info, self._clock(), rec.draining)
+
+    # --- administration -------------------------------------------------------------------
+
+    def update(self, bid: str, *, pool: str | None = None,
+               draining: bool | None = None) -> metadata_pb2.BenefactorRecord:
+        """Move BID to POOL and/or start or stop draining it (persisted, then mirrored)."""
+        rec = self._store.update_benefactor(bid, pool=pool, draining=draining)
+        with self._lock:
+            soft = self._soft.get(bid)
+            if soft is not None:
+                soft.info.pool = rec.pool
+                soft.draining = rec.draining
+        return rec
+
+    def remove(self, bid: str) -> int:
+        """Forget a stopped benefactor (registration and locations); a live one is refused:
+        it would register again at its next heartbeat. Returns how many chunk records
+        named it."""
+        if self.is_alive(bid):
+            raise FailedPrecondition(f"benefactor {bid} is alive: stop its process first "
+                                     f"(`mosafs benefactor drain` moves its chunks off before)")
+        named = self._store.remove_benefactor(bid)
+        with self._lock:
+            self._soft.pop(bid, None)
+        return named
+
+    def draining(self) -> set[str]:
+        """Ids of the draining benefactors (registered records; alive or not)."""
+        return {bid for bid, rec in self._store.benefactors().items() if rec.draining}
 
     def is_alive(self, bid: str) -> bool:
         with self._lock:
@@ -90,19 +118,24 @@ class Registry:
     def _fresh(self, soft: _Soft) -> bool:
         return self._clock() - soft.last_seen <= self.lease_s
 
-    def live(self, pool: str | None = None) -> list[benefactor_pb2.BenefactorInfo]:
-        """Live benefactors (of POOL, if given), by id."""
+    def live(self, pool: str | None = None, *,
+             accepting: bool = False) -> list[benefactor_pb2.BenefactorInfo]:
+        """Live benefactors (of POOL, if given; only those not draining if ACCEPTING), by
+        id."""
         with self._lock:
             return [s.info for bid, s in sorted(self._soft.items())
-                    if self._fresh(s) and (pool is None or s.info.pool == pool)]
+                    if self._fresh(s) and (pool is None or s.info.pool == pool)
+                    and not (accepting and s.draining)]
 
     def pick_targets(self, pool: str, width: int) -> list[common_pb2.BenefactorAddress]:
-        """WIDTH (capped at what is available) live benefactors of POOL with free space."""
+        """WIDTH (capped at what is available) live benefactors of POOL with free space
+        that are not draining."""
         with self._lock:
             usable = [s.info for _, s in sorted(self._soft.items())
-                      if self._fresh(s) and s.info.pool == pool and s.info.free_bytes > 0]
+                      if self._fresh(s) and s.info.pool == pool and s.info.free_bytes > 0
+                      and not s.draining]
             if not usable:
-                raise NoSpace("no live benefactor with free space")
+                raise NoSpace(f"no live benefactor with free space in pool {pool!r}")
             start = self._cursor % len(usable)
             self._cursor += 1
         count = min(width, len(usable))
@@ -133,11 +166,13 @@ class Registry:
                         id=bid, address=rec.address, capacity_bytes=rec.capacity_bytes,
                         free_bytes=rec.free_bytes, chunks=rec.chunks, pool=rec.pool)
                     out.append(manager_pb2.BenefactorStatus(
-                        info=info, alive=False, last_heartbeat_age_ms=-1))
+                        info=info, alive=False, last_heartbeat_age_ms=-1,
+                        draining=rec.draining))
                 else:
                     out.append(manager_pb2.BenefactorStatus(
                         info=soft.info, alive=self._fresh(soft),
-                        last_heartbeat_age_ms=int((now - soft.last_seen) * 1000)))
+                        last_heartbeat_age_ms=int((now - soft.last_seen) * 1000),
+                        draining=rec.draining))
         return out
 
 

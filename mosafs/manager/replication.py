@@ -1,14 +1,21 @@
 """Background replication (DESIGN §8): keep every referenced chunk at its pool's R live
 copies.
 
+A chunk belongs to the pool of the write that stored it first (ChunkRecord.pool; a pool
+deleted since counts as "default"). Its copies that count towards R are those on live
+benefactors of that pool that are not draining (`Redundancy`); copies elsewhere (a
+benefactor moved to another pool, or draining) still serve reads and replication sources.
+
 One pass (`Replicator.run_once`) scans the chunk index page by page. For each referenced
-chunk (refcount > 0) it counts the copies on live benefactors; a chunk with fewer than R
-is under-replicated, and one with none is lost for now (a dead holder may come back).
-For every under-replicated chunk with a live copy it plans copies from one live holder to
-live benefactors of the pool that hold no copy (most free space first, spread over the
-targets), groups them by (source, target) and asks the source to push each group
+chunk (refcount > 0) it counts the copies; a chunk with fewer than R is under-replicated,
+and one with no live copy at all is lost for now (a dead holder may come back). For every
+under-replicated chunk with a live copy it plans copies from one live holder to live,
+non-draining benefactors of its pool that hold no copy (most free space first, spread over
+the targets), groups them by (source, target) and asks the source to push each group
 (`copy`, a callable the process supplies: benefactors copy chunks directly to each other).
-Copies that succeed are recorded in the index in one transaction per group.
+Copies that succeed are recorded in the index in one transaction per group. Raising a
+pool's R makes its chunks under-replicated, so the next passes copy them; lowering it
+leaves the extra copies where they are.
 
 Priority of new writes: a pass copies at most `max_pass_bytes`, groups go one at a time,
 and benefactors run replication pushes with a small concurrency of their own, so client
@@ -20,8 +27,7 @@ benefactor lease has passed since the manager started: until then benefactors th
 alive have not all sent a heartbeat, and copies made then would be redundant.
 
 Scale: a pass reads the whole index (one protobuf decode per chunk, a few microseconds
-each); with the default 1 s interval that is fine up to about a million chunks. The
-replication factor of a chunk is that of the pool of its first holder (one pool for now).
+each); with the default 1 s interval that is fine up to about a million chunks.
 """
 
 from __future__ import annotations
@@ -33,7 +39,8 @@ from collections import defaultdict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from mosafs.errors import MosafsError, NotFound
+from mosafs._proto import benefactor_pb2, metadata_pb2
+from mosafs.errors import MosafsError
 from mosafs.manager.metadata import MetadataStore
 from mosafs.manager.pools import DEFAULT_POOL
 from mosafs.manager.registry import Clock, Registry
@@ -61,6 +68,39 @@ class _Plan:
     groups: dict[tuple[str, str], list[tuple[bytes, int]]] = field(
         default_factory=lambda: defaultdict(list))
     planned_bytes: int = 0
+
+
+class Redundancy:
+    """One snapshot of pools and benefactors: how many copies of a chunk count, and where
+    new copies may go."""
+
+    def __init__(self, store: MetadataStore, registry: Registry) -> None:
+        self.replication = {p.name: p.replication or 1 for p in store.pools()}
+        draining = registry.draining()
+        live = registry.live()
+        self.alive = {b.id for b in live}
+        self.accepting: dict[str, dict[str, benefactor_pb2.BenefactorInfo]] = defaultdict(dict)
+        for b in live:
+            if b.id not in draining:
+                self.accepting[b.pool][b.id] = b
+
+    def pool(self, rec: metadata_pb2.ChunkRecord) -> str:
+        return rec.pool if rec.pool in self.replication else DEFAULT_POOL
+
+    def want(self, rec: metadata_pb2.ChunkRecord) -> int:
+        return self.replication.get(self.pool(rec), 1)
+
+    def counted(self, rec: metadata_pb2.ChunkRecord) -> list[str]:
+        """The copies that count towards R: live, not draining, in the chunk's pool."""
+        accepting = self.accepting.get(self.pool(rec), {})
+        return [b for b in rec.benefactor_ids if b in accepting]
+
+    def missing(self, rec: metadata_pb2.ChunkRecord) -> int:
+        return max(0, self.want(rec) - len(self.counted(rec)))
+
+    def sources(self, rec: metadata_pb2.ChunkRecord) -> list[str]:
+        """Live holders of any copy (draining ones and other pools' included)."""
+        return [b for b in rec.benefactor_ids if b in self.alive]
 
 
 class Replicator:
@@ -118,23 +158,14 @@ class Replicator:
                 self._rate = rate if self._rate == 0 else 0.5 * self._rate + 0.5 * rate
         return copied
 
-    def replication(self) -> int:
-        """R of the default pool (every chunk's pool for now)."""
-        return self._replication()
-
-    def _replication(self) -> int:
-        try:
-            return self._store.pool(DEFAULT_POOL).replication or 1
-        except NotFound:
-            return 1
+    def redundancy(self) -> Redundancy:
+        return Redundancy(self._store, self._registry)
 
     def _plan(self) -> _Plan:
         plan = _Plan()
-        want = self._replication()
-        live = {b.id: b for b in self._registry.live(DEFAULT_POOL)}
-        alive = set(live)
+        view = self.redundancy()
         # Targets with the most free space first; `placed` spreads one pass's copies.
-        placed: dict[str, int] = dict.fromkeys(live, 0)
+        placed: dict[str, int] = defaultdict(int)
         after = b""
         while True:
             page = self._store.chunk_page(after, self._page)
@@ -145,21 +176,21 @@ class Replicator:
                 if rec.refcount == 0:
                     continue  # garbage, not data: nothing to protect
                 plan.figures.chunks += 1
-                holders = list(rec.benefactor_ids)
-                copies = [b for b in holders if b in alive]
-                missing = want - len(copies)
+                missing = view.missing(rec)
                 if missing <= 0:
                     continue
                 plan.figures.under_replicated_chunks += 1
                 plan.figures.replication_backlog_bytes += missing * rec.length
-                if not copies:
+                sources = view.sources(rec)
+                if not sources:
                     plan.figures.lost_chunks += 1
                     continue
                 if plan.planned_bytes >= self._max_pass_bytes:
                     continue  # counted; copied by a later pass
-                candidates = sorted((b for b in alive if b not in holders),
-                                    key=lambda b: (placed[b], -live[b].free_bytes, b))
-                source = copies[hash(cid) % len(copies)]  # spread reads over the holders
+                pool = view.accepting.get(view.pool(rec), {})
+                candidates = sorted((b for b in pool if b not in rec.benefactor_ids),
+                                    key=lambda b: (placed[b], -pool[b].free_bytes, b))
+                source = sources[hash(cid) % len(sources)]  # spread reads over the holders
                 for target in candidates[:missing]:
                     plan.groups[(source, target)].append((cid, rec.length))
                     placed[target] += rec.length

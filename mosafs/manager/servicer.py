@@ -12,6 +12,7 @@ import grpc
 from mosafs._proto import manager_pb2 as pb
 from mosafs._proto import manager_pb2_grpc
 from mosafs.manager.core import Manager
+from mosafs.manager.folders import policy_of
 from mosafs.rpc.errors import servicer
 from mosafs.rpc.handlers import add_decoding_in_handlers
 
@@ -187,6 +188,81 @@ class ManagerServicer(manager_pb2_grpc.ManagerServicer):
         out.findings.extend(pb.FsckFinding(kind=f.kind, detail=f.detail,
                                            repairable=f.repairable) for f in result.findings)
         return out
+
+    # --- versions and folders -------------------------------------------------------------
+
+    def ListVersions(self, request: pb.ListVersionsRequest,
+                     context: Ctx) -> pb.ListVersionsResponse:
+        return pb.ListVersionsResponse(versions=self._store.list_versions(request.inode))
+
+    def RestoreVersion(self, request: pb.RestoreVersionRequest,
+                       context: Ctx) -> pb.CommitVersionResponse:
+        version, attr = self._m.restore_version(request.inode, request.version)
+        return pb.CommitVersionResponse(version=version, attr=attr)
+
+    def SetFolderSettings(self, request: pb.SetFolderSettingsRequest,
+                          context: Ctx) -> pb.FolderSettingsReply:
+        return self._m.set_folder(
+            request.inode, pool=_optional(request, "pool"),
+            series_pattern=_optional(request, "series_pattern"),
+            policy=policy_of(request.policy) if request.HasField("policy") else None,
+            clear_policy=request.clear_policy)
+
+    def GetFolderSettings(self, request: pb.GetFolderSettingsRequest,
+                          context: Ctx) -> pb.FolderSettingsReply:
+        return self._m.folders.get(request.inode)
+
+    def ListFolderSettings(self, request: pb.ListFolderSettingsRequest,
+                           context: Ctx) -> pb.ListFolderSettingsResponse:
+        return pb.ListFolderSettingsResponse(folders=self._m.folders.all())
+
+    def Prune(self, request: pb.PruneRequest, context: Ctx) -> pb.PruneReport:
+        policy = policy_of(request.policy) if request.HasField("policy") else None
+        result = self._m.prune(request.inode, dry_run=request.dry_run, policy=policy)
+        return result.report(request.dry_run)
+
+    # --- pools and benefactors ------------------------------------------------------------
+
+    def _pool_update(self, request: pb.PoolRequest, *, create: bool) -> pb.PoolInfo:
+        settings = self._store.update_pool(
+            request.name, create=create, replication=_optional(request, "replication"),
+            stripe_width=_optional(request, "stripe_width"),
+            chunker=_optional(request, "chunker"),
+            write_semantics=_optional(request, "write_semantics"),
+            hash_backend=_optional(request, "hash_backend"))
+        return self._m.pool_info(settings)
+
+    def CreatePool(self, request: pb.PoolRequest, context: Ctx) -> pb.PoolInfo:
+        return self._pool_update(request, create=True)
+
+    def UpdatePool(self, request: pb.PoolRequest, context: Ctx) -> pb.PoolInfo:
+        return self._pool_update(request, create=False)
+
+    def GetPool(self, request: pb.GetPoolRequest, context: Ctx) -> pb.PoolInfo:
+        return self._m.pool_info(self._store.pool(request.name))
+
+    def ListPools(self, request: pb.ListPoolsRequest, context: Ctx) -> pb.ListPoolsResponse:
+        return pb.ListPoolsResponse(pools=[self._m.pool_info(p) for p in self._store.pools()])
+
+    def DeletePool(self, request: pb.DeletePoolRequest, context: Ctx) -> pb.Empty:
+        self._store.delete_pool(request.name)
+        return pb.Empty()
+
+    def MoveBenefactor(self, request: pb.MoveBenefactorRequest,
+                       context: Ctx) -> pb.BenefactorStatus:
+        self._m.registry.update(request.id, pool=request.pool)
+        return next(s for s in self._m.registry.statuses() if s.info.id == request.id)
+
+    def DrainBenefactor(self, request: pb.DrainBenefactorRequest,
+                        context: Ctx) -> pb.DrainStatus:
+        return self._m.drain(request.id, cancel=request.cancel)
+
+    def GetDrainStatus(self, request: pb.DrainStatusRequest, context: Ctx) -> pb.DrainStatus:
+        return self._m.drain_status(request.id)
+
+    def RemoveBenefactor(self, request: pb.RemoveBenefactorRequest, context: Ctx) -> pb.Empty:
+        self._m.remove_benefactor(request.id, force=request.force)
+        return pb.Empty()
 
 
 def add_to_server(manager: Manager) -> Callable[[grpc.Server], None]:

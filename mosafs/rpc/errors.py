@@ -34,6 +34,7 @@ _CODES: dict[type[errors.MosafsError], grpc.StatusCode] = {
     errors.NameTooLong: grpc.StatusCode.INVALID_ARGUMENT,
     errors.NotPermitted: grpc.StatusCode.PERMISSION_DENIED,
     errors.NotSupported: grpc.StatusCode.UNIMPLEMENTED,
+    errors.ReadOnly: grpc.StatusCode.PERMISSION_DENIED,
     errors.NoAttribute: grpc.StatusCode.NOT_FOUND,
     errors.ValueTooLarge: grpc.StatusCode.INVALID_ARGUMENT,
     errors.NoSpace: grpc.StatusCode.RESOURCE_EXHAUSTED,

@@ -229,7 +229,7 @@ def test_services_benefactor_get_info_figures(benefactor: Proc, stub: Stub) -> N
     identity = json.loads((data_dir / "benefactor.json").read_text())
     assert info.id == identity["id"] == benefactor.ready["id"]
     assert info.address == benefactor.address
-    assert info.pool == "default"
+    assert info.pool == ""  # no --pool: it stays in the pool it is registered in
     assert (info.chunks, info.stored_bytes) == (3, sum(sizes))
     assert 0 < info.free_bytes <= info.capacity_bytes
     assert benefactor.ready["pid"] == benefactor.popen.pid

@@ -572,3 +572,55 @@ def test_integrity_rpcs_over_grpc(mgr: Mgr) -> None:
     assert events[-1].done and [r.id for r in events[-1].results] == ["b1"]
     assert events[-1].results[0].error and events[-1].results[0].checked_chunks == 0
     assert mgr.serving()
+
+
+def test_lifecycle_rpcs_refuse_bad_input_and_the_server_keeps_serving(mgr: Mgr) -> None:
+    """Versions, folder settings, pruning, pools and benefactor administration: every bad
+    request gets a status code a person can act on; nothing changes; the server serves."""
+    d = mgr("Mkdir", pb.MkdirRequest(parent=ROOT, name="d", mode=0o755)).inode
+    f = mgr("Create", pb.CreateRequest(parent=d, name="f", mode=0o644)).inode
+    bad = [
+        ("ListVersions", pb.ListVersionsRequest(inode=d), Code.FAILED_PRECONDITION),
+        ("ListVersions", pb.ListVersionsRequest(inode=999), Code.NOT_FOUND),
+        ("RestoreVersion", pb.RestoreVersionRequest(inode=f, version=1), Code.NOT_FOUND),
+        ("RestoreVersion", pb.RestoreVersionRequest(inode=f), Code.INVALID_ARGUMENT),
+        ("SetFolderSettings", pb.SetFolderSettingsRequest(
+            inode=f, policy=pb.PrunePolicy(keep_last=1)), Code.FAILED_PRECONDITION),
+        ("SetFolderSettings", pb.SetFolderSettingsRequest(inode=d, pool="nope"),
+         Code.NOT_FOUND),
+        ("SetFolderSettings", pb.SetFolderSettingsRequest(inode=d, series_pattern="{a"),
+         Code.INVALID_ARGUMENT),
+        ("SetFolderSettings", pb.SetFolderSettingsRequest(
+            inode=d, policy=pb.PrunePolicy(keep_every=2)), Code.INVALID_ARGUMENT),
+        ("SetFolderSettings", pb.SetFolderSettingsRequest(
+            inode=d, policy=pb.PrunePolicy(purge_after_ms=1 << 62)), Code.INVALID_ARGUMENT),
+        ("GetFolderSettings", pb.GetFolderSettingsRequest(inode=0), Code.NOT_FOUND),
+        ("Prune", pb.PruneRequest(inode=f), Code.FAILED_PRECONDITION),
+        ("Prune", pb.PruneRequest(inode=d, policy=pb.PrunePolicy(keep_last=1)),
+         Code.INVALID_ARGUMENT),
+        ("CreatePool", pb.PoolRequest(name="../x"), Code.INVALID_ARGUMENT),
+        ("CreatePool", pb.PoolRequest(name="default"), Code.ALREADY_EXISTS),
+        ("CreatePool", pb.PoolRequest(name="p", chunker="cdc:1:2"), Code.INVALID_ARGUMENT),
+        ("CreatePool", pb.PoolRequest(name="p", stripe_width=0), Code.INVALID_ARGUMENT),
+        ("UpdatePool", pb.PoolRequest(name="nope", replication=2), Code.NOT_FOUND),
+        ("UpdatePool", pb.PoolRequest(name="default", write_semantics="maybe"),
+         Code.INVALID_ARGUMENT),
+        ("GetPool", pb.GetPoolRequest(name=""), Code.NOT_FOUND),
+        ("SetFolderSettings", pb.SetFolderSettingsRequest(inode=d, pool="p" * 600),
+         Code.NOT_FOUND),
+        ("DeletePool", pb.DeletePoolRequest(name="default"), Code.PERMISSION_DENIED),
+        ("MoveBenefactor", pb.MoveBenefactorRequest(id="nope", pool="default"),
+         Code.NOT_FOUND),
+        ("MoveBenefactor", pb.MoveBenefactorRequest(id="bad id!", pool="default"),
+         Code.INVALID_ARGUMENT),
+        ("DrainBenefactor", pb.DrainBenefactorRequest(id="nope"), Code.NOT_FOUND),
+        ("GetDrainStatus", pb.DrainStatusRequest(id=""), Code.INVALID_ARGUMENT),
+        ("RemoveBenefactor", pb.RemoveBenefactorRequest(id="nope"), Code.NOT_FOUND),
+    ]
+    for method, request, code in bad:
+        assert mgr.code_of(method, request) == code, (method, request)
+        assert mgr.serving()
+    assert [p.settings.name for p in mgr("ListPools", pb.ListPoolsRequest()).pools] == \
+        ["default"]
+    assert list(mgr("ListFolderSettings", pb.ListFolderSettingsRequest()).folders) == []
+    assert mgr("Prune", pb.PruneRequest(dry_run=True)).pruned == []

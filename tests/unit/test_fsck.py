@@ -5,26 +5,17 @@ check that changes nothing, fixed by a repair, and gone on the next check."""
 from __future__ import annotations
 
 import struct
-from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
 from mosafs._proto import metadata_pb2
 from mosafs.manager.core import Manager, ManagerConfig
 from mosafs.manager.fsck import fsck
-from mosafs.manager.metadata import ROOT_INODE, MetadataStore
-from tests.unit.test_metadata import Clock, cid, commit, new_file, register
+from mosafs.manager.metadata import DB_NAMES, ROOT_INODE, MetadataStore
+from tests.unit.managers import Clock, cid, commit, new_file, register
 
-MiB = 1 << 20
 U64 = struct.Struct(">Q")
 VKEY = struct.Struct(">QQ")
-
-
-@pytest.fixture
-def store(tmp_path: Path) -> Iterator[MetadataStore]:
-    with MetadataStore(tmp_path / "metadata.lmdb", map_size=256 * MiB) as s:
-        yield s
 
 
 @pytest.fixture
@@ -56,8 +47,7 @@ def raw(store: MetadataStore) -> dict[str, dict[bytes, bytes]]:
     """Every key and value of every sub-database (to show a check changes nothing)."""
     with store.transaction() as tx:
         return {name: {bytes(k): bytes(v) for k, v in tx.txn.cursor(db=getattr(tx.db, name))}
-                for name in ("meta", "inodes", "dirents", "versions", "blockmaps", "xattrs",
-                             "chunks", "benefactors", "pools")}
+                for name in (db.decode() for db in DB_NAMES)}
 
 
 def test_unit_fsck_healthy_store_has_no_findings(mgr: Manager) -> None:

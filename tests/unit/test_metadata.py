@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import stat
 import struct
-from collections.abc import Iterator
 from functools import partial
 from pathlib import Path
 
@@ -31,10 +30,10 @@ from mosafs.errors import (
     NotSupported,
     ValueTooLarge,
 )
-from mosafs.ids import chunk_id
 from mosafs.manager import metadata, pools
 from mosafs.manager.core import MAX_FIND_CHUNKS, Manager, ManagerConfig
 from mosafs.manager.metadata import ROOT_INODE, MetadataStore
+from tests.unit.managers import Clock, cid, commit, consistent, new_file, refcount, register
 
 DIR = manager_pb2.FILE_KIND_DIRECTORY
 REG = manager_pb2.FILE_KIND_REGULAR
@@ -42,67 +41,6 @@ LNK = manager_pb2.FILE_KIND_SYMLINK
 FIFO = manager_pb2.FILE_KIND_FIFO
 SOCK = manager_pb2.FILE_KIND_SOCKET
 MiB = 1 << 20
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
-@pytest.fixture
-def store(tmp_path: Path) -> Iterator[MetadataStore]:
-    with MetadataStore(tmp_path / "metadata.lmdb", map_size=256 * MiB) as s:
-        yield s
-
-
-@pytest.fixture
-def clock() -> Clock:
-    return Clock()
-
-
-@pytest.fixture
-def mgr(store: MetadataStore, clock: Clock) -> Manager:
-    config = ManagerConfig(heartbeat_interval_s=1, benefactor_lease_s=5, write_lease_s=60)
-    return Manager(store, config, clock=clock)
-
-
-def cid(n: int) -> bytes:
-    return chunk_id(f"chunk {n}".encode())
-
-
-def register(mgr: Manager, bid: str, *, free: int = 10**12, capacity: int = 2 * 10**12,
-             port: int = 7000) -> None:
-    mgr.registry.register(benefactor_pb2.BenefactorInfo(
-        id=bid, address=f"127.0.0.1:{port}", capacity_bytes=capacity, free_bytes=free))
-
-
-def new_file(store: MetadataStore, name: str, parent: int = ROOT_INODE) -> int:
-    return store.create(parent, name, 0o644).inode
-
-
-def commit(mgr: Manager, inode: int, chunks: list[tuple[bytes, int]],
-           place_on: str = "b1") -> int:
-    """One write session: open, place every chunk the index lacks on PLACE_ON, commit."""
-    lease = mgr.open_write(inode, "test")
-    missing = [c for c, _ in chunks if mgr.store.chunk(c) is None]
-    version, _ = mgr.commit_version(lease.lease_id, inode, chunks,
-                                    [(c, [place_on]) for c in missing])
-    return version
-
-
-def refcount(store: MetadataStore, c: bytes) -> int:
-    rec = store.chunk(c)
-    assert rec is not None
-    return rec.refcount
-
-
-def consistent(store: MetadataStore) -> bool:
-    """Every invariant the store can check over itself holds."""
-    return (store.refcount_mismatches() == {} and store.nlink_mismatches() == {}
-            and store.xattr_orphans() == [])
 
 
 # --- namespace ----------------------------------------------------------------------------

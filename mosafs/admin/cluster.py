@@ -1,0 +1,248 @@
+"""Cluster-wide commands: `mosafs status`, `stats`, `gc`, `scrub`, `fsck`."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from mosafs.admin.common import (
+    add_manager_arguments,
+    ask,
+    ask_stream,
+    emit,
+    find_manager,
+    progress,
+    resolve,
+)
+from mosafs.errors import ConfigError
+
+
+def add_stats_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("path", help="a file inside a mounted mosafs")
+    add_manager_arguments(parser)
+
+
+def add_status_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("path", nargs="?",
+                        help="a path inside a mounted mosafs (finds its manager)")
+    add_manager_arguments(parser)
+
+
+def _ask_manager(args: argparse.Namespace, method: str, request: Any, timeout: float) -> Any:
+    return ask(find_manager(args, args.path), method, request, timeout)
+
+
+def run_status(args: argparse.Namespace) -> int:
+    from mosafs._proto import manager_pb2 as mpb
+
+    status = _ask_manager(args, "GetClusterStatus", mpb.ClusterStatusRequest(), 30)
+    return emit(status_report(status), args.json, _print_status)
+
+
+def status_report(status: Any) -> dict[str, Any]:
+    """The `mosafs status --json` object (DESIGN §9)."""
+    return {
+        "benefactors": [{
+            "id": b.info.id, "address": b.info.address, "pool": b.info.pool,
+            "alive": b.alive, "capacity_bytes": b.info.capacity_bytes,
+            "free_bytes": b.info.free_bytes, "chunks": b.info.chunks,
+            "stored_bytes": b.info.stored_bytes,
+            "last_heartbeat_age_ms": b.last_heartbeat_age_ms,
+        } for b in status.benefactors],
+        "chunks": status.chunks,
+        "under_replicated_chunks": status.under_replicated_chunks,
+        "replication_backlog_bytes": status.replication_backlog_bytes,
+        "lost_chunks": status.lost_chunks,
+        "replication_rate_bytes_s": round(status.replication_rate_bytes_s, 1),
+        "time_to_full_redundancy_s": round(status.time_to_full_redundancy_s, 1),
+        "figures_age_ms": status.scanned_age_ms,
+    }
+
+
+def _print_status(report: dict[str, Any]) -> None:
+    for b in report["benefactors"]:
+        state = "alive" if b["alive"] else "DEAD"
+        print(f"{b['id']}  {b['address']:<22} {state:<5}  {b['chunks']:>9} chunks  "
+              f"{b['free_bytes'] / 2**30:8.1f} of {b['capacity_bytes'] / 2**30:.1f} GiB free")
+    eta = report["time_to_full_redundancy_s"]
+    print(f"chunks: {report['chunks']}, under-replicated: {report['under_replicated_chunks']} "
+          f"({report['replication_backlog_bytes']} bytes to copy), "
+          f"lost for now: {report['lost_chunks']}")
+    if report["under_replicated_chunks"]:
+        print("full redundancy in: " + (f"~{eta:.0f}s" if eta >= 0 else "unknown"))
+
+
+def add_gc_arguments(parser: argparse.ArgumentParser) -> None:
+    add_status_arguments(parser)
+
+
+def run_gc(args: argparse.Namespace) -> int:
+    from mosafs._proto import manager_pb2 as mpb
+
+    report = _ask_manager(args, "CollectGarbage", mpb.CollectGarbageRequest(), 600)
+    emit({"benefactors": report.benefactors, "deleted_chunks": report.deleted_chunks,
+          "freed_bytes": report.freed_bytes, "waiting_chunks": report.waiting_chunks,
+          "failures": list(report.failures)}, args.json, _print_gc)
+    return 1 if report.failures else 0
+
+
+def _print_gc(report: dict[str, Any]) -> None:
+    print(f"{report['benefactors']} benefactors: deleted {report['deleted_chunks']} chunks "
+          f"({report['freed_bytes']} bytes); {report['waiting_chunks']} unreferenced chunks "
+          f"wait for the grace period or a write in flight")
+    for failure in report["failures"]:
+        print(f"failed: {failure}")
+
+
+def run_stats(args: argparse.Namespace) -> int:
+    from mosafs._proto import manager_pb2 as mpb
+
+    target = resolve(args.path, args)
+    if target.is_dir:
+        raise ConfigError(f"{args.path} is a directory: stats are of a file's newest version")
+    stats = ask(target.manager, "GetVersionStats",
+                mpb.GetVersionStatsRequest(inode=target.inode), timeout=30)
+    return emit(_stats_report(args.path, stats), args.json, _print_stats)
+
+
+def _stats_report(path: str, stats: Any) -> dict[str, Any]:
+    return {
+        "path": path,
+        "inode": stats.inode,
+        "version": stats.version,
+        "size": stats.size,
+        "chunks": stats.chunks,
+        "shared_chunks": stats.shared_chunks,
+        "deduped_against": ({"inode": stats.base_inode, "version": stats.base_version}
+                            if stats.base_version else None),
+        "shared_bytes": stats.shared_bytes,
+        "new_bytes": stats.new_bytes,
+    }
+
+
+def _print_stats(report: dict[str, Any]) -> None:
+    base = report["deduped_against"]
+    against = f"version {base['version']} of inode {base['inode']}" if base else "nothing"
+    print(f"{report['path']}: version {report['version']}, {report['size']} bytes in "
+          f"{report['chunks']} chunks")
+    print(f"  shared chunks: {report['shared_chunks']}, {report['shared_bytes']} bytes "
+          f"(deduped against {against})")
+    print(f"  new bytes sent: {report['new_bytes']}")
+
+
+def add_scrub_arguments(parser: argparse.ArgumentParser) -> None:
+    add_status_arguments(parser)
+
+
+def run_scrub(args: argparse.Namespace) -> int:
+    from mosafs._proto import manager_pb2 as mpb
+
+    final = None
+    with _ScrubProgress() as bar:
+        for event in ask_stream(find_manager(args, args.path), "Scrub",
+                                mpb.ClusterScrubRequest(), timeout=7 * 24 * 3600):
+            if event.done:
+                final = event
+            else:
+                bar.show(event)
+    if final is None:
+        raise ConfigError("the manager ended the scrub without a report")
+    report = scrub_report(final)
+    emit(report, args.json, _print_scrub)
+    return 1 if report["unrepaired_chunks"] or report["failures"] else 0
+
+
+def scrub_report(event: Any) -> dict[str, Any]:
+    """The `mosafs scrub --json` object."""
+    fields = ("checked_chunks", "checked_bytes", "corrupt_chunks", "missing_chunks",
+              "repaired_chunks", "unrepaired_chunks")
+    benefactors = [{"id": r.id, "address": r.address, **{f: getattr(r, f) for f in fields},
+                    "error": r.error} for r in event.results]
+    return {
+        "benefactors": benefactors,
+        **{f: sum(b[f] for b in benefactors) for f in fields},
+        "unrepaired_ids": [bytes(cid).hex() for cid in event.unrepaired_ids],
+        "failures": [f"{b['id']} ({b['address']}): {b['error']}"
+                     for b in benefactors if b["error"]],
+    }
+
+
+class _ScrubProgress:
+    """One bar per benefactor pass (tqdm, only on a terminal), then the repair phase."""
+
+    def __init__(self) -> None:
+        self._bar: Any = None
+        self._index = -1
+
+    def __enter__(self) -> _ScrubProgress:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._bar is not None:
+            self._bar.close()
+
+    def show(self, event: Any) -> None:
+        if event.repairing:
+            if self._bar is not None:
+                self._bar.set_description("scrub: repairing from good replicas")
+                self._bar.refresh()
+            return
+        p = event.progress
+        if event.benefactor_index != self._index or self._bar is None:
+            if self._bar is not None:
+                self._bar.close()
+            self._index = event.benefactor_index
+            self._bar = progress(p.total_chunks, "chunk", f"scrub {event.benefactor_index + 1}"
+                                 f"/{event.benefactors} {p.id or p.address}")
+        self._bar.total = max(p.total_chunks, p.checked_chunks)
+        self._bar.n = p.checked_chunks
+        self._bar.set_postfix(corrupt=p.corrupt_chunks, refresh=False)
+        self._bar.refresh()
+
+
+def _print_scrub(report: dict[str, Any]) -> None:
+    for b in report["benefactors"]:
+        state = f"FAILED: {b['error']}" if b["error"] else (
+            f"{b['checked_chunks']} chunks ({b['checked_bytes']} bytes) checked, "
+            f"{b['corrupt_chunks']} corrupt, {b['missing_chunks']} missing, "
+            f"{b['repaired_chunks']} repaired, {b['unrepaired_chunks']} not repaired")
+        print(f"{b['id']}  {b['address']:<22} {state}")
+    print(f"checked {report['checked_chunks']} chunks: {report['corrupt_chunks']} corrupt, "
+          f"{report['missing_chunks']} missing, {report['repaired_chunks']} repaired, "
+          f"{report['unrepaired_chunks']} could not be repaired")
+    for cid in report["unrepaired_ids"]:
+        print(f"not repaired (no sound copy reachable): {cid}")
+
+
+def add_fsck_arguments(parser: argparse.ArgumentParser) -> None:
+    add_status_arguments(parser)
+    parser.add_argument("--repair", action="store_true",
+                        help="fix what can be fixed (one write transaction); without it, "
+                             "fsck only checks")
+
+
+def run_fsck(args: argparse.Namespace) -> int:
+    from mosafs._proto import manager_pb2 as mpb
+
+    reply = _ask_manager(args, "Fsck", mpb.FsckRequest(repair=args.repair), 3600)
+    report = {
+        "repaired": reply.repaired,
+        "findings": [{"kind": f.kind, "detail": f.detail, "repairable": f.repairable}
+                     for f in reply.findings],
+        "inodes": reply.inodes, "versions": reply.versions, "chunks": reply.chunks,
+        "dirents": reply.dirents,
+    }
+    emit(report, args.json, _print_fsck)
+    unfixed = [f for f in reply.findings if not (reply.repaired and f.repairable)]
+    return 1 if unfixed else 0
+
+
+def _print_fsck(report: dict[str, Any]) -> None:
+    for f in report["findings"]:
+        fate = ("repaired" if report["repaired"] else "repairable") if f["repairable"] \
+            else "NOT repairable"
+        print(f"{f['kind']}: {f['detail']} ({fate})")
+    print(f"{report['inodes']} inodes, {report['dirents']} entries, {report['versions']} "
+          f"versions, {report['chunks']} chunk records: {len(report['findings'])} findings"
+          + ("" if report["repaired"] or not report["findings"] else
+             "; run again with --repair to fix the repairable ones"))

@@ -1,0 +1,338 @@
+"""Folder settings and what they decide (docs/lifecycle.md): the pool a new write uses,
+the version it dedupes against (the newest file of its series), and which checkpoint
+images pruning removes.
+
+A directory may set a pool, a series pattern and a pruning policy (LMDB `folders`:
+u64be directory inode -> FolderRecord). Each setting a directory does not set is
+inherited from its parent, up to the root; past the root the built-in defaults apply
+(pool "default", pattern `{app}.{node}.{step}`, keep-all). A regular file belongs to the
+folder of its name (InodeRecord.parent/.name, docs/metadata.md).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import defaultdict
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+
+from mosafs._proto import manager_pb2
+from mosafs.errors import InvalidArgument, NotADirectory, NotFound
+from mosafs.manager import pools, pruning, series
+from mosafs.manager.metadata import (
+    DIRECTORY,
+    REGULAR,
+    ROOT_INODE,
+    MetadataStore,
+    WriteBase,
+    _Tx,
+)
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Effective:
+    """A folder's settings after inheritance; *_from: the directory that set each (0: the
+    built-in default)."""
+
+    pool: str = pools.DEFAULT_POOL
+    pool_from: int = 0
+    pattern: str = series.DEFAULT_PATTERN
+    pattern_from: int = 0
+    policy: pruning.Policy = field(default_factory=pruning.Policy)
+    policy_from: int = 0
+
+
+@dataclass(frozen=True)
+class WriteContext:
+    """What OpenWrite needs to know about a file: its folder, pool and base version."""
+
+    folder: int  # 0: no known folder (the defaults apply)
+    pool: str
+    base: WriteBase
+
+
+@dataclass
+class PruneResult:
+    pruned: list[manager_pb2.PrunedImage] = field(default_factory=list)
+    skipped: list[str] = field(default_factory=list)
+    next_expiry_ns: int | None = None  # the soonest a purge-after rule removes another image
+
+    def report(self, dry_run: bool) -> manager_pb2.PruneReport:
+        return manager_pb2.PruneReport(
+            pruned=self.pruned, dry_run=dry_run, skipped=self.skipped,
+            files_removed=len({i.inode for i in self.pruned if i.whole_file}),
+            versions_removed=len(self.pruned),
+            bytes_released=sum(i.size for i in self.pruned))
+
+
+def policy_of(message: manager_pb2.PrunePolicy) -> pruning.Policy:
+    return pruning.Policy(message.keep_last, message.keep_every, message.purge_after_ms)
+
+
+def policy_message(policy: pruning.Policy) -> manager_pb2.PrunePolicy:
+    return manager_pb2.PrunePolicy(keep_last=policy.keep_last, keep_every=policy.keep_every,
+                                   purge_after_ms=policy.purge_after_ms)
+
+
+def effective(tx: _Tx, directory: int) -> Effective:
+    """Settings of DIRECTORY after inheritance (walking parent pointers up to the root)."""
+    pool = pattern = policy = None
+    ino, seen = directory, set()
+    while ino and ino not in seen:
+        seen.add(ino)
+        own = tx.folder(ino)
+        if own is not None:
+            if pool is None and own.HasField("pool"):
+                pool = (own.pool, ino)
+            if pattern is None and own.HasField("series_pattern"):
+                pattern = (own.series_pattern, ino)
+            if policy is None and own.HasField("policy"):
+                policy = (policy_of(own.policy), ino)
+        rec = tx.find_inode(ino)
+        if ino == ROOT_INODE or rec is None:
+            break
+        ino = rec.parent
+    default = Effective()
+    return Effective(*(pool or (default.pool, 0)), *(pattern or (default.pattern, 0)),
+                     *(policy or (default.policy, 0)))
+
+
+class Folders:
+    def __init__(self, store: MetadataStore, *, clock_ns: Callable[[], int] = time.time_ns):
+        self._store = store
+        self._clock_ns = clock_ns
+
+    # --- settings -------------------------------------------------------------------------
+
+    def get(self, inode: int) -> manager_pb2.FolderSettingsReply:
+        with self._store.transaction() as tx:
+            self._directory(tx, inode)
+            return self._reply(tx, inode)
+
+    def set(self, inode: int, *, pool: str | None = None, series_pattern: str | None = None,
+            policy: pruning.Policy | None = None,
+            clear_policy: bool = False) -> manager_pb2.FolderSettingsReply:
+        """Change what directory INODE sets itself; "" for POOL or SERIES_PATTERN (and
+        CLEAR_POLICY) makes it inherit that setting again."""
+        if series_pattern:
+            series.check_pattern(series_pattern)
+        if policy is not None:
+            pruning.check_policy(policy)
+        with self._store.transaction(write=True) as tx:
+            self._directory(tx, inode)
+            own = tx.folder(inode) or manager_pb2.FolderSettings()
+            if pool is not None:
+                if pool and tx.pool(pool) is None:
+                    raise NotFound(f"no pool {pool!r} (mosafs pool list)")
+                if pool:
+                    own.pool = pool
+                else:
+                    own.ClearField("pool")
+            if series_pattern is not None:
+                if series_pattern:
+                    own.series_pattern = series_pattern
+                else:
+                    own.ClearField("series_pattern")
+            if clear_policy:
+                own.ClearField("policy")
+            elif policy is not None:
+                own.policy.CopyFrom(policy_message(policy))
+                own.policy.SetInParent()  # keep-all (all zero) is a setting too
+            tx.put_folder(inode, own)
+            return self._reply(tx, inode)
+
+    def all(self) -> list[manager_pb2.FolderSettingsReply]:
+        """Every directory that sets something itself, by inode."""
+        with self._store.transaction() as tx:
+            return [self._reply(tx, ino) for ino, _ in list(tx.folders())]
+
+    @staticmethod
+    def _directory(tx: _Tx, inode: int) -> None:
+        rec = tx.inode(inode)
+        if rec.kind != DIRECTORY:
+            raise NotADirectory(f"inode {inode} is not a directory: pools, series patterns "
+                                f"and policies are set on folders")
+
+    @staticmethod
+    def _reply(tx: _Tx, inode: int) -> manager_pb2.FolderSettingsReply:
+        eff = effective(tx, inode)
+        out = manager_pb2.FolderSettingsReply(inode=inode, path=tx.path_of(inode))
+        out.own.CopyFrom(tx.folder(inode) or manager_pb2.FolderSettings())
+        out.effective.CopyFrom(manager_pb2.EffectiveSettings(
+            pool=eff.pool, pool_from=eff.pool_from, series_pattern=eff.pattern,
+            series_pattern_from=eff.pattern_from, policy=policy_message(eff.policy),
+            policy_from=eff.policy_from))
+        return out
+
+    # --- writes ---------------------------------------------------------------------------
+
+    def write_context(self, inode: int) -> WriteContext:
+        """The folder, pool and base version of a new write of regular file INODE: its own
+        newest version, else the most recently committed file of its series (DESIGN §3)."""
+        with self._store.transaction() as tx:
+            rec = tx.regular_file(inode)
+            origin = tx.origin(inode)
+            folder = origin[0] if origin else 0
+            eff = effective(tx, folder) if folder else Effective()
+            pool = eff.pool if tx.pool(eff.pool) is not None else pools.DEFAULT_POOL
+            if rec.newest_version:
+                base = WriteBase(inode, rec.newest_version, rec.size,
+                                 tx.blockmap(inode, rec.newest_version))
+            elif origin is not None:
+                base = self._series_base(tx, inode, folder, origin[1], eff.pattern)
+            else:
+                base = WriteBase(inode, 0, 0)
+            return WriteContext(folder, pool, base)
+
+    @staticmethod
+    def _series_base(tx: _Tx, inode: int, folder: int, raw: bytes, template: str) -> WriteBase:
+        pattern = series.compile_pattern(template)
+        mine = pattern.match(raw.decode("utf-8"))
+        if mine is None:
+            return WriteBase(inode, 0, 0)
+        best: tuple[int, int, int] | None = None  # (commit time, inode, version)
+        for name, child in tx.entries(folder, b""):
+            if child == inode:
+                continue
+            other = pattern.match(name.decode("utf-8"))
+            if other is None or other.key != mine.key:
+                continue
+            crec = tx.find_inode(child)
+            if crec is None or crec.kind != REGULAR or not crec.newest_version:
+                continue
+            committed = tx.version(child, crec.newest_version).commit_time_ns
+            if best is None or committed > best[0]:
+                best = (committed, child, crec.newest_version)
+        if best is None:
+            return WriteBase(inode, 0, 0)
+        _, child, version = best
+        return WriteBase(child, version, tx.version(child, version).size,
+                         tx.blockmap(child, version))
+
+    # --- pruning --------------------------------------------------------------------------
+
+    def prune(self, folder: int = 0, *, dry_run: bool = False,
+              busy: frozenset[int] = frozenset(),
+              policy: pruning.Policy | None = None) -> PruneResult:
+        """Apply the pruning policies of FOLDER (0: every folder with a policy, and the
+        folders that inherit it) now, one write transaction per folder. Files in BUSY (an
+        open write lease) and hard-linked files are left alone. DRY_RUN changes nothing;
+        with POLICY (dry runs of one folder only) that policy is weighed instead."""
+        if policy is not None:
+            pruning.check_policy(policy)
+            if not (dry_run and folder):
+                raise InvalidArgument("a policy to weigh needs a folder and a dry run")
+        result = PruneResult()
+        for directory in self._targets(folder):
+            with self._store.transaction(write=not dry_run) as tx:
+                if tx.find_inode(directory) is None:
+                    continue  # removed since the targets were listed
+                self._prune_folder(tx, directory, result, dry_run=dry_run, busy=busy,
+                                   policy=policy)
+        return result
+
+    def _targets(self, folder: int) -> list[int]:
+        """The directories to prune: FOLDER, or every directory whose effective policy is
+        not keep-all (the folders setting one and their subtrees that inherit it)."""
+        with self._store.transaction() as tx:
+            if folder:
+                self._directory(tx, folder)
+                return [folder]
+            roots = [ino for ino, own in list(tx.folders()) if own.HasField("policy")
+                     and not policy_of(own.policy).keeps_all]
+            out: list[int] = []
+            for root in roots:
+                out.extend(self._inheriting(tx, root))
+            return out
+
+    @staticmethod
+    def _inheriting(tx: _Tx, root: int) -> Iterator[int]:
+        """ROOT and its subdirectories that do not set a policy of their own (below one
+        that does, its own walk covers them)."""
+        stack = [root]
+        while stack:
+            ino = stack.pop()
+            yield ino
+            for _, child in tx.entries(ino, b""):
+                crec = tx.find_inode(child)
+                if crec is None or crec.kind != DIRECTORY:
+                    continue
+                own = tx.folder(child)
+                if own is None or not own.HasField("policy"):
+                    stack.append(child)
+
+    def _prune_folder(self, tx: _Tx, folder: int, result: PruneResult, *, dry_run: bool,
+                      busy: frozenset[int], policy: pruning.Policy | None) -> None:
+        eff = effective(tx, folder)
+        rules = eff.policy if policy is None else policy
+        if rules.keeps_all:
+            return
+        pattern = series.compile_pattern(eff.pattern)
+        now = self._clock_ns()
+        groups: dict[tuple[object, ...], list[pruning.Image]] = defaultdict(list)
+        names: dict[int, bytes] = {}
+        sizes: dict[tuple[int, int], int] = {}
+        prefix = tx.path_of(folder).rstrip("/")
+        for raw, child in list(tx.entries(folder, b"")):
+            rec = tx.find_inode(child)
+            if rec is None or rec.kind != REGULAR or not rec.newest_version:
+                continue
+            name = raw.decode("utf-8")
+            if child in busy or rec.nlink > 1:
+                why = "open for writing" if child in busy else "hard-linked"
+                result.skipped.append(f"{prefix}/{name}: {why}")
+                continue
+            names[child] = raw
+            match = pattern.match(name)
+            for version, vrec in tx.versions_of(child):
+                sizes[(child, version)] = vrec.size
+                step = match.step if match else version
+                key: tuple[object, ...] = ("series", *match.key) if match else ("file", child)
+                groups[key].append(pruning.Image(child, version, step, vrec.commit_time_ns,
+                                                 newest=version == rec.newest_version))
+        for images in groups.values():
+            chosen = pruning.select(images, rules, now)
+            self._apply(tx, folder, prefix, names, sizes, images, chosen, result,
+                        dry_run=dry_run, now=now)
+            self._note_expiry(images, chosen, rules, result)
+
+    @staticmethod
+    def _apply(tx: _Tx, folder: int, prefix: str, names: dict[int, bytes],
+               sizes: dict[tuple[int, int], int], images: list[pruning.Image],
+               chosen: list[tuple[pruning.Image, str]], result: PruneResult, *,
+               dry_run: bool, now: int) -> None:
+        """Remove the CHOSEN images: a file all of whose versions go loses its name (and
+        with it every version: drop_file); otherwise single versions go."""
+        kept: dict[int, int] = defaultdict(int)
+        for image in images:
+            kept[image.inode] += 1
+        for image, _ in chosen:
+            kept[image.inode] -= 1
+        for image, reason in chosen:
+            whole = kept[image.inode] == 0
+            result.pruned.append(manager_pb2.PrunedImage(
+                path=f"{prefix}/{names[image.inode].decode('utf-8')}", inode=image.inode,
+                version=image.version, whole_file=whole,
+                size=sizes[(image.inode, image.version)],
+                commit_time_ns=image.commit_time_ns, reason=reason))
+            if dry_run:
+                continue
+            if not whole:
+                tx.drop_version(image.inode, image.version)
+            elif image.newest:
+                MetadataStore.remove_name(tx, folder, names[image.inode], image.inode, now)
+
+    @staticmethod
+    def _note_expiry(images: list[pruning.Image], chosen: list[tuple[pruning.Image, str]],
+                     policy: pruning.Policy, result: PruneResult) -> None:
+        if not policy.purge_after_ms:
+            return
+        gone = {(i.inode, i.version) for i, _ in chosen}
+        left = [i.commit_time_ns for i in images if (i.inode, i.version) not in gone]
+        if left:
+            expiry = min(left) + policy.purge_after_ms * 1_000_000
+            if result.next_expiry_ns is None or expiry < result.next_expiry_ns:
+                result.next_expiry_ns = expiry

@@ -51,6 +51,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--log-level", default="INFO")
 
 
+def _interrupted_replies(record: logging.LogRecord) -> bool:
+    """libfuse answers a reply to a request the kernel no longer waits for (interrupted,
+    or the connection is going away at unmount) with ENOENT, and pyfuse3 logs that as an
+    ERROR. Nothing is lost (nobody waits for the answer): it is noted at DEBUG instead."""
+    message = record.getMessage()
+    if "fuse_reply_" in message and "No such file or directory" in message:
+        log.debug("reply to an interrupted request dropped: %s", message)
+        return False
+    return True
+
+
 def _return_big_buffers_to_the_os() -> None:
     """Serve every allocation of 1 MiB or more (write requests, batches, chunks) with its own
     mmap, returned to the kernel when freed. glibc's default raises that threshold as big
@@ -76,6 +87,7 @@ def run(args: argparse.Namespace) -> int:
     from mosafs.procutil import setup_logging
 
     setup_logging(args.log_level)
+    logging.getLogger("pyfuse3").addFilter(_interrupted_replies)
     _return_big_buffers_to_the_os()
     if not args.manager:
         raise ConfigError("no manager address: pass --manager HOST:PORT or set MOSAFS_MANAGER")

@@ -77,7 +77,7 @@ class Operations(pyfuse3.Operations):
         self.enable_writeback_cache = writeback_cache
         self.fs = fs
         self.attr_timeout = attr_timeout
-        self._dirs: dict[int, list[mpb.DirEntry]] = {}
+        self._dirs: dict[int, tuple[int, list[mpb.DirEntry]]] = {}  # fh -> (inode, entries)
         self._next_dir = 1
         # inode -> the file version whose attributes the kernel was last given
         self._told: cachetools.LRUCache[int, int] = cachetools.LRUCache(100_000)
@@ -112,7 +112,12 @@ class Operations(pyfuse3.Operations):
         log.info("file system initialised")
 
     async def forget(self, inode_list: Any) -> None:
-        return None  # the client keeps no per-inode lookup state
+        # Only the `.versions` views keep lookup counts (real inodes are the manager's).
+        try:
+            for inode, count in inode_list:
+                self.fs.forget(inode, count)
+        except Exception:
+            log.exception("bug in forget")
 
     # -- namespace -----------------------------------------------------------------------------
 
@@ -182,21 +187,23 @@ class Operations(pyfuse3.Operations):
         entries = await self.fs.readdir(inode)  # a snapshot for this handle's readdir calls
         fh = self._next_dir
         self._next_dir += 1
-        self._dirs[fh] = entries
+        self._dirs[fh] = (inode, entries)
         return fh
 
     @_errno_mapped
     async def readdir(self, fh: int, start_id: int, token: Any) -> None:
-        entries = self._dirs.get(fh, [])
+        _, entries = self._dirs.get(fh, (0, []))
         for index in range(start_id, len(entries)):
             entry = entries[index]
             if not pyfuse3.readdir_reply(token, os.fsencode(entry.name),
                                          self._entry(entry.attr), index + 1):
                 break
+            self.fs.entry_handed(entry.attr.inode)  # readdirplus counts as a lookup
 
     @_errno_mapped
     async def releasedir(self, fh: int) -> None:
-        self._dirs.pop(fh, None)
+        inode, _ = self._dirs.pop(fh, (0, []))
+        self.fs.release_listing(inode)
 
     # -- files -----------------------------------------------------------------------------
 

@@ -169,6 +169,10 @@ class ManagerClient:
         return await self._call(
             "GetVersionStats", mpb.GetVersionStatsRequest(inode=inode, version=version))
 
+    async def list_versions(self, inode: int) -> list[mpb.VersionStats]:
+        reply = await self._call("ListVersions", mpb.ListVersionsRequest(inode=inode))
+        return list(reply.versions)
+
 
 class Benefactors:
     """Channels to benefactors by address, opened on first use and shared by all calls."""

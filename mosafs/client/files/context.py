@@ -13,7 +13,7 @@ from typing import Any, TypeVar
 
 import trio
 
-from mosafs.chunking import make_chunker
+from mosafs.chunking import available_backends, make_chunker
 from mosafs.client.files.chunkcache import ChunkFetcher
 from mosafs.client.rpc import Benefactors, ManagerClient, Rpc
 
@@ -51,7 +51,8 @@ class ClientContext:
         self.manager = ManagerClient(config.manager, self.rpc)
         self.benefactors = Benefactors(self.rpc)
         self.fetcher = ChunkFetcher(self.benefactors, config.cache_bytes, self.spawn)
-        self._chunkers: dict[str, Any] = {}
+        self._chunkers: dict[tuple[str, str], Any] = {}
+        self._noted: set[str] = set()
 
     @classmethod
     async def create(cls, config: ClientConfig, nursery: trio.Nursery) -> ClientContext:
@@ -66,11 +67,25 @@ class ClientContext:
         there: an exception reaching the root nursery would unmount the file system."""
         self.nursery.start_soon(_guarded, fn, *args)
 
-    def chunker(self, spec: str) -> Any:
-        chunker = self._chunkers.get(spec)
+    def chunker(self, spec: str, preferred: str = "auto") -> Any:
+        """The chunker of SPEC on this mount's backend. A mount started with `auto` follows
+        the pool's PREFERRED backend where it can run here."""
+        backend = self._backend(preferred)
+        chunker = self._chunkers.get((spec, backend))
         if chunker is None:
-            chunker = self._chunkers[spec] = make_chunker(spec, self.config.hash_backend)
+            chunker = self._chunkers[(spec, backend)] = make_chunker(spec, backend)
         return chunker
+
+    def _backend(self, preferred: str) -> str:
+        if self.config.hash_backend != "auto" or preferred == "auto":
+            return self.config.hash_backend  # the mount's own choice wins
+        if preferred in available_backends():
+            return preferred
+        if preferred not in self._noted:  # a pool's preference, not a request: say it once
+            self._noted.add(preferred)
+            log.info("a pool prefers the %s hash backend, which cannot run here; this mount "
+                     "uses auto", preferred)
+        return "auto"
 
     async def cpu(self, fn: Callable[..., T], *args: Any) -> T:
         """Run chunking/hashing work in a thread, at most cpu_threads at a time."""

@@ -15,6 +15,7 @@ from mosafs._proto import manager_pb2 as mpb
 from mosafs.client.files.attrcache import AttrCache
 from mosafs.client.files.blockmap import BlockMapView
 from mosafs.client.files.context import ClientContext
+from mosafs.client.files.versions import VERSIONS, VersionView, is_virtual
 from mosafs.client.files.writer import WriteSession
 
 log = logging.getLogger(__name__)
@@ -49,6 +50,7 @@ class FileSystem:
         # descriptor of a file on this machine reads the same bytes (POSIX), so a handle
         # whose view is older catches up before it reads.
         self._latest: dict[int, int] = {}
+        self.versions = VersionView(ctx.manager)  # the read-only `.versions` views
 
     @classmethod
     async def create(cls, ctx: ClientContext) -> FileSystem:
@@ -71,7 +73,18 @@ class FileSystem:
             attr.mtime_ns = attr.ctime_ns = session.mtime_ns
         return attr
 
+    @staticmethod
+    def _writable(*inodes: int) -> None:
+        """Changes inside a `.versions` view are refused (EROFS)."""
+        if any(is_virtual(i) for i in inodes):
+            raise errors.ReadOnly(f"{VERSIONS} shows older versions read-only; restore one "
+                                  f"with `mosafs restore`")
+
     async def lookup(self, parent: int, name: str) -> Attr:
+        if is_virtual(parent):
+            return await self.versions.lookup(parent, name)
+        if name == VERSIONS:
+            return await self.versions.lookup_root(await self.getattr(parent))
         inode = self._cache.child(parent, name)
         attr = self._cache.attr(inode) if inode is not None else None
         if attr is None:
@@ -79,6 +92,8 @@ class FileSystem:
         return self._overlay(attr)
 
     async def getattr(self, inode: int) -> Attr:
+        if is_virtual(inode):
+            return await self.versions.attr(inode)
         attr = self._cache.attr(inode)
         if attr is None:
             try:
@@ -99,6 +114,7 @@ class FileSystem:
         return orphan
 
     async def setattr(self, inode: int, size: int | None, **fields: int) -> Attr:
+        self._writable(inode)
         if size is not None:
             await self.truncate(inode, size)
         session = self._sessions.get(inode)
@@ -117,6 +133,9 @@ class FileSystem:
         return await self.getattr(inode)
 
     async def readdir(self, inode: int) -> list[DirEntry]:
+        """The entries of a directory; release_listing(inode) when its handle goes."""
+        if is_virtual(inode):
+            return await self.versions.listing(inode)
         entries = self._cache.listing(inode)
         if entries is None:
             entries = await self.manager.readdir(inode)
@@ -130,20 +149,38 @@ class FileSystem:
                                                                       attr=overlaid))
         return out
 
+    def release_listing(self, inode: int) -> None:
+        if is_virtual(inode):
+            self.versions.listing_closed()
+
+    def entry_handed(self, inode: int) -> None:
+        """The kernel took a listed entry: one more reference to a view inode."""
+        if is_virtual(inode):
+            self.versions.nodes.looked_up(inode)
+
+    def forget(self, inode: int, count: int) -> None:
+        if is_virtual(inode):
+            self.versions.nodes.forget(inode, count)
+
     async def mkdir(self, parent: int, name: str, mode: int, uid: int, gid: int) -> Attr:
+        self._writable(parent)
         attr = await self.manager.mkdir(parent, name, mode, uid, gid)
         return self._created(parent, name, attr)
 
     async def symlink(self, parent: int, name: str, target: bytes, uid: int,
                       gid: int) -> Attr:
+        self._writable(parent)
         attr = await self.manager.symlink(parent, name, target, uid, gid)
         return self._created(parent, name, attr)
 
     async def readlink(self, inode: int) -> bytes:
+        if is_virtual(inode):
+            raise errors.InvalidArgument("not a symbolic link")
         return await self.manager.readlink(inode)
 
     async def mknod(self, parent: int, name: str, kind: int, mode: int, uid: int,
                     gid: int) -> Attr:
+        self._writable(parent)
         if kind == mpb.FILE_KIND_REGULAR:  # mknod(2) may make an empty regular file
             attr = await self.manager.create(parent, name, mode, uid, gid, exclusive=True)
         else:
@@ -151,6 +188,7 @@ class FileSystem:
         return self._created(parent, name, attr)
 
     async def link(self, inode: int, new_parent: int, new_name: str) -> Attr:
+        self._writable(inode, new_parent)
         attr = await self.manager.link(inode, new_parent, new_name)
         return self._overlay(self._created(new_parent, new_name, attr))
 
@@ -159,17 +197,29 @@ class FileSystem:
         return self._cache.put_entry(parent, name, attr)
 
     async def unlink(self, parent: int, name: str) -> None:
+        self._writable(parent)
+        self._not_the_view(name)
         self._cache.drop_entry(parent, name)
         await self.manager.unlink(parent, name)
         self._cache.drop_entry(parent, name)  # a lookup may have refilled it meanwhile
 
     async def rmdir(self, parent: int, name: str) -> None:
+        self._writable(parent)
+        self._not_the_view(name)
         self._cache.drop_entry(parent, name)
         await self.manager.rmdir(parent, name)
         self._cache.drop_entry(parent, name)
 
+    @staticmethod
+    def _not_the_view(name: str) -> None:
+        if name == VERSIONS:
+            raise errors.ReadOnly(f"{VERSIONS} is the view of older versions: it cannot be "
+                                  f"removed or renamed")
+
     async def rename(self, old_parent: int, old_name: str, new_parent: int, new_name: str,
                      no_replace: bool) -> None:
+        self._writable(old_parent, new_parent)
+        self._not_the_view(old_name)
         moved = self._cache.child(old_parent, old_name)
         try:
             await self.manager.rename(old_parent, old_name, new_parent, new_name, no_replace)
@@ -185,7 +235,7 @@ class FileSystem:
     # -- extended attributes -------------------------------------------------------------------
 
     async def getxattr(self, inode: int, name: str) -> bytes:
-        if name.startswith(MOSAFS_XATTR):
+        if name.startswith(MOSAFS_XATTR) or is_virtual(inode):
             values = await self._mosafs_xattrs(inode)
             if name not in values:
                 raise errors.NoAttribute(f"no attribute {name}")
@@ -195,15 +245,19 @@ class FileSystem:
         return await self.manager.getxattr(inode, name)
 
     async def listxattr(self, inode: int) -> list[str]:
+        if is_virtual(inode):
+            return list(await self._mosafs_xattrs(inode))
         stored = await self.manager.listxattr(inode)
         return [*stored, *await self._mosafs_xattrs(inode)]
 
     async def setxattr(self, inode: int, name: str, value: bytes) -> None:
+        self._writable(inode)
         self._check_xattr_name(name)
         await self.manager.setxattr(inode, name, value)
         self._cache.drop(inode)  # ctime
 
     async def removexattr(self, inode: int, name: str) -> None:
+        self._writable(inode)
         self._check_xattr_name(name)
         await self.manager.removexattr(inode, name)
         self._cache.drop(inode)
@@ -219,6 +273,8 @@ class FileSystem:
         """The read-only user.mosafs.* attributes: the manager, and for a regular file its
         newest version and dedupe figures (DESIGN §9 `mosafs stats`)."""
         values = {MOSAFS_XATTR + "manager": self.manager.address}
+        if is_virtual(inode):
+            return values
         attr = await self.getattr(inode)
         if attr.kind == mpb.FILE_KIND_REGULAR:
             values[MOSAFS_XATTR + "version"] = str(attr.version)
@@ -236,6 +292,7 @@ class FileSystem:
 
     async def create_file(self, parent: int, name: str, mode: int, flags: int, uid: int,
                      gid: int) -> tuple[int, Attr]:
+        self._writable(parent)
         attr = await self.manager.create(parent, name, mode, uid, gid,
                                          exclusive=bool(flags & os.O_EXCL))
         self._created(parent, name, attr)
@@ -248,7 +305,12 @@ class FileSystem:
         (a file another mount changed since)."""
         access = flags & os.O_ACCMODE
         handle = Handle(inode, readable=access != os.O_WRONLY, writable=access != os.O_RDONLY)
-        if handle.writable:
+        if is_virtual(inode):
+            if handle.writable or flags & os.O_TRUNC:
+                self._writable(inode)
+            handle.view = BlockMapView.from_proto(await self.versions.block_map(inode))
+            version = handle.view.version
+        elif handle.writable:
             async with self._lock(inode):
                 session = self._sessions.get(inode)
                 if session is None:
@@ -345,6 +407,7 @@ class FileSystem:
 
     async def truncate(self, inode: int, size: int) -> None:
         """truncate(2)/ftruncate(2): through the open session, or a short-lived one."""
+        self._writable(inode)
         async with self._lock(inode):
             session = self._sessions.get(inode)
             if session is not None:

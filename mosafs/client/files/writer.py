@@ -355,7 +355,7 @@ class WriteSession:
 
     def _chunker(self) -> Any:
         assert self.lease is not None
-        return self.ctx.chunker(self.lease.pool.chunker)
+        return self.ctx.chunker(self.lease.pool.chunker, self.lease.pool.hash_backend)
 
     # -- edits -----------------------------------------------------------------------------
 

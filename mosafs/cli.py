@@ -1,9 +1,11 @@
 """The `mosafs` console script: one subcommand per process or administrative task.
 
-Each subcommand lives in the module that owns it and exposes `add_arguments(parser)` and
-`run(args) -> int`; this file only wires them up, so importing it stays cheap. A
-MosafsError ends the command with its exit code and a one-line message; anything else is a
-bug and keeps its traceback.
+Each subcommand lives in the module that owns it and exposes `add_arguments(parser)` (or
+`add_NAME_arguments`) and `run(args) -> int` (or `run_NAME`); a command with actions
+(`policy set`, `pool create`, ...) names them in GROUPS, each with its own help and
+examples. This file only wires them up. A MosafsError ends the command with its exit code
+and a one-line message, as does a bad argument (exit code 2) or an operating-system error
+(exit code 1); anything else is a bug and keeps its traceback.
 """
 
 from __future__ import annotations
@@ -11,7 +13,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import sys
-from typing import Any
+from typing import Any, NoReturn
 
 from mosafs import __version__
 from mosafs.errors import MosafsError
@@ -24,21 +26,35 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "manager": ("mosafs.manager.main", "run the metadata manager (gRPC + LMDB)",
                 "  mosafs manager --data-dir /var/lib/mosafs/manager --listen 0.0.0.0:7070"),
     "benefactor": ("mosafs.benefactor.main",
-                   "run a storage daemon donating a directory",
+                   "run a storage daemon donating a directory, or administer benefactors",
                    "  mosafs benefactor --data-dir /srv/chunks --manager mgr:7070 "
-                   "--listen 0.0.0.0:7071"),
+                   "--listen 0.0.0.0:7071\n"
+                   "  mosafs benefactor --data-dir /srv/ssd --manager mgr:7070 --pool fast\n"
+                   "  mosafs benefactor list\n  mosafs benefactor drain b-3f2a"),
     "mount": ("mosafs.client.main", "mount a mosafs cluster with FUSE",
               "  mosafs mount /mnt/ckpt --manager mgr:7070"),
-    "stats": ("mosafs.admin", "dedupe figures of the newest version of a file",
+    "stats": ("mosafs.admin.cluster", "dedupe figures of the newest version of a file",
               "  mosafs stats /mnt/ckpt/app.n0.12\n  mosafs stats /mnt/ckpt/app.n0.12 --json"),
-    "status": ("mosafs.admin", "benefactors, free space and redundancy of a cluster",
+    "versions": ("mosafs.admin.versions", "list the versions of a file",
+                 "  mosafs versions /mnt/ckpt/model.pt\n"
+                 "  mosafs versions /mnt/ckpt/model.pt --json"),
+    "restore": ("mosafs.admin.versions", "restore an older version of a file",
+                "  mosafs restore /mnt/ckpt/model.pt --version 3 --to /tmp/model.v3.pt\n"
+                "  mosafs restore /mnt/ckpt/model.pt --version 3 --in-place"),
+    "policy": ("mosafs.admin.policy", "pruning policies and series patterns of folders",
+               "  mosafs policy set /mnt/ckpt --keep-last 2\n"
+               "  mosafs policy show /mnt/ckpt\n  mosafs policy apply /mnt/ckpt --dry-run"),
+    "pool": ("mosafs.admin.pools", "pools of benefactors and their settings",
+             "  mosafs pool create fast --replication 2 --stripe-width 2\n"
+             "  mosafs pool assign /mnt/ckpt/fast fast\n  mosafs pool list"),
+    "status": ("mosafs.admin.cluster", "benefactors, free space and redundancy of a cluster",
                "  mosafs status\n  mosafs status --json\n  mosafs status /mnt/ckpt\n"
                "  mosafs status --manager mgr:7070"),
-    "gc": ("mosafs.admin", "collect garbage now: delete chunks no version references",
+    "gc": ("mosafs.admin.cluster", "collect garbage now: delete chunks no version references",
            "  mosafs gc\n  mosafs gc --json\n  mosafs gc --manager mgr:7070"),
-    "scrub": ("mosafs.admin", "verify every stored chunk now and repair bad copies",
+    "scrub": ("mosafs.admin.cluster", "verify every stored chunk now and repair bad copies",
               "  mosafs scrub\n  mosafs scrub --json\n  mosafs scrub --manager mgr:7070"),
-    "fsck": ("mosafs.admin", "check the manager's metadata invariants (and repair them)",
+    "fsck": ("mosafs.admin.cluster", "check the manager's metadata invariants (and repair them)",
              "  mosafs fsck\n  mosafs fsck --json\n  mosafs fsck --repair"),
     "bench": ("mosafs.bench.cli",
               "benchmarks of the mount (write, read, backends) and of content addressing (hash)",
@@ -48,10 +64,52 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
               "  mosafs bench hash --backend gpu --json\n"
               "  mosafs bench backends --backends cpu,gpu --json"),
 }
+# Commands with actions: name -> (module, its dict of action -> (help, examples), prefix
+# of the action functions tried before the plain `add_ACTION_arguments`/`run_ACTION`).
+GROUPS: dict[str, tuple[str, str, str]] = {
+    "policy": ("mosafs.admin.policy", "SUBCOMMANDS", ""),
+    "pool": ("mosafs.admin.pools", "POOL_SUBCOMMANDS", ""),
+    "benefactor": ("mosafs.admin.pools", "BENEFACTOR_SUBCOMMANDS", "benefactor_"),
+}
+
+
+class _Parser(argparse.ArgumentParser):
+    """Bad arguments: one line on stderr and exit code 2 (the usage is in --help)."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: {message} (see {self.prog} --help)\n")
+
+
+def _subparser(sub: Any, name: str, help_text: str, examples: str) -> argparse.ArgumentParser:
+    parser: argparse.ArgumentParser = sub.add_parser(
+        name, help=help_text, description=help_text[0].upper() + help_text[1:] + ".",
+        epilog="examples:\n" + examples, formatter_class=argparse.RawDescriptionHelpFormatter)
+    return parser
+
+
+def _function(module: Any, kind: str, name: str, prefix: str = "") -> Any:
+    """module.KIND_PREFIXNAME..., e.g. run_benefactor_list, else run_list."""
+    template = "add_{}_arguments" if kind == "add" else "run_{}"
+    for candidate in (prefix + name, name) if prefix else (name,):
+        found = getattr(module, template.format(candidate), None)
+        if found is not None:
+            return found
+    return None
+
+
+def _add_group(parser: argparse.ArgumentParser, name: str, *, optional: bool) -> None:
+    module_name, table, prefix = GROUPS[name]
+    module = importlib.import_module(module_name)
+    actions = parser.add_subparsers(dest="action", metavar="[ACTION]" if optional else "ACTION",
+                                    required=not optional)
+    for action, (help_text, examples) in getattr(module, table).items():
+        p = _subparser(actions, action, help_text, examples)
+        _function(module, "add", action, prefix)(p)
+        p.set_defaults(run=_function(module, "run", action, prefix))
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="mosafs",
         description="mosafs: a distributed file system for checkpoint data.",
         epilog="Run 'mosafs COMMAND --help' for the options and examples of a command.",
@@ -59,24 +117,29 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"mosafs {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for name, (module_name, help_text, examples) in COMMANDS.items():
+        p = _subparser(sub, name, help_text, examples)
         module = importlib.import_module(module_name)
-        p = sub.add_parser(
-            name, help=help_text, description=help_text.capitalize() + ".",
-            epilog="examples:\n" + examples, formatter_class=argparse.RawDescriptionHelpFormatter,
-        )
-        add = getattr(module, f"add_{name}_arguments", None) or module.add_arguments
-        add(p)
-        p.set_defaults(run=getattr(module, f"run_{name}", None) or module.run)
+        add = _function(module, "add", name) or getattr(module, "add_arguments", None)
+        if add is not None:
+            add(p)  # a daemon's own options (benefactor); the actions follow
+        if name in GROUPS:
+            _add_group(p, name, optional=add is not None)
+        if add is not None:
+            p.set_defaults(run=_function(module, "run", name) or module.run)
     return parser
 
 
 def main(argv: list[str] | None = None) -> None:
     args = build_parser().parse_args(argv)
+    name = " ".join(filter(None, (args.command, getattr(args, "action", None))))
     try:
         code: Any = args.run(args)
     except MosafsError as exc:
-        print(f"mosafs {args.command}: {exc.message}", file=sys.stderr)
+        print(f"mosafs {name}: {exc.message}", file=sys.stderr)
         sys.exit(exc.exit_code)
+    except OSError as exc:  # the local system refused (a full disk, a permission)
+        print(f"mosafs {name}: {exc}", file=sys.stderr)
+        sys.exit(1)
     except KeyboardInterrupt:
         sys.exit(130)
     sys.exit(int(code or 0))

@@ -42,6 +42,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="replication factor R of the default pool (default 2, or 1 "
                              "with a single benefactor)")
     parser.add_argument("--chunker", help="chunker spec (default cdc:262144:1048576:4194304)")
+    parser.add_argument("--gc-grace", type=float, metavar="SECONDS",
+                        help="an unreferenced chunk is deleted only after this long (the "
+                             "manager's default: 600)")
     add_hash_backend_argument(parser)
     parser.add_argument("--ready-file", help=argparse.SUPPRESS)
     parser.add_argument("--log-level", default="INFO")
@@ -69,6 +72,8 @@ def run(args: argparse.Namespace) -> int:
     if args.replication is not None and not 1 <= args.replication <= args.benefactors:
         raise ConfigError(f"--replication must be 1..{args.benefactors} (the number of "
                           f"benefactors), got {args.replication}")
+    if args.gc_grace is not None and not 0 < args.gc_grace < 1e6:
+        raise ConfigError(f"--gc-grace must be a positive number of seconds, got {args.gc_grace}")
     if args.chunker:
         from mosafs.chunking import parse_spec
 
@@ -153,6 +158,8 @@ class Cluster:
         manager_args += ["--replication", str(self._replication())]
         if self.args.chunker:
             manager_args += ["--chunker", self.args.chunker]
+        if self.args.gc_grace is not None:
+            manager_args += ["--gc-grace", str(self.args.gc_grace)]
         self.manager = self._spawn("manager", manager_args)
         address = self.manager.ready["address"]
         self.benefactors = [

@@ -7,6 +7,7 @@ import shutil
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -47,9 +48,40 @@ class UpCluster:
     def stored_bytes(self) -> int:
         return sum(p.stat().st_size for p in self.chunk_files())
 
+    def wait_redundant(self) -> None:
+        """Until background replication has given every chunk its R copies."""
+        harness.wait_redundant("--data-dir", str(self.data_dir))
+
     def stop(self, check: bool = True) -> None:
         self.proc.stop(check=check, timeout=60)
         assert not os.path.ismount(self.mountpoint), "mosafs up left its mount behind"
+
+
+def launch_up(tmp: Path, *args: str, data_dir: Path | None = None, name: str = "up",
+              expected_noise: list[str] | None = None) -> UpCluster:
+    """`mosafs up TMP/mnt --data-dir DATA ARGS` (DATA: TMP/data), ready to use."""
+    data = data_dir or tmp / "data"
+    mnt = tmp / "mnt"
+    proc = harness.start(name, ["up", str(mnt), "--data-dir", str(data), *args],
+                         tmp / "procs", timeout=180)
+    proc.expected_noise = list(expected_noise or [])
+    proc.extra_logs = lambda: sorted((data / "logs").glob("*.log"))
+    return UpCluster(proc, mnt, data)
+
+
+def stop_all(clusters: list[UpCluster]) -> None:
+    """Stop every cluster (checking its logs for noise), unmount what is left, and fail
+    with every noise found."""
+    failures = []
+    for cluster in clusters:
+        if cluster.proc.alive() or cluster.proc.popen.returncode is None:
+            try:
+                cluster.stop()
+            except AssertionError as exc:
+                failures.append(str(exc))
+        if os.path.ismount(cluster.mountpoint):
+            os.system(f"fusermount3 -u -z {cluster.mountpoint}")
+    assert not failures, "\n".join(failures)
 
 
 @pytest.fixture
@@ -64,28 +96,11 @@ def start_cluster(tmp_path: Path) -> Iterator[Callable[..., UpCluster]]:
         pytest.skip(reason)
     started: list[UpCluster] = []
 
-    def start(*args: str, data_dir: Path | None = None, name: str = "up",
-              expected_noise: list[str] | None = None) -> UpCluster:
-        data = data_dir or tmp_path / "data"
-        mnt = tmp_path / "mnt"
-        proc = harness.start(name, ["up", str(mnt), "--data-dir", str(data), *args],
-                             tmp_path / "procs", timeout=180)
-        proc.expected_noise = list(expected_noise or [])
-        proc.extra_logs = lambda: sorted((data / "logs").glob("*.log"))
-        cluster = UpCluster(proc, mnt, data)
-        started.append(cluster)
-        return cluster
+    def start(*args: str, **kwargs: Any) -> UpCluster:
+        started.append(launch_up(tmp_path, *args, **kwargs))
+        return started[-1]
 
     try:
         yield start
     finally:
-        failures = []
-        for cluster in started:
-            if cluster.proc.alive() or cluster.proc.popen.returncode is None:
-                try:
-                    cluster.stop()
-                except AssertionError as exc:
-                    failures.append(str(exc))
-            if os.path.ismount(cluster.mountpoint):
-                os.system(f"fusermount3 -u -z {cluster.mountpoint}")
-        assert not failures, "\n".join(failures)
+        stop_all(started)

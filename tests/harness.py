@@ -96,3 +96,31 @@ def start(name: str, args: Iterable[str], workdir: Path, *, timeout: float = 60,
         time.sleep(0.05)
     proc.ready = json.loads(ready_file.read_text())
     return proc
+
+
+def cli(*args: str, timeout: float = 120,
+        env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    """Run `python -m mosafs ARGS` to the end; its output as text."""
+    full_env = {**os.environ, **(env or {})}
+    return subprocess.run([sys.executable, "-m", "mosafs", *args], capture_output=True,
+                          text=True, timeout=timeout, env=full_env)
+
+
+def cli_json(*args: str, timeout: float = 120) -> Any:
+    """`mosafs ARGS --json`, which must succeed and print one JSON value."""
+    done = cli(*args, "--json", timeout=timeout)
+    assert done.returncode == 0, f"mosafs {' '.join(args)}: {done.stderr}"
+    return json.loads(done.stdout)
+
+
+def wait_redundant(*where: str, timeout: float = 60) -> Any:
+    """Until `mosafs status WHERE` reports fresh figures with every referenced chunk at R
+    copies (and at least one chunk); that status."""
+    deadline = time.monotonic() + timeout
+    while True:
+        status = cli_json("status", *where)
+        fresh = 0 <= status["figures_age_ms"] < 5000
+        if fresh and status["chunks"] and status["under_replicated_chunks"] == 0:
+            return status
+        assert time.monotonic() < deadline, f"still under-replicated: {status}"
+        time.sleep(0.5)

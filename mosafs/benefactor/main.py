@@ -48,8 +48,9 @@ _SIZE_SUFFIXES = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--data-dir", required=True, metavar="DIR",
-                        help="directory donated to mosafs (created if missing)")
+    parser.add_argument("--data-dir", metavar="DIR",
+                        help="directory donated to mosafs (created if missing; required to "
+                             "run a benefactor)")
     parser.add_argument("--listen", default=DEFAULT_LISTEN, metavar="HOST:PORT",
                         help=f"address to serve on; port 0 picks a free port "
                              f"(default {DEFAULT_LISTEN})")
@@ -62,8 +63,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--capacity", type=parse_size, metavar="BYTES",
                         help="most bytes of chunks to store, e.g. 500G (suffixes K, M, G, T "
                              "are powers of 1024; default: the whole file system)")
-    parser.add_argument("--pool", default="default", metavar="NAME",
-                        help="pool this benefactor joins (default 'default')")
+    parser.add_argument("--pool", default="", metavar="NAME",
+                        help="pool to join at registration (default: the pool it is in, "
+                             "which `mosafs benefactor move` may have changed; 'default' for "
+                             "a new benefactor)")
     parser.add_argument("--inventory-interval", type=float, default=300.0, metavar="SECONDS",
                         help="how often to report the stored chunks to the manager for "
                              "garbage collection (default 300; also after every "
@@ -114,6 +117,9 @@ def run(args: argparse.Namespace) -> int:
         write_ready_file,
     )
 
+    if not args.data_dir:
+        raise ConfigError("--data-dir is required to run a benefactor (or give an action: "
+                          "list, drain, remove, move)")
     setup_logging(args.log_level)
     stop = stop_event()  # first: a signal during start-up still stops us cleanly
     manager = args.manager or os.environ.get(MANAGER_ENV) or None
@@ -152,7 +158,8 @@ def run(args: argparse.Namespace) -> int:
             write_ready_file(args.ready_file, address=info.address, id=info.id,
                              data_dir=str(store.data_dir), listen=f"{listen_host}:{port}")
             log.info("benefactor %s serving %s on port %d as %s (pool %s, %s)",
-                     info.id, store.data_dir, port, info.address, args.pool,
+                     info.id, store.data_dir, port, info.address,
+                     args.pool or "as registered",
                      f"manager {manager}" if manager else "standalone: no manager")
             stop.wait()
             log.info("stopping")

@@ -75,14 +75,8 @@ class Cluster:
             time.sleep(0.2)
 
     def wait_redundant(self, timeout: float = 60) -> dict:  # type: ignore[type-arg]
-        deadline = time.monotonic() + timeout
-        while True:
-            status = self.status()
-            fresh = 0 <= status["figures_age_ms"] < 5000
-            if fresh and status["chunks"] and status["under_replicated_chunks"] == 0:
-                return status
-            assert time.monotonic() < deadline, f"still under-replicated: {status}"
-            time.sleep(0.5)
+        return dict(harness.wait_redundant("--manager", self.manager.address,
+                                           timeout=timeout))
 
 
 def start_cluster(base: Path, *manager_args: str, benefactor_args: tuple[str, ...] = (),

@@ -74,6 +74,7 @@ def test_fuse_cdc_second_version_stores_little(start_cluster):
     v1 = incompressible("checkpoint-1", 64 * MiB)
     write_file(path, v1)
     assert path.read_bytes() == v1
+    cluster.wait_redundant()  # optimistic writes: the second copies come in the background
     stored_v1 = cluster.stored_bytes()
     assert stored_v1 >= len(v1)
 

@@ -1,0 +1,149 @@
+"""What every administrative command shares: finding the manager (DESIGN §9), resolving a
+PATH inside a mount, calling the manager, printing a report (`--json` or for people) and
+progress bars.
+
+Every admin RPC goes through `ask`/`ask_stream`: the one place where the channel to the
+manager is opened, so credentials (the admin certificate of the operations issue) plug in
+here for every command at once.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from mosafs.errors import ConfigError, NotFound
+
+XATTR_MANAGER = "user.mosafs.manager"
+VERSIONS = ".versions"
+MANAGER_ENV = "MOSAFS_MANAGER"
+
+
+def add_manager_arguments(parser: argparse.ArgumentParser, *, json_flag: bool = True) -> None:
+    parser.add_argument("--manager", metavar="HOST:PORT",
+                        help=f"the manager (default: ${MANAGER_ENV}, else the mount of the "
+                             f"PATH given, else the cluster.json of `mosafs up`)")
+    parser.add_argument("--data-dir", metavar="DIR",
+                        help="data directory of a `mosafs up` cluster whose cluster.json names "
+                             "the manager (default: the per-user data directory)")
+    if json_flag:
+        parser.add_argument("--json", action="store_true", help="print one JSON object")
+
+
+@dataclass(frozen=True)
+class MountPath:
+    """A path inside a mounted mosafs: the manager to ask and the inode it names."""
+
+    path: str
+    manager: str
+    inode: int
+    is_dir: bool
+
+
+def resolve(path: str, args: argparse.Namespace) -> MountPath:
+    """PATH as the manager knows it. A path outside every mosafs mount, or inside a
+    `.versions` view, is a ConfigError; a missing one NotFound."""
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        raise NotFound(f"{path}: no such file or directory") from None
+    except OSError as exc:
+        raise ConfigError(f"{path}: {exc.strerror}") from None
+    try:
+        mount_manager = os.getxattr(path, XATTR_MANAGER).decode()
+    except OSError:
+        raise ConfigError(f"{path} is not inside a mosafs mount") from None
+    if VERSIONS in Path(os.path.abspath(path)).parts:
+        raise ConfigError(f"{path} is inside a {VERSIONS} view: name the file itself "
+                          f"(its versions are listed by `mosafs versions`)")
+    manager = args.manager or os.environ.get(MANAGER_ENV) or mount_manager
+    return MountPath(path, manager, st.st_ino, os.path.isdir(path))
+
+
+def find_manager(args: argparse.Namespace, path: str | None = None) -> str:
+    """--manager, $MOSAFS_MANAGER, the mount of PATH, else the cluster.json of `mosafs up`
+    (--data-dir; without it, the mount the current directory is in, else the per-user data
+    directory), else a clear error."""
+    if args.manager:
+        return str(args.manager)
+    if os.environ.get(MANAGER_ENV):
+        return os.environ[MANAGER_ENV]
+    if path:
+        return resolve(path, args).manager
+    if not getattr(args, "data_dir", None):
+        try:
+            return os.getxattr(".", XATTR_MANAGER).decode()
+        except OSError:
+            pass  # not inside a mount
+    from mosafs.up import default_data_dir
+
+    cluster = Path(args.data_dir) if getattr(args, "data_dir", None) else default_data_dir()
+    try:
+        return str(json.loads((cluster / "cluster.json").read_text())["manager"])
+    except (OSError, ValueError, KeyError, TypeError):
+        raise ConfigError(f"no manager found: no readable {cluster / 'cluster.json'}; pass "
+                          f"--manager HOST:PORT, a PATH inside a mount, or --data-dir") from None
+
+
+@contextmanager
+def _stub(address: str) -> Iterator[Any]:
+    from mosafs._proto import manager_pb2_grpc as mgrpc
+    from mosafs.rpc.channels import channel
+
+    with channel(address) as ch:
+        yield mgrpc.ManagerStub(ch)
+
+
+def ask(address: str, method: str, request: Any, timeout: float = 60) -> Any:
+    """One unary call to the manager at ADDRESS; a failure raises its MosafsError."""
+    from mosafs.rpc.errors import call
+
+    with _stub(address) as stub:
+        return call(getattr(stub, method), request, timeout=timeout)
+
+
+def ask_stream(address: str, method: str, request: Any, timeout: float) -> Iterator[Any]:
+    from mosafs.rpc.errors import stream
+
+    with _stub(address) as stub:
+        yield from stream(getattr(stub, method), request, timeout=timeout)
+
+
+def emit(report: dict[str, Any] | list[Any], as_json: bool,
+         show: Callable[[Any], None]) -> int:
+    """Print REPORT as one JSON value (--json) or for people; the exit code 0."""
+    if as_json:
+        json.dump(report, sys.stdout)
+        print()
+    else:
+        show(report)
+    return 0
+
+
+def progress(total: int, unit: str, desc: str) -> Any:
+    """A progress bar on stderr, drawn only when stderr is a terminal (tqdm)."""
+    from tqdm import tqdm
+
+    return tqdm(total=total, unit=unit, unit_scale=unit == "B", unit_divisor=1024,
+                desc=desc, file=sys.stderr, disable=not sys.stderr.isatty(), leave=False)
+
+
+def size(n: int) -> str:
+    """Bytes for people: 1.5 GiB."""
+    import humanfriendly
+
+    return str(humanfriendly.format_size(n, binary=True))
+
+
+def when(ns: int) -> str:
+    """A wall-clock time in ns as local ISO 8601 to the second."""
+    import datetime
+
+    return datetime.datetime.fromtimestamp(ns / 1e9).isoformat(sep=" ", timespec="seconds")

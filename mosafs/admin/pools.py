@@ -1,0 +1,288 @@
+"""`mosafs pool create|list|show|set|delete|assign|unassign` and `mosafs benefactor
+list|drain|remove|move` (docs/lifecycle.md)."""
+
+from __future__ import annotations
+
+import argparse
+import time
+from typing import Any
+
+from mosafs.admin.common import add_manager_arguments, ask, emit, find_manager, progress, size
+from mosafs.admin.policy import folder, folder_report
+
+POOL_SUBCOMMANDS: dict[str, tuple[str, str]] = {
+    "create": ("create a pool (settings not given take the defaults)",
+               "  mosafs pool create fast --replication 2 --stripe-width 4\n"
+               "  mosafs pool create scratch --replication 1 --chunker fixed:1048576 "
+               "--write-semantics optimistic"),
+    "list": ("list the pools with their settings, benefactors and folders",
+             "  mosafs pool list\n  mosafs pool list --json"),
+    "show": ("show one pool", "  mosafs pool show fast --json"),
+    "set": ("change a pool's settings (new writes use them; a higher R re-replicates)",
+            "  mosafs pool set default --replication 3\n"
+            "  mosafs pool set fast --write-semantics pessimistic --hash-backend gpu"),
+    "delete": ("delete a pool that no benefactor and no folder uses",
+               "  mosafs pool delete scratch"),
+    "assign": ("assign a folder to a pool (subfolders inherit; new writes only)",
+               "  mosafs pool assign /mnt/ckpt/fast-runs fast"),
+    "unassign": ("drop a folder's own pool: it inherits its parent's again",
+                 "  mosafs pool unassign /mnt/ckpt/fast-runs"),
+}
+BENEFACTOR_SUBCOMMANDS: dict[str, tuple[str, str]] = {
+    "list": ("list the benefactors (pool, liveness, space, draining)",
+             "  mosafs benefactor list\n  mosafs benefactor list --json"),
+    "drain": ("move every chunk off a benefactor (it takes no new ones), with progress",
+              "  mosafs benefactor drain b-3f2a\n  mosafs benefactor drain b-3f2a --no-wait\n"
+              "  mosafs benefactor drain b-3f2a --cancel"),
+    "remove": ("forget a stopped benefactor (drain it first)",
+               "  mosafs benefactor remove b-3f2a\n  mosafs benefactor remove b-3f2a --force"),
+    "move": ("move a benefactor to another pool (its copies are re-replicated in the old one)",
+             "  mosafs benefactor move b-3f2a fast"),
+}
+DRAIN_POLL_S = 0.5
+
+
+# --- pools -----------------------------------------------------------------------------------
+
+def _settings_arguments(parser: argparse.ArgumentParser) -> None:
+    from mosafs.chunking.registry import BACKEND_CHOICES
+
+    parser.add_argument("--replication", type=int, metavar="R", help="copies of every chunk")
+    parser.add_argument("--stripe-width", type=int, metavar="W",
+                        help="benefactors one write stripes over")
+    parser.add_argument("--chunker", metavar="SPEC",
+                        help="fixed:SIZE or cdc:MIN:AVG:MAX (bytes)")
+    parser.add_argument("--write-semantics", choices=["optimistic", "pessimistic"],
+                        help="close returns after one copy (optimistic) or R copies")
+    parser.add_argument("--hash-backend", choices=list(BACKEND_CHOICES),
+                        help="preferred hash backend of mounts started with auto")
+
+
+def add_create_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("name", help="1..64 characters of A-Z a-z 0-9 . _ -")
+    _settings_arguments(parser)
+    add_manager_arguments(parser)
+
+
+add_set_arguments = add_create_arguments
+
+
+def add_name_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("name", help="the pool")
+    add_manager_arguments(parser)
+
+
+add_show_arguments = add_delete_arguments = add_name_arguments
+
+
+def add_list_arguments(parser: argparse.ArgumentParser) -> None:
+    add_manager_arguments(parser)
+
+
+def add_assign_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("folder", help="a directory inside a mounted mosafs")
+    parser.add_argument("pool", help="the pool its new writes use")
+    add_manager_arguments(parser)
+
+
+def add_unassign_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("folder", help="a directory inside a mounted mosafs")
+    add_manager_arguments(parser)
+
+
+def _pool_request(args: argparse.Namespace) -> Any:
+    from mosafs._proto import manager_pb2 as mpb
+
+    request = mpb.PoolRequest(name=args.name)
+    for field in ("replication", "stripe_width", "chunker", "write_semantics", "hash_backend"):
+        value = getattr(args, field)
+        if value is not None:
+            setattr(request, field, value)
+    return request
+
+
+def pool_report(info: Any) -> dict[str, Any]:
+    s = info.settings
+    return {"name": s.name, "replication": s.replication, "stripe_width": s.stripe_width,
+            "chunker": s.chunker, "write_semantics": s.write_semantics,
+            "hash_backend": s.hash_backend, "benefactors": list(info.benefactors),
+            "folders": list(info.folder_paths)}
+
+
+def _print_pool(report: dict[str, Any]) -> None:
+    print(f"{report['name']}: R={report['replication']} W={report['stripe_width']} "
+          f"{report['chunker']} {report['write_semantics']} hash={report['hash_backend']}")
+    print(f"  benefactors: {', '.join(report['benefactors']) or '-'}")
+    print(f"  folders:     {', '.join(report['folders']) or '-'}")
+
+
+def run_create(args: argparse.Namespace) -> int:
+    info = ask(find_manager(args), "CreatePool", _pool_request(args))
+    return emit(pool_report(info), args.json, _print_pool)
+
+
+def run_set(args: argparse.Namespace) -> int:
+    info = ask(find_manager(args), "UpdatePool", _pool_request(args))
+    return emit(pool_report(info), args.json, _print_pool)
+
+
+def run_show(args: argparse.Namespace) -> int:
+    from mosafs._proto import manager_pb2 as mpb
+
+    info = ask(find_manager(args), "GetPool", mpb.GetPoolRequest(name=args.name))
+    return emit(pool_report(info), args.json, _print_pool)
+
+
+def run_list(args: argparse.Namespace) -> int:
+    from mosafs._proto import manager_pb2 as mpb
+
+    reply = ask(find_manager(args), "ListPools", mpb.ListPoolsRequest())
+    report = {"pools": [pool_report(p) for p in reply.pools]}
+    return emit(report, args.json, _print_pools)
+
+
+def _print_pools(report: dict[str, Any]) -> None:
+    for pool in report["pools"]:
+        _print_pool(pool)
+
+
+def run_delete(args: argparse.Namespace) -> int:
+    from mosafs._proto import manager_pb2 as mpb
+
+    ask(find_manager(args), "DeletePool", mpb.DeletePoolRequest(name=args.name))
+    return emit({"deleted": args.name}, args.json, lambda r: print(f"deleted pool {r['deleted']}"))
+
+
+def _assign(args: argparse.Namespace, pool: str) -> int:
+    from mosafs._proto import manager_pb2 as mpb
+    from mosafs.admin.policy import _print_folder
+
+    target = folder(args, args.folder)
+    reply = ask(target.manager, "SetFolderSettings",
+                mpb.SetFolderSettingsRequest(inode=target.inode, pool=pool))
+    return emit(folder_report(reply), args.json, _print_folder)
+
+
+def run_assign(args: argparse.Namespace) -> int:
+    return _assign(args, args.pool)
+
+
+def run_unassign(args: argparse.Namespace) -> int:
+    return _assign(args, "")
+
+
+# --- benefactors -----------------------------------------------------------------------------
+
+def add_id_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("id", help="the benefactor's id (`mosafs benefactor list`)")
+    add_manager_arguments(parser)
+
+
+def add_drain_arguments(parser: argparse.ArgumentParser) -> None:
+    add_id_arguments(parser)
+    parser.add_argument("--no-wait", action="store_true",
+                        help="start draining and return (`mosafs benefactor drain ID` again "
+                             "shows the progress)")
+    parser.add_argument("--cancel", action="store_true", help="take new chunks again")
+    parser.add_argument("--timeout", type=float, default=0, metavar="SECONDS",
+                        help="give up waiting after this long (exit 1); default: no limit")
+
+
+def add_remove_arguments(parser: argparse.ArgumentParser) -> None:
+    add_id_arguments(parser)
+    parser.add_argument("--force", action="store_true",
+                        help="remove even if chunks are left with fewer than R copies")
+
+
+def add_move_arguments(parser: argparse.ArgumentParser) -> None:
+    add_id_arguments(parser)
+    parser.add_argument("pool", help="the pool it joins")
+
+
+def benefactor_report(status: Any) -> dict[str, Any]:
+    info = status.info
+    return {"id": info.id, "address": info.address, "pool": info.pool, "alive": status.alive,
+            "draining": status.draining, "capacity_bytes": info.capacity_bytes,
+            "free_bytes": info.free_bytes, "chunks": info.chunks,
+            "stored_bytes": info.stored_bytes}
+
+
+def run_benefactor_list(args: argparse.Namespace) -> int:
+    from mosafs._proto import manager_pb2 as mpb
+
+    reply = ask(find_manager(args), "ListBenefactors", mpb.ListBenefactorsRequest())
+    report = {"benefactors": [benefactor_report(b) for b in reply.benefactors]}
+    return emit(report, args.json, _print_benefactors)
+
+
+def _print_benefactors(report: dict[str, Any]) -> None:
+    for b in report["benefactors"]:
+        state = ("alive" if b["alive"] else "DEAD") + (", draining" if b["draining"] else "")
+        print(f"{b['id']}  {b['address']:<22} pool {b['pool']:<10} {state:<16} "
+              f"{b['chunks']:>9} chunks  {size(b['free_bytes'])} of "
+              f"{size(b['capacity_bytes'])} free")
+
+
+def drain_report(status: Any) -> dict[str, Any]:
+    return {"id": status.id, "draining": status.draining, "alive": status.alive,
+            "chunks": status.chunks, "pending_chunks": status.pending_chunks,
+            "pending_bytes": status.pending_bytes, "done": status.done}
+
+
+def run_drain(args: argparse.Namespace) -> int:
+    from mosafs._proto import manager_pb2 as mpb
+
+    manager = find_manager(args)
+    status = ask(manager, "DrainBenefactor",
+                 mpb.DrainBenefactorRequest(id=args.id, cancel=args.cancel))
+    if not (args.cancel or args.no_wait or status.done):
+        status = _wait_drained(manager, args.id, status, args.timeout)
+    report = drain_report(status)
+    emit(report, args.json, _print_drain)
+    return 0 if args.cancel or args.no_wait or status.done else 1
+
+
+def _wait_drained(manager: str, bid: str, status: Any, timeout: float) -> Any:
+    """Poll the drain until nothing is pending (a bar of the chunks moved, on a terminal)."""
+    from mosafs._proto import manager_pb2 as mpb
+
+    deadline = time.monotonic() + timeout if timeout else None
+    first = max(status.pending_chunks, 1)
+    with progress(first, "chunk", f"drain {bid}") as bar:
+        while not status.done:
+            if deadline is not None and time.monotonic() > deadline:
+                break
+            time.sleep(DRAIN_POLL_S)
+            status = ask(manager, "GetDrainStatus", mpb.DrainStatusRequest(id=bid))
+            bar.n = max(0, first - status.pending_chunks)
+            bar.refresh()
+    return status
+
+
+def _print_drain(report: dict[str, Any]) -> None:
+    if not report["draining"]:
+        print(f"{report['id']} takes new chunks again")
+    elif report["done"]:
+        print(f"{report['id']} is drained: every chunk it held has R copies elsewhere; stop it "
+              f"and `mosafs benefactor remove {report['id']}`")
+    else:
+        print(f"{report['id']} is draining: {report['pending_chunks']} of {report['chunks']} "
+              f"chunks ({size(report['pending_bytes'])}) still to copy")
+
+
+def run_remove(args: argparse.Namespace) -> int:
+    from mosafs._proto import manager_pb2 as mpb
+
+    ask(find_manager(args), "RemoveBenefactor",
+        mpb.RemoveBenefactorRequest(id=args.id, force=args.force))
+    return emit({"removed": args.id}, args.json,
+                lambda r: print(f"removed benefactor {r['removed']}"))
+
+
+def run_move(args: argparse.Namespace) -> int:
+    from mosafs._proto import manager_pb2 as mpb
+
+    status = ask(find_manager(args), "MoveBenefactor",
+                 mpb.MoveBenefactorRequest(id=args.id, pool=args.pool))
+    return emit(benefactor_report(status), args.json,
+                lambda r: print(f"{r['id']} is in pool {r['pool']}"))

@@ -57,12 +57,15 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "fsck": ("mosafs.admin.cluster", "check the manager's metadata invariants (and repair them)",
              "  mosafs fsck\n  mosafs fsck --json\n  mosafs fsck --repair"),
     "bench": ("mosafs.bench.cli",
-              "benchmarks of the mount (write, read, backends) and of content addressing (hash)",
+              "benchmarks: the mount (write, backends), content addressing (hash), and the "
+              "stdchk/MosaStore evaluations (series, stripe, clients)",
               "  mosafs bench write --json\n  mosafs bench write --quick\n"
               "  mosafs bench write --memory --keep /tmp/bench-run\n"
               "  mosafs bench hash --json\n  mosafs bench hash --backend cpu --quick\n"
               "  mosafs bench hash --backend gpu --json\n"
-              "  mosafs bench backends --backends cpu,gpu --json"),
+              "  mosafs bench backends --backends cpu,gpu --json\n"
+              "  mosafs bench series --json --plot /tmp/figures\n"
+              "  mosafs bench stripe --quick\n  mosafs bench clients --links none --json"),
 }
 # Commands with actions: name -> (module, its dict of action -> (help, examples), prefix
 # of the action functions tried before the plain `add_ACTION_arguments`/`run_ACTION`).

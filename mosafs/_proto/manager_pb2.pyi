@@ -507,7 +507,7 @@ class ClusterStatusRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class ClusterStatus(_message.Message):
-    __slots__ = ("benefactors", "chunks", "under_replicated_chunks", "replication_backlog_bytes", "lost_chunks", "replication_rate_bytes_s", "time_to_full_redundancy_s", "scanned_age_ms")
+    __slots__ = ("benefactors", "chunks", "under_replicated_chunks", "replication_backlog_bytes", "lost_chunks", "replication_rate_bytes_s", "time_to_full_redundancy_s", "scanned_age_ms", "metadata_write_transactions")
     BENEFACTORS_FIELD_NUMBER: _ClassVar[int]
     CHUNKS_FIELD_NUMBER: _ClassVar[int]
     UNDER_REPLICATED_CHUNKS_FIELD_NUMBER: _ClassVar[int]
@@ -516,6 +516,7 @@ class ClusterStatus(_message.Message):
     REPLICATION_RATE_BYTES_S_FIELD_NUMBER: _ClassVar[int]
     TIME_TO_FULL_REDUNDANCY_S_FIELD_NUMBER: _ClassVar[int]
     SCANNED_AGE_MS_FIELD_NUMBER: _ClassVar[int]
+    METADATA_WRITE_TRANSACTIONS_FIELD_NUMBER: _ClassVar[int]
     benefactors: _containers.RepeatedCompositeFieldContainer[BenefactorStatus]
     chunks: int
     under_replicated_chunks: int
@@ -524,7 +525,8 @@ class ClusterStatus(_message.Message):
     replication_rate_bytes_s: float
     time_to_full_redundancy_s: float
     scanned_age_ms: int
-    def __init__(self, benefactors: _Optional[_Iterable[_Union[BenefactorStatus, _Mapping]]] = ..., chunks: _Optional[int] = ..., under_replicated_chunks: _Optional[int] = ..., replication_backlog_bytes: _Optional[int] = ..., lost_chunks: _Optional[int] = ..., replication_rate_bytes_s: _Optional[float] = ..., time_to_full_redundancy_s: _Optional[float] = ..., scanned_age_ms: _Optional[int] = ...) -> None: ...
+    metadata_write_transactions: int
+    def __init__(self, benefactors: _Optional[_Iterable[_Union[BenefactorStatus, _Mapping]]] = ..., chunks: _Optional[int] = ..., under_replicated_chunks: _Optional[int] = ..., replication_backlog_bytes: _Optional[int] = ..., lost_chunks: _Optional[int] = ..., replication_rate_bytes_s: _Optional[float] = ..., time_to_full_redundancy_s: _Optional[float] = ..., scanned_age_ms: _Optional[int] = ..., metadata_write_transactions: _Optional[int] = ...) -> None: ...
 
 class InventoryEntry(_message.Message):
     __slots__ = ("id", "touched_ns", "length")

@@ -56,6 +56,7 @@ def status_report(status: Any) -> dict[str, Any]:
         "replication_rate_bytes_s": round(status.replication_rate_bytes_s, 1),
         "time_to_full_redundancy_s": round(status.time_to_full_redundancy_s, 1),
         "figures_age_ms": status.scanned_age_ms,
+        "metadata_write_transactions": status.metadata_write_transactions,
     }
 
 

@@ -3,11 +3,15 @@
     mosafs bench write [--quick] [--json] [--size-mib N] [--memory] [--keep DIR]
     mosafs bench hash [--backend auto|cpu|gpu|oracle|all] [--quick] [--json] [--spec SPEC]
     mosafs bench backends [--backends cpu,gpu] [--size-mib N] [--json]
+    mosafs bench series|stripe|clients [--quick] [--json] [--plot DIR]
+                                       [--links netns|none]
 
 `write` starts real processes (a cluster and a null FUSE file system) and measures the
-mount; `hash` measures content addressing (cut points + BLAKE3 ids) in-process on the CPU
-and the GPU (mosafs/bench/hash.py says what each figure means). `--backend gpu` where no
-GPU is usable is an error with the reason (exit code 2), never a CPU run.
+mount; `series`, `stripe` and `clients` reproduce the stdchk and MosaStore evaluations
+(mosafs/bench/storage.py) on a testbed of their own, behind emulated links; `hash`
+measures content addressing (cut points + BLAKE3 ids) in-process on the CPU and the GPU
+(mosafs/bench/hash.py says what each figure means). `--backend gpu` where no GPU is usable
+is an error with the reason (exit code 2), never a CPU run.
 
 Imports stay light here: the benchmark modules load only when a benchmark runs
 (mosafs.bench.hash imports numpy and mosafs.chunking only in its functions).
@@ -19,7 +23,9 @@ import argparse
 import json
 import sys
 from pathlib import Path
+from typing import Any
 
+from mosafs.argtypes import bounded_int
 from mosafs.bench import hash as hash_bench
 
 
@@ -38,6 +44,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                    help="small sizes (64 MiB, one null run each) for a smoke test; the figures "
                         "mean little")
     w.add_argument("--json", action="store_true", help="print only the JSON object on stdout")
+    w.add_argument("--plot", type=Path, metavar="DIR", help="write a PNG figure into DIR")
     w.add_argument("--size-mib", type=int,
                    help="file size for the writes and reads (default 1024; --quick: 64)")
     w.add_argument("--memory", action="store_true",
@@ -89,6 +96,149 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     b.set_defaults(bench_run=_run_backends)
 
 
+    _add_storage_benchmarks(sub)
+
+
+STORAGE_EPILOG = ("Definitions: OAB = size / (open until the last write returned); ASB = "
+                  "size / (open until close returned). Links: each benefactor behind a "
+                  "veth pair shaped by tc tbf between network namespaces the benchmark "
+                  "makes and deletes (root and iproute2), or a benefactor-side ingest "
+                  "limit where namespaces cannot be made; --links none runs on loopback.")
+
+
+def _storage_parser(sub: Any, name: str, help_text: str, examples: str) -> Any:
+    p = sub.add_parser(name, help=help_text, description=help_text[0].upper() + help_text[1:]
+                       + ". " + STORAGE_EPILOG, epilog="examples:\n" + examples,
+                       formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--quick", action="store_true",
+                   help="small sizes and fewer configurations: a smoke test")
+    p.add_argument("--json", action="store_true", help="print only the JSON object on stdout")
+    p.add_argument("--plot", type=Path, metavar="DIR", help="write PNG figures into DIR")
+    p.add_argument("--links", choices=["auto", "netns", "ratelimit", "none"], default="auto",
+                   help="each benefactor behind an emulated link: netns (network namespaces "
+                        "and tc), ratelimit (the benefactor limits what it takes), auto "
+                        "(netns where it can be made, else ratelimit; the default), or none "
+                        "(plain loopback)")
+    p.add_argument("--link-rate", type=bounded_int(1_000_000, 100_000_000_000),
+                   default=1_000_000_000, metavar="BITS_PER_S",
+                   help="rate of each emulated link (default 1000000000: 1 Gbit/s)")
+    p.add_argument("--keep", type=Path, metavar="DIR",
+                   help="run in DIR (empty or absent) and keep data and logs there")
+    p.add_argument("--log-level", default="WARNING")
+    p.set_defaults(bench_run=_run_storage, storage=name)
+    return p
+
+
+def _add_storage_benchmarks(sub: Any) -> None:
+    from mosafs.bench.workloads import KINDS
+
+    s = _storage_parser(
+        sub, "series", "checkpoint series written non-CA, CA-CPU, CA-GPU and CA-oracle with "
+        "fixed and CDC chunks of 256 KiB, 1 MiB and 4 MiB average",
+        "  mosafs bench series --json --plot /tmp/figures\n"
+        "  mosafs bench series --quick\n"
+        "  mosafs bench series --workload similar --size-mib 64 --steps 3 --links none")
+    s.add_argument("--workload", choices=KINDS, default="checkpoint")
+    s.add_argument("--size-mib", type=bounded_int(1, 1024), help="file size (default 256; "
+                   "--quick: 16)")
+    s.add_argument("--steps", type=bounded_int(1, 100), help="files in the series "
+                   "(default 5; --quick: 3)")
+    s.add_argument("--change", type=float, default=0.15,
+                   help="checkpoint: fraction of pages rewritten per step (default 0.15)")
+    s.add_argument("--regions", type=bounded_int(1, 100_000), default=8,
+                   help="checkpoint: contiguous runs of rewritten pages (default 8)")
+    s.add_argument("--insertions", type=bounded_int(0, 1000), default=4,
+                   help="checkpoint: insertions per step (default 4)")
+    s.add_argument("--stripe-width", type=bounded_int(1, 3), default=1,
+                   help="benefactors each file stripes over (default 1: one 1 Gbit/s link "
+                        "carries a writer's data, as the client NIC in stdchk)")
+    s.add_argument("--configs", help="comma-separated names to run, e.g. "
+                   "'non-CA fixed 1024K,CA-CPU cdc 1024K' (default: all)")
+    t = _storage_parser(
+        sub, "stripe", "one writer of new data striped over W = 1..4 benefactors, each "
+        "behind its own link", "  mosafs bench stripe --json --plot /tmp/figures\n"
+        "  mosafs bench stripe --quick --widths 1,2")
+    t.add_argument("--size-mib", type=bounded_int(1, 1024),
+                   help="file size (default 1024; --quick: 32)")
+    t.add_argument("--widths", default="1,2,3,4", help="stripe widths (default 1,2,3,4)")
+    c = _storage_parser(
+        sub, "clients", "N concurrent writers (1 to 8) of 100 MiB files: aggregate "
+        "throughput, manager transactions per second, errors",
+        "  mosafs bench clients --json --plot /tmp/figures\n"
+        "  mosafs bench clients --quick --writers 1,2")
+    c.add_argument("--size-mib", type=bounded_int(1, 1024),
+                   help="file size (default 100; --quick: 16)")
+    c.add_argument("--writers", default="1,2,4,8", help="writer counts (default 1,2,4,8)")
+
+
+def _numbers(text: str, low: int, high: int, what: str) -> tuple[int, ...]:
+    from mosafs.errors import ConfigError
+
+    try:
+        values = tuple(int(v) for v in text.split(",") if v.strip())
+    except ValueError:
+        raise ConfigError(f"{what}: a comma-separated list of whole numbers, "
+                          f"got {text!r}") from None
+    if not values or any(not low <= v <= high for v in values):
+        raise ConfigError(f"{what}: numbers {low}..{high}, got {text!r}")
+    return values
+
+
+def _run_storage(args: argparse.Namespace) -> int:
+    from mosafs.bench import storage
+    from mosafs.bench.testbed import Links, links_unavailable
+    from mosafs.bench.workloads import Workload
+    from mosafs.errors import ConfigError
+    from mosafs.procutil import setup_logging
+
+    setup_logging(args.log_level)
+    mode = args.links
+    if mode == "auto":
+        mode = "ratelimit" if links_unavailable() else "netns"
+    if mode == "netns" and (reason := links_unavailable()):
+        raise ConfigError(f"{reason}; or run with --links ratelimit or none")
+    if args.plot:
+        from mosafs.bench.plots import _pyplot
+
+        _pyplot()  # missing matplotlib: say so before the run, not after
+    options = storage.Options(
+        quick=args.quick, links=None if mode == "none" else Links(args.link_rate, mode),
+        keep=args.keep, command=" ".join(["mosafs", "bench", *sys.argv[2:]]))
+    mib = 1 << 20
+    if args.storage == "series":
+        workload = Workload(args.workload, (args.size_mib or (16 if args.quick else 256)) * mib,
+                            args.steps or (3 if args.quick else 5), args.change, args.regions,
+                            args.insertions).check()
+        configs = None
+        if args.configs:
+            wanted = [c.strip() for c in args.configs.split(",") if c.strip()]
+            known = {c.name: c for c in storage.series_configs(storage.AVERAGES, gpu=True)}
+            unknown = [c for c in wanted if c not in known]
+            if unknown:
+                raise ConfigError(f"unknown configuration {unknown[0]!r}; known: "
+                                  + ", ".join(known))
+            configs = [known[c] for c in wanted]
+            if any(c.backend == "gpu" for c in configs):
+                from mosafs.chunking import resolve_backend
+
+                resolve_backend("gpu")  # asked for by name: no GPU is an error
+        result = storage.run_series(options, workload, stripe_width=args.stripe_width,
+                                    configs=configs)
+    elif args.storage == "stripe":
+        result = storage.run_stripe(options, (args.size_mib or (32 if args.quick else 1024))
+                                    * mib, _numbers(args.widths, 1, 16, "--widths"))
+    else:
+        result = storage.run_clients(options, (args.size_mib or (16 if args.quick else 100))
+                                     * mib, _numbers(args.writers, 1, 64, "--writers"))
+    if args.plot:
+        from mosafs.bench.plots import plot
+
+        result["figures"] = [str(p) for p in plot(result, args.plot)]
+    json.dump(result, sys.stdout, indent=None if args.json else 2)
+    print()
+    return 0  # a missed target is a figure, not a failure: see "targets" in the JSON
+
+
 def run(args: argparse.Namespace) -> int:
     return int(args.bench_run(args))
 
@@ -111,6 +261,10 @@ def _run_write(args: argparse.Namespace) -> int:
                       quick=args.quick)
     result = run_benchmark(options, command=" ".join(["mosafs", *sys.argv[1:]])
                            if sys.argv[0].endswith("mosafs") else " ".join(sys.argv))
+    if args.plot:
+        from mosafs.bench.plots import plot
+
+        result["figures"] = [str(p) for p in plot(result, args.plot)]
     if not args.json:
         print(format_table(result))
         print()

@@ -53,6 +53,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -73,6 +74,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--quick", action="store_true",
                         help="small sizes and one repeat (a smoke test; figures mean little)")
     parser.add_argument("--json", action="store_true", help="print only the JSON object")
+    parser.add_argument("--plot", type=Path, metavar="DIR", help="write a PNG figure into DIR")
     parser.add_argument("--spec", help="chunker spec (default cdc:262144:1048576:4194304)")
     parser.add_argument("--cpu-mib", type=int, help="CPU input size (default 512; quick 64)")
     parser.add_argument("--gpu-gib", type=int, help="GPU end-to-end input (default 8; quick 1)")
@@ -85,6 +87,10 @@ def run(args: argparse.Namespace) -> int:
     result = run_hash_benchmark(args.backend, args.quick, spec=args.spec,
                                 cpu_mib=args.cpu_mib, gpu_gib=args.gpu_gib,
                                 kernel_mib=args.kernel_mib, repeat=args.repeat)
+    if args.plot:
+        from mosafs.bench.plots import plot
+
+        result["figures"] = [str(p) for p in plot(result, args.plot)]
     if not args.json:
         print(format_summary(result))
     json.dump(result, sys.stdout, indent=None if args.json else 2)

@@ -76,6 +76,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="re-verify stored chunks in the background at this many bytes "
                              "a second, e.g. 8M (K, M, G suffixes; default 8M; 0 turns "
                              "background scrubbing off; `mosafs scrub` runs a pass now)")
+    parser.add_argument("--ingest-rate", type=parse_rate, default=0, metavar="BYTES_PER_S",
+                        help="take chunk bytes no faster than this, e.g. 125M (a 1 Gbit/s "
+                             "link; K, M, G suffixes; default 0: no limit)")
     parser.add_argument("--ready-file", metavar="PATH",
                         help="write {address, pid, id, data_dir} as JSON here once serving")
     parser.add_argument("--log-level", default="INFO",
@@ -131,6 +134,7 @@ def run(args: argparse.Namespace) -> int:
 
     from mosafs.benefactor.chunkstore import FileChunkStore, load_or_create_identity
     from mosafs.benefactor.garbage import GarbageRounds
+    from mosafs.benefactor.ingest import IngestLimiter
     from mosafs.benefactor.replication import ChunkReplicator
     from mosafs.benefactor.scrub import Scrubber, ScrubLoop
     from mosafs.rpc.peers import BenefactorPeers
@@ -146,8 +150,9 @@ def run(args: argparse.Namespace) -> int:
         rounds = GarbageRounds(store, _reviewer(registrar, info))
         scrubber = Scrubber(store, _corrupt_reporter(registrar, info) if registrar else None)
         scrubs = ScrubLoop(scrubber, args.scrub_rate)
+        ingest = IngestLimiter(args.ingest_rate) if args.ingest_rate else None
         srv, port = listen(lambda srv: add_to_server(srv, store, info, replicator, rounds.run,
-                                                     scrubber.run), args.listen)
+                                                     scrubber.run, ingest), args.listen)
         info.address = advertised_address(listen_host, port, args.advertise)
         inventory = InventoryLoop(registrar, rounds, args.inventory_interval) if registrar else None
         try:

@@ -16,6 +16,7 @@ from mosafs._proto import benefactor_pb2 as pb
 from mosafs._proto import benefactor_pb2_grpc as pb_grpc
 from mosafs.benefactor.chunkstore import ChunkStore
 from mosafs.benefactor.garbage import RoundResult
+from mosafs.benefactor.ingest import IngestLimiter
 from mosafs.benefactor.replication import ChunkReplicator
 from mosafs.benefactor.scrub import ScrubProgress
 from mosafs.rpc.errors import servicer
@@ -49,9 +50,11 @@ def info_message(identity: Identity, store: ChunkStore) -> pb.BenefactorInfo:
 class BenefactorServicer(pb_grpc.BenefactorServicer):
     def __init__(self, store: ChunkStore, info: Callable[[], pb.BenefactorInfo],
                  replicator: ChunkReplicator, garbage_round: Callable[[], RoundResult],
-                 scrub: Callable[[], Iterator[ScrubProgress]]) -> None:
+                 scrub: Callable[[], Iterator[ScrubProgress]],
+                 ingest: IngestLimiter | None = None) -> None:
         # INFO is a callable: the address is known only once the server has bound its port,
         # after the servicer was added.
+        self._ingest = ingest
         self._store = store
         self._info = info
         self._replicator = replicator
@@ -60,6 +63,8 @@ class BenefactorServicer(pb_grpc.BenefactorServicer):
 
     def PutChunk(self, request: pb.PutChunkRequest,
                  context: grpc.ServicerContext) -> pb.PutChunkResponse:
+        if self._ingest is not None:
+            self._ingest.take(len(request.data))
         present = self._store.put(request.id, request.data)
         return pb.PutChunkResponse(already_present=present)
 
@@ -100,7 +105,8 @@ class BenefactorServicer(pb_grpc.BenefactorServicer):
 def add_to_server(server: grpc.Server, store: ChunkStore,
                   info: Callable[[], pb.BenefactorInfo], replicator: ChunkReplicator,
                   garbage_round: Callable[[], RoundResult],
-                  scrub: Callable[[], Iterator[ScrubProgress]]) -> None:
+                  scrub: Callable[[], Iterator[ScrubProgress]],
+                  ingest: IngestLimiter | None = None) -> None:
     add_decoding_in_handlers(
         pb_grpc.add_BenefactorServicer_to_server,
-        BenefactorServicer(store, info, replicator, garbage_round, scrub), server)
+        BenefactorServicer(store, info, replicator, garbage_round, scrub, ingest), server)

@@ -280,7 +280,8 @@ class Manager:
         return out
 
     def cluster_status(self) -> manager_pb2.ClusterStatus:
-        out = manager_pb2.ClusterStatus(benefactors=self.registry.statuses())
+        out = manager_pb2.ClusterStatus(benefactors=self.registry.statuses(),
+                                        metadata_write_transactions=self.store.write_transactions)
         if self.replicator is None:
             out.scanned_age_ms = -1
             return out

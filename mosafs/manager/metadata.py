@@ -67,6 +67,7 @@ from __future__ import annotations
 import logging
 import re
 import struct
+import threading
 import time
 from collections import Counter
 from collections.abc import Iterable, Iterator, Sequence
@@ -660,6 +661,8 @@ class MetadataStore:
         self._env.reader_check()
         env = self._env
         self._db = _Dbs(*(env.open_db(name) for name in DB_NAMES))
+        self._writes = 0
+        self._count_lock = threading.Lock()
         self._initialise()
 
     def close(self) -> None:
@@ -676,11 +679,19 @@ class MetadataStore:
         with self._env.begin() as txn:
             yield _Tx(txn, self._db)
 
+    @property
+    def write_transactions(self) -> int:
+        """Write transactions committed since this store was opened."""
+        with self._count_lock:
+            return self._writes
+
     @contextmanager
     def _write(self) -> Iterator[_Tx]:
         try:
             with self._env.begin(write=True) as txn:
                 yield _Tx(txn, self._db)
+            with self._count_lock:
+                self._writes += 1
         except lmdb.MapFullError:
             raise NoSpace(f"the metadata store {self.path} is full: restart the manager "
                           f"with a larger --map-size") from None

@@ -46,10 +46,13 @@ def test_bench_write_quick_json_shape(tmp_path: Path) -> None:
     run_dir = tmp_path / "run"
     proc = subprocess.run(
         [sys.executable, "-m", "mosafs", "bench", "write", "--json", *SMALL,
-         "--keep", str(run_dir)],
+         "--keep", str(run_dir), "--plot", str(tmp_path / "figures")],
         capture_output=True, text=True, timeout=170)
     assert proc.returncode == 0, proc.stderr
     result = json.loads(proc.stdout)  # exactly one JSON object on stdout
+    figures = result.pop("figures")
+    assert figures == [str(tmp_path / "figures" / "write.png")]
+    assert (tmp_path / "figures" / "write.png").read_bytes()[:4] == b"\x89PNG"
     assert result == json.loads((run_dir / "result.json").read_text())
 
     size = 16 << 20
@@ -91,7 +94,7 @@ def test_bench_write_ctrl_c_stops_everything(tmp_path: Path) -> None:
     run_dir = tmp_path / "run"
     bench = subprocess.Popen(
         [sys.executable, "-m", "mosafs", "bench", "write", "--json", *SMALL,
-         "--keep", str(run_dir)],
+         "--keep", str(run_dir), "--plot", str(tmp_path / "figures")],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     ready = run_dir / "mosafs" / "up.ready.json"
     deadline = time.monotonic() + 120

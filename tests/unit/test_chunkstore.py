@@ -535,3 +535,19 @@ def test_unit_scrubber_holds_its_rate_and_stops_when_asked(backend: Backend) -> 
 
         assert scrubber.run_pass(rate=1000.0, wait=stop_after_three) is None
         assert calls[0] == 3
+
+
+def test_unit_ingest_limit_is_a_fifo_link() -> None:
+    """Each put holds the link for its bytes / rate after the puts before it."""
+    from mosafs.benefactor.ingest import IngestLimiter
+
+    now = [100.0]
+    slept: list[float] = []
+    limiter = IngestLimiter(1000, clock=lambda: now[0], sleep=slept.append)
+    assert limiter.take(500) == 0.5
+    assert limiter.take(1000) == 1.5  # queued behind the first
+    now[0] = 110.0  # the link idled: no credit is saved up
+    assert limiter.take(250) == 0.25
+    assert slept == [0.5, 1.5, 0.25]
+    with pytest.raises(ValueError):
+        IngestLimiter(0)

@@ -36,6 +36,8 @@ class ClientConfig:
     spill_dir: Path | None = None     # temp files for non-sequential writes
     attr_timeout: float = 1.0
     dedupe_with_index: bool = True    # also ask the manager's chunk index before sending
+    dedupe_with_base: bool = True     # skip chunks of the base version (off: benchmarks'
+                                      # "content addressing off" baseline sends everything)
     write_semantics: str | None = None  # None: the pool's; "optimistic" | "pessimistic"
 
 

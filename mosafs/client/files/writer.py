@@ -322,7 +322,8 @@ class WriteSession:
             await self.ctx.manager.abort_write(lease.lease_id)
             raise errors.NoSpace("no live benefactor with free space")
         self.lease = lease
-        self.stored.ids.update(c.id for c in lease.base_chunks)
+        if self.ctx.config.dedupe_with_base:
+            self.stored.ids.update(c.id for c in lease.base_chunks)
 
     async def _renew_leases(self) -> None:
         with self._renewals:

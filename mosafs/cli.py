@@ -12,11 +12,18 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
+from pathlib import Path
 from typing import Any, NoReturn
 
 from mosafs import __version__
 from mosafs.errors import MosafsError
+
+# gRPC's own C-core log lines (one per failed TLS handshake and reconnect attempt, at INFO)
+# would go to stderr beside ours: it speaks only of errors, and mosafs logs what it means.
+# Read once when grpc is first imported, which is after this line.
+os.environ.setdefault("GRPC_VERBOSITY", "ERROR")
 
 # name -> (module, one-line help, examples)
 COMMANDS: dict[str, tuple[str, str, str]] = {
@@ -47,6 +54,10 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "pool": ("mosafs.admin.pools", "pools of benefactors and their settings",
              "  mosafs pool create fast --replication 2 --stripe-width 2\n"
              "  mosafs pool assign /mnt/ckpt/fast fast\n  mosafs pool list"),
+    "certs": ("mosafs.admin.tls", "certificates for mutual TLS: a CA and one per process",
+              "  mosafs certs init --dir /etc/mosafs/tls\n"
+              "  mosafs certs issue manager --role manager --dir /etc/mosafs/tls\n"
+              "  mosafs certs list --dir /etc/mosafs/tls"),
     "status": ("mosafs.admin.cluster", "benefactors, free space and redundancy of a cluster",
                "  mosafs status\n  mosafs status --json\n  mosafs status /mnt/ckpt\n"
                "  mosafs status --manager mgr:7070"),
@@ -73,7 +84,11 @@ GROUPS: dict[str, tuple[str, str, str]] = {
     "policy": ("mosafs.admin.policy", "SUBCOMMANDS", ""),
     "pool": ("mosafs.admin.pools", "POOL_SUBCOMMANDS", ""),
     "benefactor": ("mosafs.admin.pools", "BENEFACTOR_SUBCOMMANDS", "benefactor_"),
+    "certs": ("mosafs.admin.tls", "SUBCOMMANDS", ""),
 }
+
+
+COMMAND_PARSERS: dict[str, argparse.ArgumentParser] = {}
 
 
 class _Parser(argparse.ArgumentParser):
@@ -118,9 +133,13 @@ def build_parser() -> argparse.ArgumentParser:
         epilog="Run 'mosafs COMMAND --help' for the options and examples of a command.",
     )
     parser.add_argument("--version", action="version", version=f"mosafs {__version__}")
+    parser.add_argument("--config", metavar="FILE",
+                        help="TOML configuration of the daemons (default $MOSAFS_CONFIG; "
+                             "docs/operations.md)")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for name, (module_name, help_text, examples) in COMMANDS.items():
         p = _subparser(sub, name, help_text, examples)
+        COMMAND_PARSERS[name] = p
         module = importlib.import_module(module_name)
         add = _function(module, "add", name) or getattr(module, "add_arguments", None)
         if add is not None:
@@ -132,8 +151,35 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _configure(parser: argparse.ArgumentParser, argv: list[str]) -> None:
+    """Defaults of the command named in ARGV from the config file and the environment
+    (mosafs.config): before parsing, so that flags still win."""
+    from mosafs import config
+
+    path = os.environ.get("MOSAFS_CONFIG")
+    command = None
+    words = iter(argv)
+    for word in words:
+        if word == "--config":
+            path = next(words, None)
+        elif word.startswith("--config="):
+            path = word.split("=", 1)[1]
+        elif not word.startswith("-"):
+            command = word
+            break
+    if command in COMMAND_PARSERS:
+        config.apply(COMMAND_PARSERS[command], command, Path(path) if path else None)
+
+
 def main(argv: list[str] | None = None) -> None:
-    args = build_parser().parse_args(argv)
+    argv = sys.argv[1:] if argv is None else argv
+    parser = build_parser()
+    try:
+        _configure(parser, argv)
+    except MosafsError as exc:
+        print(f"mosafs: {exc.message}", file=sys.stderr)
+        sys.exit(exc.exit_code)
+    args = parser.parse_args(argv)
     name = " ".join(filter(None, (args.command, getattr(args, "action", None))))
     try:
         code: Any = args.run(args)

@@ -92,6 +92,15 @@ class NotSupported(MosafsError):
     exit_code = 4
 
 
+class AccessDenied(MosafsError):
+    """The caller's certificate does not allow the call (an admin RPC with a client's), or
+    the caller could not prove who it is."""
+
+    kind = "access-denied"
+    errno = _errno.EACCES
+    exit_code = 77  # EX_NOPERM
+
+
 class ReadOnly(MosafsError):
     """A change to something that is read-only: the mount's views of older versions."""
 
@@ -178,7 +187,8 @@ class InternalError(MosafsError):
 
 ALL_ERRORS: tuple[type[MosafsError], ...] = (
     MosafsError, InvalidArgument, ConfigError, NotFound, AlreadyExists, NotADirectory,
-    IsADirectory, DirectoryNotEmpty, NameTooLong, NotPermitted, NotSupported, ReadOnly,
+    IsADirectory, DirectoryNotEmpty, NameTooLong, NotPermitted, NotSupported, AccessDenied,
+    ReadOnly,
     NoAttribute,
     ValueTooLarge, NoSpace, LeaseExpired, FailedPrecondition,
     IntegrityError, Unavailable, DeadlineExceeded, ResourceExhausted, InternalError,

@@ -1,4 +1,5 @@
-"""Conventions every mosafs daemon follows: logging format, the ready file, stopping on signals.
+"""Conventions every mosafs daemon follows: logging (text or JSON lines, with levels), its
+identity for mutual TLS, a metrics endpoint, the ready file, stopping on signals.
 
 The ready file: once a daemon serves, it writes a JSON object (at least "address" and "pid")
 to the path given with --ready-file, atomically (temp file + rename). `mosafs up` and the
@@ -23,13 +24,92 @@ from typing import Any
 from mosafs.errors import ConfigError
 
 LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s[%(process)d]: %(message)s"
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
+# JSON lines: one object per record, {"time", "level", "logger", "pid", "message", ...}.
+_JSON_FIELDS = "%(asctime)s %(levelname)s %(name)s %(process)d %(message)s"
+_JSON_RENAMES = {"asctime": "time", "levelname": "level", "name": "logger", "process": "pid"}
 
 
-def setup_logging(level: str = "INFO") -> None:
-    logging.basicConfig(level=level.upper(), format=LOG_FORMAT, stream=sys.stderr, force=True)
+def setup_logging(level: str = "INFO", fmt: str = "text") -> None:
+    """Log records at LEVEL and above to stderr, as text lines or JSON lines (FMT)."""
+    handler = logging.StreamHandler(sys.stderr)
+    if fmt == "json":
+        from pythonjsonlogger.json import JsonFormatter
+
+        handler.setFormatter(JsonFormatter(_JSON_FIELDS, rename_fields=_JSON_RENAMES))
+    else:
+        handler.setFormatter(logging.Formatter(LOG_FORMAT))
+    logging.basicConfig(level=level.upper(), handlers=[handler], force=True)
     # grpc and numba are chatty at INFO; their warnings still show.
     for name in ("numba", "grpc"):
         logging.getLogger(name).setLevel(logging.WARNING)
+
+
+def add_daemon_arguments(parser: Any, role: str, *, metrics: bool = True) -> None:
+    """--log-level, --log-format, --metrics-listen and the TLS flags of a daemon."""
+    parser.add_argument("--log-level", default="INFO", choices=LOG_LEVELS, type=str.upper,
+                        help="log level (default INFO)")
+    parser.add_argument("--log-format", default="text", choices=["text", "json"],
+                        help="text lines, or JSON lines with level, logger, pid, message "
+                             "(default text)")
+    if metrics:
+        parser.add_argument("--metrics-listen", default="127.0.0.1:0", metavar="HOST:PORT",
+                            help="serve Prometheus metrics on HOST:PORT/metrics (port 0: a "
+                                 "free port, in the ready file; 'off': none; default "
+                                 "127.0.0.1:0)")
+    group = parser.add_argument_group("security (docs/operations.md)")
+    group.add_argument("--tls-dir", metavar="DIR",
+                       help="directory of the cluster's ca.crt and this process's NAME.crt/"
+                            "NAME.key (`mosafs certs`); default $MOSAFS_TLS_DIR")
+    group.add_argument("--tls-name", metavar="NAME",
+                       help=f"which certificate of --tls-dir (default {role!r})")
+    group.add_argument("--insecure", action="store_true", default=None,
+                       help="plaintext gRPC without certificates (default $MOSAFS_INSECURE); "
+                            "only on a network nobody else can reach")
+
+
+def start_daemon(args: Any, role: str) -> str | None:
+    """Logging, the TLS identity (mosafs.rpc.security) and the metrics endpoint of a
+    daemon; the metrics URL (None: off)."""
+    setup_logging(args.log_level, args.log_format)
+    from mosafs.rpc import security
+
+    security.configure(tls_identity(args, role))
+    listen_at = getattr(args, "metrics_listen", "off")
+    if listen_at == "off":
+        return None
+    from mosafs import metrics
+
+    return metrics.serve(listen_at)
+
+
+def tls_identity(args: Any, role: str, *, found: str = "",
+                 default_name: str | None = None) -> Any:
+    """The certificate the flags name (--tls-dir, --tls-name, --insecure; else
+    $MOSAFS_TLS_DIR / $MOSAFS_INSECURE; else FOUND, a directory the caller found itself):
+    None for plaintext, which must be asked for; a ConfigError when there is neither.
+
+    A daemon (ROLE given) takes the certificate named ROLE and refuses one of another role
+    (a mount may use an admin one); an admin command (ROLE "") takes DEFAULT_NAME, and the
+    manager decides what that certificate may do."""
+    from mosafs import certs
+
+    insecure = args.insecure if args.insecure is not None else \
+        os.environ.get("MOSAFS_INSECURE", "") not in ("", "0")
+    if insecure and args.tls_dir:
+        raise ConfigError("--insecure and --tls-dir contradict each other: choose one")
+    if insecure:
+        return None
+    directory = args.tls_dir or os.environ.get("MOSAFS_TLS_DIR") or found
+    if not directory:
+        raise ConfigError("no TLS certificate: pass --tls-dir DIR (made by `mosafs certs`), "
+                          "or --insecure for plaintext")
+    name = args.tls_name or default_name or role
+    identity = certs.load(Path(directory), name)
+    if role and identity.role != role and not (role == "client" and identity.role == "admin"):
+        raise ConfigError(f"{Path(directory) / name}.crt is a {identity.role} certificate; "
+                          f"this process needs a {role} one")
+    return identity
 
 
 def write_json_atomic(path: str | os.PathLike[str], payload: dict[str, Any]) -> None:
@@ -79,12 +159,13 @@ def advertised_address(listen_host: str, port: int, advertise: str | None = None
     return f"{host}:{port}"
 
 
-def listen(add_servicer: Callable[[Any], None], address: str) -> tuple[Any, int]:
-    """Start a gRPC server on ADDRESS; a busy or foreign address is a ConfigError."""
+def listen(add_servicer: Callable[[Any], None], address: str, **options: Any) -> tuple[Any, int]:
+    """Start a gRPC server on ADDRESS (OPTIONS: mosafs.rpc.channels.server's); a busy or
+    foreign address is a ConfigError."""
     from mosafs.rpc.channels import server
 
     try:
-        return server(add_servicer, address)
+        return server(add_servicer, address, **options)
     except (OSError, RuntimeError) as exc:
         raise ConfigError(f"cannot listen on {address} (in use, or not an address of this "
                           f"host): {exc}") from None

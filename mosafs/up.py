@@ -6,8 +6,10 @@ the file system with a `mosafs mount` child, and writes DIR/cluster.json. SIGINT
 (or a child that dies) unmounts and stops everything in reverse order. A later `up` on the
 same DIR finds every file again: all state lives under DIR.
 
-DIR layout: manager/ (LMDB), benefactors/bN/ (chunks), logs/*.log, run/*.ready.json,
-cluster.json (while running), up.lock (one `up` per DIR).
+DIR layout: manager/ (LMDB), benefactors/bN/ (chunks), logs/*.log (or --log-dir),
+run/*.ready.json, tls/ (the cluster's CA and every process's certificate, made at the first
+start: mutual TLS unless --insecure), cluster.json (while running), up.lock (one `up` per
+DIR).
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from typing import Any
 
 from mosafs.client.main import add_hash_backend_argument
 from mosafs.errors import ConfigError, Unavailable
+from mosafs.procutil import LOG_LEVELS
 
 log = logging.getLogger("mosafs.up")
 START_TIMEOUT = 120.0
@@ -46,8 +49,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="an unreferenced chunk is deleted only after this long (the "
                              "manager's default: 600)")
     add_hash_backend_argument(parser)
+    parser.add_argument("--log-dir", metavar="DIR",
+                        help="one log file per process here (default DATA_DIR/logs)")
+    parser.add_argument("--log-level", default="INFO", choices=LOG_LEVELS, type=str.upper,
+                        help="log level of every process (default INFO)")
+    parser.add_argument("--log-format", default="text", choices=["text", "json"],
+                        help="text lines, or JSON lines with level, logger, pid, message")
+    parser.add_argument("--insecure", action="store_true",
+                        help="plaintext gRPC: no certificates (default: mutual TLS with "
+                             "certificates made in DATA_DIR/tls)")
     parser.add_argument("--ready-file", help=argparse.SUPPRESS)
-    parser.add_argument("--log-level", default="INFO")
 
 
 @dataclass
@@ -66,7 +77,7 @@ def default_data_dir() -> Path:
 def run(args: argparse.Namespace) -> int:
     from mosafs.procutil import setup_logging
 
-    setup_logging(args.log_level)
+    setup_logging(args.log_level, args.log_format)
     if args.benefactors < 1:
         raise ConfigError("--benefactors must be at least 1")
     if args.replication is not None and not 1 <= args.replication <= args.benefactors:
@@ -85,8 +96,9 @@ def run(args: argparse.Namespace) -> int:
     data_dir = Path(args.data_dir) if args.data_dir else default_data_dir()
     mountpoint = Path(args.mountpoint).absolute()
     _check_mountpoint(mountpoint)
-    for sub in ("logs", "run", "benefactors"):
-        (data_dir / sub).mkdir(parents=True, exist_ok=True)
+    args.log_dir = Path(args.log_dir).absolute() if args.log_dir else data_dir / "logs"
+    for sub in (args.log_dir, data_dir / "run", data_dir / "benefactors"):
+        sub.mkdir(parents=True, exist_ok=True)
     from mosafs.procutil import exclusive
 
     with exclusive(data_dir / "up.lock", f"another mosafs up is running on {data_dir}"):
@@ -108,10 +120,12 @@ class Cluster:
         self.mountpoint = mountpoint
         self.children: list[Child] = []
         self.stop = threading.Event()
+        self.tls_dir: Path | None = None
 
     def run(self) -> int:
         for sig in (signal.SIGINT, signal.SIGTERM):
             signal.signal(sig, lambda *_: self.stop.set())
+        self.tls_dir = None if self.args.insecure else self._certificates()
         try:
             self._start_all()
             self._write_cluster_file()
@@ -122,14 +136,38 @@ class Cluster:
 
     # -- starting --------------------------------------------------------------------------
 
+    def _certificates(self) -> Path:
+        """DATA_DIR/tls: the cluster's CA and a certificate per process, made at the first
+        start (and for benefactors added since); this process uses the admin one."""
+        from mosafs import certs
+        from mosafs.rpc import security
+
+        tls = self.data_dir / "tls"
+        if not (tls / "ca.crt").exists():
+            certs.init_ca(tls)
+        wanted = [("manager", "manager"), ("client", "client"), ("admin", "admin"),
+                  *((f"benefactor-{i}", "benefactor") for i in range(self.args.benefactors))]
+        for name, role in wanted:
+            if not (tls / f"{name}.crt").exists():
+                certs.issue(tls, name, role)
+        security.configure(certs.load(tls, "admin"))
+        return tls
+
+    def _tls_args(self, name: str) -> list[str]:
+        if self.tls_dir is None:
+            return ["--insecure"]
+        return ["--tls-dir", str(self.tls_dir), "--tls-name", name]
+
     def _spawn(self, name: str, args: list[str]) -> Child:
         ready_file = self.data_dir / "run" / f"{name}.ready.json"
         ready_file.unlink(missing_ok=True)
         cmd = [sys.executable, "-m", "mosafs", *args, "--ready-file", str(ready_file),
-               "--log-level", self.args.log_level]
+               "--log-level", self.args.log_level, "--log-format", self.args.log_format,
+               *self._tls_args(name if name.startswith("benefactor") else
+                               "client" if name == "mount" else name)]
         # Own process group: a Ctrl-C at the terminal reaches `up` alone, which then stops
         # the children in order (the mount first).
-        with open(self.data_dir / "logs" / f"{name}.log", "ab") as log_file:
+        with open(self.args.log_dir / f"{name}.log", "ab") as log_file:
             popen = subprocess.Popen(cmd, stdout=log_file, stderr=subprocess.STDOUT,
                                      start_new_session=True)
         child = Child(name, popen)
@@ -147,7 +185,7 @@ class Cluster:
         while not ready_file.exists():
             if child.popen.poll() is not None:
                 raise Unavailable(f"{child.name} exited with status {child.popen.returncode}; "
-                                  f"see {self.data_dir / 'logs' / (child.name + '.log')}")
+                                  f"see {self.args.log_dir / (child.name + '.log')}")
             if self.stop.is_set() or time.monotonic() > deadline:
                 raise Unavailable(f"{child.name} did not start")
             time.sleep(0.05)
@@ -207,7 +245,13 @@ class Cluster:
             "pid": os.getpid(),
             "client": {"pid": self.mount.popen.pid},
             "data_dir": str(self.data_dir),
-            "logs": str(self.data_dir / "logs"),
+            "logs": str(self.args.log_dir),
+            "metrics": {
+                "manager": self.manager.ready.get("metrics"),
+                "benefactors": {b.ready["id"]: b.ready.get("metrics") for b in self.benefactors},
+                "client": self.mount.ready.get("metrics"),
+            },
+            "tls": {"dir": str(self.tls_dir), "admin": "admin"} if self.tls_dir else None,
         }
 
     def _write_cluster_file(self) -> None:

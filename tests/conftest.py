@@ -65,7 +65,8 @@ def launch_up(tmp: Path, *args: str, data_dir: Path | None = None, name: str = "
     proc = harness.start(name, ["up", str(mnt), "--data-dir", str(data), *args],
                          tmp / "procs", timeout=180)
     proc.expected_noise = list(expected_noise or [])
-    proc.extra_logs = lambda: sorted((data / "logs").glob("*.log"))
+    logs = Path(args[args.index("--log-dir") + 1]) if "--log-dir" in args else data / "logs"
+    proc.extra_logs = lambda: sorted(logs.glob("*.log"))
     return UpCluster(proc, mnt, data)
 
 

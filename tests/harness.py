@@ -19,7 +19,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-NOISE = re.compile(r"Traceback|\b(WARNING|ERROR|CRITICAL)\b")
+# Ours (logging's level names), and gRPC C-core's own error lines ("E1124 06:03:43.5 ...").
+NOISE = re.compile(r"Traceback|\b(WARNING|ERROR|CRITICAL)\b|^[EF]\d{4} \d\d:\d\d:\d\d")
 
 
 @dataclass
@@ -80,6 +81,9 @@ def start(name: str, args: Iterable[str], workdir: Path, *, timeout: float = 60,
     ready_file = workdir / f"{name}.ready.json"
     ready_file.unlink(missing_ok=True)
     log_path = workdir / f"{name}.log"
+    args = list(args)
+    if args and args[0] in ("manager", "benefactor", "mount") and "--tls-dir" not in args:
+        args.append("--insecure")  # processes started on their own: plaintext unless told
     cmd = [sys.executable, "-m", "mosafs", *args, "--ready-file", str(ready_file)]
     full_env = {**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})}
     with open(log_path, "wb") as log:
@@ -116,11 +120,33 @@ def cli_json(*args: str, timeout: float = 120) -> Any:
 def wait_redundant(*where: str, timeout: float = 60) -> Any:
     """Until `mosafs status WHERE` reports fresh figures with every referenced chunk at R
     copies (and at least one chunk); that status."""
-    deadline = time.monotonic() + timeout
+    started = time.monotonic()
+    deadline = started + timeout
     while True:
+        asked = time.monotonic()
         status = cli_json("status", *where)
-        fresh = 0 <= status["figures_age_ms"] < 5000
+        # Figures of a pass that began after this wait did: an earlier one may predate the
+        # write the caller just finished.
+        fresh = 0 <= status["figures_age_ms"] < 1000 * (asked - started)
         if fresh and status["chunks"] and status["under_replicated_chunks"] == 0:
             return status
         assert time.monotonic() < deadline, f"still under-replicated: {status}"
         time.sleep(0.5)
+
+
+def scrape(url: str) -> dict[str, float]:
+    """Every sample of a Prometheus /metrics page by `name{label=value,...}`, parsed by
+    prometheus_client (a page that does not parse fails the test)."""
+    import urllib.request
+
+    from prometheus_client.parser import text_string_to_metric_families
+
+    with urllib.request.urlopen(url, timeout=10) as reply:
+        text = reply.read().decode()
+    samples = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            labels = ",".join(f"{k}={v}" for k, v in sorted(sample.labels.items()))
+            samples[f"{sample.name}{{{labels}}}"] = sample.value
+    assert any(name.startswith("mosafs_") for name in samples), url
+    return samples

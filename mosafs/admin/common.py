@@ -3,8 +3,10 @@ PATH inside a mount, calling the manager, printing a report (`--json` or for peo
 progress bars.
 
 Every admin RPC goes through `ask`/`ask_stream`: the one place where the channel to the
-manager is opened, so credentials (the admin certificate of the operations issue) plug in
-here for every command at once.
+manager is opened, with the credentials `identity` finds (docs/operations.md): --tls-dir
+(certificate `admin`, else `client`, or --tls-name), else $MOSAFS_TLS_DIR, else the mount's
+(`user.mosafs.tls` of the PATH, or of the current directory), else the `cluster.json` of
+`mosafs up`; plaintext only with --insecure (or $MOSAFS_INSECURE).
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from typing import Any
 from mosafs.errors import ConfigError, NotFound
 
 XATTR_MANAGER = "user.mosafs.manager"
+XATTR_TLS = "user.mosafs.tls"
 VERSIONS = ".versions"
 MANAGER_ENV = "MOSAFS_MANAGER"
 
@@ -35,6 +38,22 @@ def add_manager_arguments(parser: argparse.ArgumentParser, *, json_flag: bool = 
                              "the manager (default: the per-user data directory)")
     if json_flag:
         parser.add_argument("--json", action="store_true", help="print one JSON object")
+    parser.add_argument("--tls-dir", metavar="DIR",
+                        help="the cluster's certificates (default: $MOSAFS_TLS_DIR, the "
+                             "mount's, or cluster.json's)")
+    parser.add_argument("--tls-name", metavar="NAME",
+                        help="which certificate of the TLS directory (default admin, else "
+                             "client)")
+    parser.add_argument("--insecure", action="store_true", default=None,
+                        help="plaintext gRPC (a manager started with --insecure)")
+
+
+@dataclass(frozen=True)
+class Manager:
+    """Where the manager is, and the identity to reach it with (None: plaintext)."""
+
+    address: str
+    identity: Any = None
 
 
 @dataclass(frozen=True)
@@ -42,7 +61,7 @@ class MountPath:
     """A path inside a mounted mosafs: the manager to ask and the inode it names."""
 
     path: str
-    manager: str
+    manager: Manager
     inode: int
     is_dir: bool
 
@@ -63,56 +82,84 @@ def resolve(path: str, args: argparse.Namespace) -> MountPath:
     if VERSIONS in Path(os.path.abspath(path)).parts:
         raise ConfigError(f"{path} is inside a {VERSIONS} view: name the file itself "
                           f"(its versions are listed by `mosafs versions`)")
-    manager = args.manager or os.environ.get(MANAGER_ENV) or mount_manager
+    address = args.manager or os.environ.get(MANAGER_ENV) or mount_manager
+    manager = Manager(address, identity(args, _mount_tls(path)))
     return MountPath(path, manager, st.st_ino, os.path.isdir(path))
 
 
-def find_manager(args: argparse.Namespace, path: str | None = None) -> str:
+def _mount_tls(path: str) -> str:
+    try:
+        return os.getxattr(path, XATTR_TLS).decode()
+    except OSError:
+        return ""  # a plaintext mount (or not one at all)
+
+
+def find_manager(args: argparse.Namespace, path: str | None = None) -> Manager:
     """--manager, $MOSAFS_MANAGER, the mount of PATH, else the cluster.json of `mosafs up`
     (--data-dir; without it, the mount the current directory is in, else the per-user data
     directory), else a clear error."""
-    if args.manager:
-        return str(args.manager)
-    if os.environ.get(MANAGER_ENV):
-        return os.environ[MANAGER_ENV]
     if path:
         return resolve(path, args).manager
+    explicit = args.manager or os.environ.get(MANAGER_ENV)
+    address, tls_dir = _cluster(args)
+    if not (explicit or address):
+        raise ConfigError("no manager found: no mount here and no readable cluster.json of "
+                          "`mosafs up`; pass --manager HOST:PORT, a PATH inside a mount, or "
+                          "--data-dir")
+    return Manager(explicit or address, identity(args, tls_dir))
+
+
+def _cluster(args: argparse.Namespace) -> tuple[str, str]:
+    """(manager address, TLS directory) of the mount the current directory is in, else of
+    the cluster.json of `mosafs up` (--data-dir, else the per-user data directory); "" for
+    what is not found."""
     if not getattr(args, "data_dir", None):
         try:
-            return os.getxattr(".", XATTR_MANAGER).decode()
+            return os.getxattr(".", XATTR_MANAGER).decode(), _mount_tls(".")
         except OSError:
             pass  # not inside a mount
     from mosafs.up import default_data_dir
 
     cluster = Path(args.data_dir) if getattr(args, "data_dir", None) else default_data_dir()
     try:
-        return str(json.loads((cluster / "cluster.json").read_text())["manager"])
-    except (OSError, ValueError, KeyError, TypeError):
-        raise ConfigError(f"no manager found: no readable {cluster / 'cluster.json'}; pass "
-                          f"--manager HOST:PORT, a PATH inside a mount, or --data-dir") from None
+        info = json.loads((cluster / "cluster.json").read_text())
+        return str(info["manager"]), str((info.get("tls") or {}).get("dir") or "")
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return "", ""
+
+
+def identity(args: argparse.Namespace, found_tls: str) -> Any:
+    """The certificate to reach the manager with: --tls-dir, $MOSAFS_TLS_DIR, else FOUND_TLS
+    (the mount's or cluster.json's), its `admin` certificate if it has one, else `client`;
+    None for plaintext, which must be asked for."""
+    from mosafs.procutil import tls_identity
+
+    directory = args.tls_dir or os.environ.get("MOSAFS_TLS_DIR") or found_tls
+    admin = bool(directory) and (Path(directory) / "admin.crt").exists()
+    return tls_identity(args, "", found=found_tls, default_name="admin" if admin else "client")
 
 
 @contextmanager
-def _stub(address: str) -> Iterator[Any]:
+def _stub(manager: Manager) -> Iterator[Any]:
     from mosafs._proto import manager_pb2_grpc as mgrpc
     from mosafs.rpc.channels import channel
 
-    with channel(address) as ch:
+    with channel(manager.address, manager.identity) as ch:
         yield mgrpc.ManagerStub(ch)
 
 
-def ask(address: str, method: str, request: Any, timeout: float = 60) -> Any:
-    """One unary call to the manager at ADDRESS; a failure raises its MosafsError."""
+def ask(manager: Manager, method: str, request: Any, timeout: float = 60) -> Any:
+    """One unary call to MANAGER; a failure raises its MosafsError."""
     from mosafs.rpc.errors import call
 
-    with _stub(address) as stub:
+    with _stub(manager) as stub:
         return call(getattr(stub, method), request, timeout=timeout)
 
 
-def ask_stream(address: str, method: str, request: Any, timeout: float) -> Iterator[Any]:
+def ask_stream(manager: Manager, method: str, request: Any, timeout: float) -> Iterator[Any]:
     from mosafs.rpc.errors import stream
 
-    with _stub(address) as stub:
+    with _stub(manager) as stub:
         yield from stream(getattr(stub, method), request, timeout=timeout)
 
 

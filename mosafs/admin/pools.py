@@ -7,7 +7,15 @@ import argparse
 import time
 from typing import Any
 
-from mosafs.admin.common import add_manager_arguments, ask, emit, find_manager, progress, size
+from mosafs.admin.common import (
+    Manager,
+    add_manager_arguments,
+    ask,
+    emit,
+    find_manager,
+    progress,
+    size,
+)
 from mosafs.admin.policy import folder, folder_report
 
 POOL_SUBCOMMANDS: dict[str, tuple[str, str]] = {
@@ -242,7 +250,7 @@ def run_drain(args: argparse.Namespace) -> int:
     return 0 if args.cancel or args.no_wait or status.done else 1
 
 
-def _wait_drained(manager: str, bid: str, status: Any, timeout: float) -> Any:
+def _wait_drained(manager: Manager, bid: str, status: Any, timeout: float) -> Any:
     """Poll the drain until nothing is pending (a bar of the chunks moved, on a terminal)."""
     from mosafs._proto import manager_pb2 as mpb
 

@@ -255,15 +255,17 @@ def _request_delta(before: dict[str, Any], after: dict[str, Any], runs: int) -> 
 class _Stats:
     """GetVersionStats (what `mosafs stats PATH --json` prints) over one channel."""
 
-    def __init__(self, manager: str) -> None:
+    def __init__(self, manager: str, tls_dir: Path) -> None:
         import grpc
 
+        from mosafs import certs
         from mosafs._proto import manager_pb2 as mpb
         from mosafs._proto import manager_pb2_grpc as mgrpc
         from mosafs.rpc.channels import channel
 
         self._mpb = mpb
-        self._channel = channel(manager)
+        # `mosafs up` made the cluster's certificates: this process is its administrator.
+        self._channel = channel(manager, certs.load(tls_dir, "admin"))
         grpc.channel_ready_future(self._channel).result(timeout=30)
         self._stub = mgrpc.ManagerStub(self._channel)
 
@@ -289,7 +291,7 @@ class _Mosafs:
     def start(self) -> None:
         t = time.perf_counter()
         self.cluster.start()
-        self.stats = _Stats(self.cluster.manager)
+        self.stats = _Stats(self.cluster.manager, self.cluster.data_dir / "tls")
         progress(f"mosafs up: ready in {time.perf_counter() - t:.1f}s "
                  f"(mount pid {self.cluster.mount_pid})")
 

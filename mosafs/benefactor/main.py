@@ -18,6 +18,7 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from mosafs.argtypes import bounded_int
 from mosafs.errors import (
     ConfigError,
     DeadlineExceeded,
@@ -25,6 +26,7 @@ from mosafs.errors import (
     NotFound,
     Unavailable,
 )
+from mosafs.procutil import add_daemon_arguments
 
 if TYPE_CHECKING:
     import grpc
@@ -81,9 +83,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "link; K, M, G suffixes; default 0: no limit)")
     parser.add_argument("--ready-file", metavar="PATH",
                         help="write {address, pid, id, data_dir} as JSON here once serving")
-    parser.add_argument("--log-level", default="INFO",
-                        choices=["DEBUG", "INFO", "WARNING", "ERROR"], type=str.upper,
-                        help="log level (default INFO)")
+    parser.add_argument("--max-concurrent-rpcs", type=bounded_int(1, 100_000), default=256,
+                        metavar="N",
+                        help="RPCs served at once; more are answered RESOURCE_EXHAUSTED at "
+                             "once and clients retry with backoff (default 256)")
+    add_daemon_arguments(parser, "benefactor")
 
 
 def parse_rate(text: str) -> int:
@@ -114,8 +118,8 @@ def run(args: argparse.Namespace) -> int:
     from mosafs.procutil import (
         advertised_address,
         listen,
-        setup_logging,
         split_address,
+        start_daemon,
         stop_event,
         write_ready_file,
     )
@@ -123,8 +127,8 @@ def run(args: argparse.Namespace) -> int:
     if not args.data_dir:
         raise ConfigError("--data-dir is required to run a benefactor (or give an action: "
                           "list, drain, remove, move)")
-    setup_logging(args.log_level)
     stop = stop_event()  # first: a signal during start-up still stops us cleanly
+    metrics_url = start_daemon(args, "benefactor")
     manager = args.manager or os.environ.get(MANAGER_ENV) or None
     listen_host, _ = split_address(args.listen, "--listen")
     if manager:
@@ -151,8 +155,10 @@ def run(args: argparse.Namespace) -> int:
         scrubber = Scrubber(store, _corrupt_reporter(registrar, info) if registrar else None)
         scrubs = ScrubLoop(scrubber, args.scrub_rate)
         ingest = IngestLimiter(args.ingest_rate) if args.ingest_rate else None
+        _register_metrics(store)
         srv, port = listen(lambda srv: add_to_server(srv, store, info, replicator, rounds.run,
-                                                     scrubber.run, ingest), args.listen)
+                                                     scrubber.run, ingest), args.listen,
+                           label="benefactor", max_concurrent_rpcs=args.max_concurrent_rpcs)
         info.address = advertised_address(listen_host, port, args.advertise)
         inventory = InventoryLoop(registrar, rounds, args.inventory_interval) if registrar else None
         try:
@@ -161,7 +167,8 @@ def run(args: argparse.Namespace) -> int:
                 inventory.start()
             scrubs.start()
             write_ready_file(args.ready_file, address=info.address, id=info.id,
-                             data_dir=str(store.data_dir), listen=f"{listen_host}:{port}")
+                             data_dir=str(store.data_dir), listen=f"{listen_host}:{port}",
+                             metrics=metrics_url)
             log.info("benefactor %s serving %s on port %d as %s (pool %s, %s)",
                      info.id, store.data_dir, port, info.address,
                      args.pool or "as registered",
@@ -178,6 +185,22 @@ def run(args: argparse.Namespace) -> int:
             peers.close()
     log.info("stopped")
     return 0
+
+
+def _register_metrics(store: ChunkStore) -> None:
+    """The store's figures as gauges, read at every scrape (mosafs.metrics)."""
+    from mosafs import metrics
+
+    def figures() -> Any:
+        usage = store.usage()
+        for name, text, value in (("chunks", "Chunks stored", usage.chunks),
+                                  ("stored_bytes", "Bytes of chunks stored",
+                                   usage.stored_bytes),
+                                  ("free_bytes", "Bytes this benefactor may still store",
+                                   usage.free_bytes)):
+            yield (f"mosafs_benefactor_{name}", text, value, "gauge", {})
+
+    metrics.register(metrics.ValuesCollector(figures))
 
 
 def _reviewer(registrar: Registrar | None, info: InfoSource) -> Any:

@@ -22,6 +22,7 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 
+from mosafs import metrics
 from mosafs.benefactor.chunkstore import CORRUPT, ChunkStore, InventoryItem
 from mosafs.errors import MosafsError
 
@@ -81,6 +82,7 @@ class Scrubber:
             progress.checked_bytes += size
             if verdict == CORRUPT:
                 progress.corrupt_ids.append(item.id)
+                metrics.BENEFACTOR_CORRUPT.inc()
                 self._send([item.id])
             now = self._clock()
             ahead = progress.checked_bytes / rate - (now - start) if rate > 0 else 0.0

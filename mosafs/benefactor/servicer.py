@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 import grpc
 
+from mosafs import metrics
 from mosafs._proto import benefactor_pb2 as pb
 from mosafs._proto import benefactor_pb2_grpc as pb_grpc
 from mosafs.benefactor.chunkstore import ChunkStore
@@ -66,11 +67,15 @@ class BenefactorServicer(pb_grpc.BenefactorServicer):
         if self._ingest is not None:
             self._ingest.take(len(request.data))
         present = self._store.put(request.id, request.data)
+        metrics.BENEFACTOR_PUTS.labels("present" if present else "stored").inc()
+        metrics.BENEFACTOR_PUT_BYTES.inc(len(request.data))
         return pb.PutChunkResponse(already_present=present)
 
     def GetChunk(self, request: pb.GetChunkRequest,
                  context: grpc.ServicerContext) -> pb.GetChunkResponse:
-        return pb.GetChunkResponse(data=self._store.get(request.id))
+        data = self._store.get(request.id)
+        metrics.BENEFACTOR_SERVED.inc(len(data))
+        return pb.GetChunkResponse(data=data)
 
     def HasChunks(self, request: pb.HasChunksRequest,
                   context: grpc.ServicerContext) -> pb.HasChunksResponse:

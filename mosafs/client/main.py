@@ -13,7 +13,8 @@ import os
 import signal
 from pathlib import Path
 
-from mosafs.errors import ConfigError
+from mosafs.errors import ConfigError, MosafsError
+from mosafs.procutil import add_daemon_arguments
 
 log = logging.getLogger(__name__)
 
@@ -47,8 +48,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "mounts' changes to a file's size are then not seen here")
     parser.add_argument("--allow-other", action="store_true",
                         help="let users other than the mounting one use the mount")
+    parser.add_argument("--manager-timeout", type=float, default=30.0, metavar="SECONDS",
+                        help="how long a file-system call waits for an unreachable manager "
+                             "before it fails with ETIMEDOUT (default 30)")
     parser.add_argument("--ready-file", help=argparse.SUPPRESS)
-    parser.add_argument("--log-level", default="INFO")
+    add_daemon_arguments(parser, "client")
 
 
 def _interrupted_replies(record: logging.LogRecord) -> bool:
@@ -84,9 +88,11 @@ def run(args: argparse.Namespace) -> int:
     import trio
 
     from mosafs.client.files import ClientConfig
-    from mosafs.procutil import setup_logging
+    from mosafs.procutil import start_daemon
 
-    setup_logging(args.log_level)
+    if not 0.5 <= args.manager_timeout <= 3600:
+        raise ConfigError("--manager-timeout must be 0.5..3600 seconds")
+    args.metrics_url = start_daemon(args, "client")
     logging.getLogger("pyfuse3").addFilter(_interrupted_replies)
     _return_big_buffers_to_the_os()
     if not args.manager:
@@ -103,9 +109,32 @@ def run(args: argparse.Namespace) -> int:
         manager=args.manager, hash_backend=args.hash_backend,
         window_bytes=args.window_mib << 20, cache_bytes=args.cache_mib << 20,
         spill_dir=Path(args.spill_dir) if args.spill_dir else None,
-        write_semantics=args.write_semantics)
-    trio.run(_serve, config, mountpoint, args)
+        write_semantics=args.write_semantics, manager_timeout=args.manager_timeout,
+        tls_dir=str(Path(args.tls_dir or os.environ.get("MOSAFS_TLS_DIR", "")).absolute())
+        if (args.tls_dir or os.environ.get("MOSAFS_TLS_DIR")) else "")
+    try:
+        trio.run(_serve, config, mountpoint, args)
+    except BaseExceptionGroup as group:
+        raise _lone_domain_error(group) from None
     return 0
+
+
+def _lone_domain_error(group: BaseExceptionGroup) -> BaseException:  # type: ignore[type-arg]
+    """The one mosafs error the root nursery failed with (a manager that never answered),
+    so that it reaches the user as one line; anything else stays the group (a bug)."""
+    leaves: list[BaseException] = []
+
+    def collect(exc: BaseException) -> None:
+        if isinstance(exc, BaseExceptionGroup):
+            for inner in exc.exceptions:
+                collect(inner)
+        else:
+            leaves.append(exc)
+
+    collect(group)
+    if len(leaves) == 1 and isinstance(leaves[0], MosafsError):
+        return leaves[0]
+    return group
 
 
 async def _serve(config: object, mountpoint: Path, args: argparse.Namespace) -> None:
@@ -137,7 +166,7 @@ async def _serve(config: object, mountpoint: Path, args: argparse.Namespace) -> 
         try:
             log.info("mounted %s (manager %s)", mountpoint, config.manager)  # type: ignore[attr-defined]
             write_ready_file(args.ready_file, address=str(mountpoint),
-                             mountpoint=str(mountpoint))
+                             mountpoint=str(mountpoint), metrics=args.metrics_url)
             nursery.start_soon(_terminate_on_signal)
             await pyfuse3.main()
         finally:

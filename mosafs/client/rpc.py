@@ -44,22 +44,25 @@ class Rpc:
 class ManagerClient:
     """The manager's RPCs as coroutines."""
 
-    def __init__(self, address: str, rpc: Rpc) -> None:
+    def __init__(self, address: str, rpc: Rpc, *, timeout: float = METADATA_TIMEOUT) -> None:
         self.address = address
         self._channel = channel(address)
         self._stub = mgrpc.ManagerStub(self._channel)
         self._rpc = rpc
+        self._timeout = timeout
 
     def close(self) -> None:
         self._channel.close()
 
     async def _call(self, name: str, request: Any) -> Any:
         # wait_for_ready: while the manager is unreachable (restarting), a call waits for
-        # it to come back (up to METADATA_TIMEOUT) instead of failing at once; it is still
-        # sent at most once, so a call the manager may have run is never repeated.
+        # it to come back (up to the timeout: then ETIMEDOUT) instead of failing at once.
+        # Calls that may run twice are retried with backoff by the channel (service
+        # config, mosafs.rpc.channels); the others are sent at most once, so a call the
+        # manager may have run is never repeated.
         method = getattr(self._stub, name)
         return await self._rpc.run(functools.partial(
-            call, method, request, timeout=METADATA_TIMEOUT, wait_for_ready=True))
+            call, method, request, timeout=self._timeout, wait_for_ready=True))
 
     async def lookup(self, parent: int, name: str) -> mpb.Attr:
         return await self._call("Lookup", mpb.LookupRequest(parent=parent, name=name))

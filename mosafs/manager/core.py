@@ -12,6 +12,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from mosafs import metrics
 from mosafs._proto import common_pb2, manager_pb2
 from mosafs.errors import (
     FailedPrecondition,
@@ -122,6 +123,8 @@ class Manager:
             self.leases.restore(lease)
             raise
         self.leases.finish(lease)
+        metrics.MANAGER_COMMITS.inc()
+        metrics.MANAGER_COMMITTED.inc(result[1].size)
         if lease.folder:
             self._prune_after_commit(lease.folder)
         return result
@@ -211,6 +214,7 @@ class Manager:
 
     @staticmethod
     def _log_pruned(result: PruneResult) -> None:
+        metrics.MANAGER_PRUNED.inc(len(result.pruned))
         for image in result.pruned:
             log.info("pruned %s version %d (%s)%s", image.path, image.version, image.reason,
                      ", the file is gone" if image.whole_file else "")

@@ -15,9 +15,11 @@ import logging
 import threading
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from mosafs.argtypes import bounded_int
 from mosafs.errors import ConfigError, MosafsError
+from mosafs.procutil import add_daemon_arguments
 
 log = logging.getLogger("mosafs.manager")
 
@@ -49,7 +51,7 @@ def _bytes(text: str) -> int:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--data-dir", required=True, metavar="DIR",
+    parser.add_argument("--data-dir", metavar="DIR",
                         help="directory of the metadata (created if missing)")
     parser.add_argument("--listen", default=DEFAULT_LISTEN, metavar="HOST:PORT",
                         help=f"address to serve on; port 0 picks a free port "
@@ -83,10 +85,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="largest size the metadata may grow to (default 16 GiB; "
                              "sparse: costs no disk until used)")
     parser.add_argument("--ready-file", metavar="PATH",
-                        help="write {address, pid, data_dir} as JSON here once serving")
-    parser.add_argument("--log-level", default="INFO",
-                        choices=["DEBUG", "INFO", "WARNING", "ERROR"], type=str.upper,
-                        help="log level (default INFO)")
+                        help="write {address, pid, data_dir, metrics} as JSON here once "
+                             "serving")
+    add_daemon_arguments(parser, "manager")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -94,14 +95,17 @@ def run(args: argparse.Namespace) -> int:
         advertised_address,
         exclusive,
         listen,
-        setup_logging,
         split_address,
+        start_daemon,
         stop_event,
         write_ready_file,
     )
 
-    setup_logging(args.log_level)
+    if not args.data_dir:
+        raise ConfigError("--data-dir is required (or data-dir in the [manager] section of "
+                          "the config file)")
     stop = stop_event()  # first: a signal during start-up still stops us cleanly
+    metrics_url = start_daemon(args, "manager")
     listen_host, _ = split_address(args.listen, "--listen")
     if args.benefactor_lease < args.heartbeat_interval:
         raise ConfigError("--benefactor-lease must be at least --heartbeat-interval "
@@ -132,7 +136,8 @@ def run(args: argparse.Namespace) -> int:
         manager = Manager(store, config, copy=peers.replicate,
                           run_round=peers.run_garbage_round, scrub=peers.scrub,
                           has=peers.has)
-        srv, port = listen(add_to_server(manager), args.listen)
+        _register_metrics(manager)
+        srv, port = listen(add_to_server(manager), args.listen, label="manager")
         replicator = manager.replicator
         assert replicator is not None
         background = [
@@ -143,7 +148,8 @@ def run(args: argparse.Namespace) -> int:
             for loop in background:
                 loop.start()
             address = advertised_address(listen_host, port)
-            write_ready_file(args.ready_file, address=address, data_dir=str(data_dir))
+            write_ready_file(args.ready_file, address=address, data_dir=str(data_dir),
+                             metrics=metrics_url)
             log.info("manager serving %s on %s (default pool: %s, R=%d, W=%d, %s)", data_dir,
                      address, pool.chunker, pool.replication, pool.stripe_width,
                      pool.write_semantics)
@@ -156,6 +162,32 @@ def run(args: argparse.Namespace) -> int:
             peers.close()
     log.info("stopped")
     return 0
+
+
+def _register_metrics(manager: Any) -> None:
+    """The manager's figures as gauges, read at every scrape (mosafs.metrics)."""
+    from mosafs import metrics
+
+    def figures() -> Any:
+        status = manager.cluster_status()
+        yield ("mosafs_manager_metadata_write_transactions", "LMDB write transactions",
+               status.metadata_write_transactions, "counter", {})
+        for name, text, value in (
+                ("chunks", "Referenced chunks in the index", status.chunks),
+                ("under_replicated_chunks", "Chunks with fewer than R copies",
+                 status.under_replicated_chunks),
+                ("replication_backlog_bytes", "Bytes still to copy to restore every R",
+                 status.replication_backlog_bytes),
+                ("lost_chunks", "Referenced chunks with no live copy", status.lost_chunks),
+                ("replication_rate_bytes", "Recent replication rate, bytes/s",
+                 status.replication_rate_bytes_s)):
+            yield (f"mosafs_manager_{name}", text, value, "gauge", {})
+        alive = sum(b.alive for b in status.benefactors)
+        for state, count in (("alive", alive), ("dead", len(status.benefactors) - alive)):
+            yield ("mosafs_manager_benefactors", "Registered benefactors", count, "gauge",
+                   {"state": state})
+
+    metrics.register(metrics.ValuesCollector(figures))
 
 
 def _every(interval: float, work: Callable[[], object]) -> Callable[[], float]:

@@ -21,7 +21,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from mosafs._proto import benefactor_pb2, common_pb2, manager_pb2, metadata_pb2
-from mosafs.errors import FailedPrecondition, InvalidArgument, NoSpace, NotFound
+from mosafs.errors import FailedPrecondition, InvalidArgument, NoSpace, NotFound, Unavailable
 from mosafs.manager.metadata import MetadataStore, check_benefactor_id
 
 Clock = Callable[[], float]
@@ -131,9 +131,12 @@ class Registry:
         """WIDTH (capped at what is available) live benefactors of POOL with free space
         that are not draining."""
         with self._lock:
-            usable = [s.info for _, s in sorted(self._soft.items())
-                      if self._fresh(s) and s.info.pool == pool and s.info.free_bytes > 0
-                      and not s.draining]
+            live = [s.info for _, s in sorted(self._soft.items())
+                    if self._fresh(s) and s.info.pool == pool and not s.draining]
+            usable = [b for b in live if b.free_bytes > 0]
+            if not live:
+                # Often passing (a restart, a manager that was paused): clients retry.
+                raise Unavailable(f"no live benefactor in pool {pool!r} takes new chunks")
             if not usable:
                 raise NoSpace(f"no live benefactor with free space in pool {pool!r}")
             start = self._cursor % len(usable)

@@ -58,7 +58,7 @@ class ReplicationFigures:
     under_replicated_chunks: int = 0
     replication_backlog_bytes: int = 0
     lost_chunks: int = 0
-    scanned_at: float = 0.0  # clock() when the pass that produced them ended; 0: none yet
+    scanned_at: float = 0.0  # clock() when the pass that produced them began; 0: none yet
 
 
 @dataclass
@@ -146,12 +146,15 @@ class Replicator:
             return self._run_once()
 
     def _run_once(self) -> int:
+        # The figures are as old as the scan's start: a commit during the scan may be
+        # missing from them.
+        scanned_at = self._clock()
         plan = self._plan()
         start = self._clock()
         copied = self._execute(plan) if self.ready() else 0
         elapsed = self._clock() - start
         with self._lock:
-            plan.figures.scanned_at = self._clock()
+            plan.figures.scanned_at = scanned_at
             self._figures = plan.figures
             if copied and elapsed > 0:
                 rate = copied / elapsed

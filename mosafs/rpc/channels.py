@@ -1,12 +1,20 @@
-"""Channel and server options shared by every process."""
+"""Channels and servers of every process: shared options, and mutual TLS with the process's
+identity (mosafs.rpc.security) when it has one."""
 
 from __future__ import annotations
 
+import json
 import logging
+import time
 from collections.abc import Callable
 from concurrent import futures
+from typing import Any
 
 import grpc
+
+from mosafs import metrics
+from mosafs.certs import SERVER_NAME
+from mosafs.rpc import security
 
 log = logging.getLogger(__name__)
 
@@ -27,20 +35,91 @@ _OPTIONS = [
     ("grpc.initial_reconnect_backoff_ms", 100),
     ("grpc.min_reconnect_backoff_ms", 100),
     ("grpc.max_reconnect_backoff_ms", 2000),
+    # Retries with backoff of the RPCs that may run twice (reads, and puts: a chunk put
+    # again is a no-op) when a server is unreachable or busy; the buffer lets a put of a
+    # whole chunk be sent again.
+    ("grpc.enable_retries", 1),
+    ("grpc.per_rpc_retry_buffer_size", MAX_MESSAGE_BYTES + MiB),
+    ("grpc.retry_buffer_size", 8 * MAX_MESSAGE_BYTES),
 ]
+_IDEMPOTENT = {
+    "mosafs.v1.Manager": ("Lookup", "GetAttr", "ReadDir", "StatFs", "Readlink", "GetXattr",
+                          "ListXattr", "FindChunks", "LocateChunks", "GetBlockMap",
+                          "GetVersionStats", "ListVersions", "ListBenefactors",
+                          "GetClusterStatus", "GetFolderSettings", "ListFolderSettings",
+                          "GetPool", "ListPools", "GetDrainStatus", "RenewLease"),
+    "mosafs.v1.Benefactor": ("PutChunk", "GetChunk", "HasChunks", "GetInfo"),
+}
+SERVICE_CONFIG = json.dumps({"methodConfig": [{
+    "name": [{"service": service, "method": method} for service, methods in _IDEMPOTENT.items()
+             for method in methods],
+    "retryPolicy": {"maxAttempts": 5, "initialBackoff": "0.05s", "maxBackoff": "2s",
+                    "backoffMultiplier": 2,
+                    "retryableStatusCodes": ["UNAVAILABLE", "RESOURCE_EXHAUSTED"]},
+}]})
+_CHANNEL_OPTIONS = [*_OPTIONS, ("grpc.service_config", SERVICE_CONFIG)]
 
 
-def channel(address: str) -> grpc.Channel:
-    return grpc.insecure_channel(address, options=_OPTIONS)
+class _Timed(grpc.UnaryUnaryClientInterceptor, grpc.UnaryStreamClientInterceptor):  # type: ignore[misc]
+    """Every call's time and failures in mosafs.metrics (per service and method)."""
+
+    def _record(self, details: Any, started: float, error: Any) -> None:
+        service, _, method = str(details.method).lstrip("/").partition("/")
+        label = service.rsplit(".", 1)[-1].lower()
+        metrics.RPC_CLIENT_SECONDS.labels(label, method).observe(time.perf_counter() - started)
+        if error is not None:
+            code = error.code() if hasattr(error, "code") else None
+            metrics.RPC_CLIENT_ERRORS.labels(
+                label, method, code.name if isinstance(code, grpc.StatusCode) else "UNKNOWN"
+            ).inc()
+
+    def intercept_unary_unary(self, continuation: Any, details: Any, request: Any) -> Any:
+        started = time.perf_counter()
+        outcome = continuation(details, request)
+        # At once for a blocking call (its outcome is complete); at the end for a future.
+        outcome.add_done_callback(lambda done: self._record(details, started, done.exception()))
+        return outcome
+
+    def intercept_unary_stream(self, continuation: Any, details: Any, request: Any) -> Any:
+        started = time.perf_counter()
+        outcome = continuation(details, request)
+        self._record(details, started, None)  # the time to start the stream
+        return outcome
+
+
+_UNSET: Any = object()
+
+
+def channel(address: str, identity: Any = _UNSET) -> grpc.Channel:
+    """A channel to ADDRESS with IDENTITY (default: the process's; None: plaintext)."""
+    identity = security.current() if identity is _UNSET else identity
+    if identity is None:
+        raw = grpc.insecure_channel(address, options=_CHANNEL_OPTIONS)
+    else:
+        # Servers' certificates name SERVER_NAME whatever their address (docs/operations.md).
+        raw = grpc.secure_channel(address, security.channel_credentials(identity),
+                                  options=[*_CHANNEL_OPTIONS, ("grpc.ssl_target_name_override",
+                                                               SERVER_NAME)])
+    return grpc.intercept_channel(raw, _Timed())
 
 
 def server(
-    add_servicer: Callable[[grpc.Server], None], address: str, *, threads: int = 16
+    add_servicer: Callable[[grpc.Server], None], address: str, *, threads: int = 16,
+    label: str = "server", max_concurrent_rpcs: int | None = None,
 ) -> tuple[grpc.Server, int]:
-    """Start a threaded gRPC server on ADDRESS (port 0: a free port); returns it and its port."""
-    srv = grpc.server(futures.ThreadPoolExecutor(max_workers=threads), options=_OPTIONS)
+    """Start a threaded gRPC server on ADDRESS (port 0: a free port) with the process's
+    identity (mutual TLS and roles) or plaintext; returns it and its port. LABEL names the
+    service in the RPC metrics; MAX_CONCURRENT_RPCS answers calls beyond it with
+    RESOURCE_EXHAUSTED at once (None: no limit)."""
+    identity = security.current()
+    srv = grpc.server(futures.ThreadPoolExecutor(max_workers=threads), options=_OPTIONS,
+                      interceptors=[security.Policy(label, secure=identity is not None)],
+                      maximum_concurrent_rpcs=max_concurrent_rpcs)
     add_servicer(srv)
-    port = srv.add_insecure_port(address)
+    if identity is None:
+        port = srv.add_insecure_port(address)
+    else:
+        port = srv.add_secure_port(address, security.server_credentials(identity))
     if port == 0:
         raise OSError(f"cannot listen on {address}")
     srv.start()

@@ -35,6 +35,7 @@ _CODES: dict[type[errors.MosafsError], grpc.StatusCode] = {
     errors.NotPermitted: grpc.StatusCode.PERMISSION_DENIED,
     errors.NotSupported: grpc.StatusCode.UNIMPLEMENTED,
     errors.ReadOnly: grpc.StatusCode.PERMISSION_DENIED,
+    errors.AccessDenied: grpc.StatusCode.PERMISSION_DENIED,
     errors.NoAttribute: grpc.StatusCode.NOT_FOUND,
     errors.ValueTooLarge: grpc.StatusCode.INVALID_ARGUMENT,
     errors.NoSpace: grpc.StatusCode.RESOURCE_EXHAUSTED,
@@ -57,6 +58,8 @@ _FALLBACK: dict[grpc.StatusCode, type[errors.MosafsError]] = {
     grpc.StatusCode.DEADLINE_EXCEEDED: errors.DeadlineExceeded,
     grpc.StatusCode.INTERNAL: errors.InternalError,
     grpc.StatusCode.FAILED_PRECONDITION: errors.FailedPrecondition,
+    grpc.StatusCode.PERMISSION_DENIED: errors.AccessDenied,  # the role check (security.py)
+    grpc.StatusCode.UNAUTHENTICATED: errors.AccessDenied,
 }
 
 

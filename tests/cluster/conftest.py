@@ -97,10 +97,13 @@ def start_cluster(base: Path, *manager_args: str, benefactor_args: tuple[str, ..
 
 
 @pytest.fixture
-def cluster_factory(tmp_path: Path) -> Iterator[list[Cluster]]:
+def cluster_factory(tmp_path: Path,
+                    monkeypatch: pytest.MonkeyPatch) -> Iterator[list[Cluster]]:
     reason = fuse_available()
     if reason:
         pytest.skip(reason)
+    # These clusters run plaintext (harness.start): so do the commands the test runs.
+    monkeypatch.setenv("MOSAFS_INSECURE", "1")
     clusters: list[Cluster] = []
     yield clusters
     failures = []

@@ -115,7 +115,8 @@ def test_fuse_policy_dry_run_lists_then_set_prunes(folder: Path) -> None:
     assert again["pruned"] == []
 
 
-def test_fuse_policy_show_inheritance_and_keep_all_override(folder: Path) -> None:
+def test_fuse_policy_show_inheritance_and_keep_all_override(cluster: UpCluster,
+                                                            folder: Path) -> None:
     sub = folder / "sub"
     sub.mkdir()
     assert cli("policy", "set", str(folder), "--keep-last", "3", "--purge-after",
@@ -126,8 +127,7 @@ def test_fuse_policy_show_inheritance_and_keep_all_override(folder: Path) -> Non
     assert shown["own"]["policy"] is None
     assert cli("policy", "set", str(sub), "--keep-all").returncode == 0
     assert cli_json("policy", "show", str(sub))["effective"]["policy"]["text"] == "keep-all"
-    listed = cli_json("policy", "show", "--manager",
-                      os.getxattr(folder, "user.mosafs.manager").decode())
+    listed = cli_json("policy", "show", "--data-dir", str(cluster.data_dir))
     paths = {f["path"] for f in listed["folders"]}
     assert {f"/{folder.name}", f"/{folder.name}/sub"} <= paths
 
@@ -260,7 +260,8 @@ def test_fuse_every_json_output_parses(cluster: UpCluster, folder: Path) -> None
     (("versions", "{dir}/missing"), 3, "no such file"),
     (("benefactor", "remove", "nope", "{data}"), 3, "no benefactor 'nope'"),
     (("benefactor", "drain", "nope", "{data}"), 3, "no benefactor 'nope'"),
-    (("status", "--manager", "127.0.0.1:1"), 7, ""),
+    (("status", "--manager", "127.0.0.1:1", "--insecure"), 7, ""),
+    (("status", "--manager", "127.0.0.1:1"), 2, "no TLS certificate"),
 ])
 def test_fuse_cli_errors_are_one_line_with_meaningful_codes(
         cluster: UpCluster, args: tuple[str, ...], code: int, message: str) -> None:

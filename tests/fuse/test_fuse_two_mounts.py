@@ -66,8 +66,9 @@ def mounts(start_cluster, tmp_path: Path) -> Iterator[tuple[Path, Path]]:
     cluster: UpCluster = start_cluster()
     mnt2 = tmp_path / "mnt2"
     mnt2.mkdir()
-    second = harness.start("mount2", ["mount", str(mnt2), "--manager", cluster.manager],
-                           tmp_path / "procs")
+    second = harness.start("mount2", ["mount", str(mnt2), "--manager", cluster.manager,
+                                      "--tls-dir", str(cluster.data_dir / "tls"),
+                                      "--tls-name", "client"], tmp_path / "procs")
     try:
         yield cluster.mountpoint, mnt2
     finally:

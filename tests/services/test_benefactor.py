@@ -295,8 +295,10 @@ def test_services_benefactor_sigint_stops_cleanly(benefactor: Proc, stub: Stub) 
 
 
 def run_cli(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    """`mosafs ARGS` on its own, plaintext (as the benefactors of these tests)."""
     return subprocess.run([sys.executable, "-m", "mosafs", *args], capture_output=True,
-                          text=True, timeout=timeout, env={**os.environ, **STANDALONE_ENV})
+                          text=True, timeout=timeout,
+                          env={**os.environ, **STANDALONE_ENV, "MOSAFS_INSECURE": "1"})
 
 
 def test_services_benefactor_bad_listen_address_is_one_line_error(tmp_path: Path) -> None:
@@ -505,3 +507,22 @@ def test_services_benefactor_scrub_streams_progress_and_deletes_corrupt_copies(
     assert put(stub, chunks[2]) is False  # a good copy is stored again
     again = list(stub.Scrub(pb.ScrubRequest(), timeout=TIMEOUT))[-1]
     assert again.corrupt_chunks == 0 and again.checked_chunks == 6
+
+
+def test_services_benefactor_limits_concurrent_rpcs(tmp_path: Path, procs: list[Proc]) -> None:
+    """--max-concurrent-rpcs 1: while a put is being taken (slowly: --ingest-rate), another
+    call is answered RESOURCE_EXHAUSTED at once; afterwards the benefactor serves again."""
+    proc = start_benefactor(tmp_path, "--max-concurrent-rpcs", "1", "--ingest-rate", "1M")
+    procs.append(proc)
+    data = blob("slow put", 1 << 20)  # a second at 1 MiB/s
+    with channel(proc.address) as ch:
+        stub = pb_grpc.BenefactorStub(ch)
+        slow = stub.PutChunk.future(pb.PutChunkRequest(id=chunk_id(data), data=data),
+                                    timeout=30)
+        time.sleep(0.3)
+        # A plain channel: no retries, so the refusal itself is seen.
+        with grpc.insecure_channel(proc.address) as raw:
+            code, message = code_of(pb_grpc.BenefactorStub(raw).GetInfo, pb.GetInfoRequest())
+        assert code == grpc.StatusCode.RESOURCE_EXHAUSTED, message
+        assert slow.result().already_present is False
+        assert stub.GetChunk(pb.GetChunkRequest(id=chunk_id(data)), timeout=10).data == data

@@ -28,6 +28,7 @@ from mosafs.errors import (
     NotFound,
     NotPermitted,
     NotSupported,
+    Unavailable,
     ValueTooLarge,
 )
 from mosafs.manager import metadata, pools
@@ -597,7 +598,7 @@ def test_expired_leases_are_forgotten(mgr: Manager, clock: Clock) -> None:
 
 def test_open_write_errors(mgr: Manager, clock: Clock) -> None:
     f = new_file(mgr.store, "f")
-    with pytest.raises(NoSpace, match="no live benefactor"):
+    with pytest.raises(Unavailable, match="no live benefactor"):
         mgr.open_write(f, "c")
     register(mgr, "full", free=0)
     with pytest.raises(NoSpace):
@@ -608,8 +609,8 @@ def test_open_write_errors(mgr: Manager, clock: Clock) -> None:
     with pytest.raises(NotFound):
         mgr.open_write(4242, "c")
     assert [t.id for t in mgr.open_write(f, "c").targets] == ["b1"]
-    clock.now += 5.1  # b1's benefactor lease runs out
-    with pytest.raises(NoSpace):
+    clock.now += 5.1  # every benefactor lease runs out: nobody live (retryable)
+    with pytest.raises(Unavailable):
         mgr.open_write(f, "c")
     assert len(mgr.leases) == 1
 

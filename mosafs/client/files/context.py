@@ -39,6 +39,8 @@ class ClientConfig:
     dedupe_with_base: bool = True     # skip chunks of the base version (off: benchmarks'
                                       # "content addressing off" baseline sends everything)
     write_semantics: str | None = None  # None: the pool's; "optimistic" | "pessimistic"
+    manager_timeout: float = 30.0     # a call waits this long for an unreachable manager
+    tls_dir: str = ""                 # where this mount's certificates are (user.mosafs.tls)
 
 
 class ClientContext:
@@ -50,7 +52,7 @@ class ClientContext:
         self.client_id = uuid.uuid4().hex
         self.rpc = Rpc(config.rpc_threads)
         self.cpu_limiter = trio.CapacityLimiter(config.cpu_threads)
-        self.manager = ManagerClient(config.manager, self.rpc)
+        self.manager = ManagerClient(config.manager, self.rpc, timeout=config.manager_timeout)
         self.benefactors = Benefactors(self.rpc)
         self.fetcher = ChunkFetcher(self.benefactors, config.cache_bytes, self.spawn)
         self._chunkers: dict[tuple[str, str], Any] = {}

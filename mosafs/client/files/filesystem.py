@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 import trio
 
-from mosafs import errors
+from mosafs import errors, metrics
 from mosafs._proto import manager_pb2 as mpb
 from mosafs.client.files.attrcache import AttrCache
 from mosafs.client.files.blockmap import BlockMapView
@@ -55,7 +55,14 @@ class FileSystem:
     @classmethod
     async def create(cls, ctx: ClientContext) -> FileSystem:
         fs = cls(ctx)
-        await ctx.manager.getattr(1)  # the manager answers, and the root exists
+        try:
+            await ctx.manager.getattr(1)  # the manager answers, and the root exists
+        except (errors.DeadlineExceeded, errors.Unavailable) as exc:
+            raise errors.Unavailable(
+                f"the manager at {ctx.manager.address} did not answer within "
+                f"{ctx.config.manager_timeout:g} s: it is not running or not reachable, or "
+                f"TLS does not match (a plaintext manager needs --insecure; a TLS one, "
+                f"certificates of its own CA in --tls-dir) ({exc.message})") from None
         return fs
 
     @property
@@ -273,6 +280,8 @@ class FileSystem:
         """The read-only user.mosafs.* attributes: the manager, and for a regular file its
         newest version and dedupe figures (DESIGN §9 `mosafs stats`)."""
         values = {MOSAFS_XATTR + "manager": self.manager.address}
+        if self.ctx.config.tls_dir:  # where admin commands find this cluster's certificates
+            values[MOSAFS_XATTR + "tls"] = self.ctx.config.tls_dir
         if is_virtual(inode):
             return values
         attr = await self.getattr(inode)
@@ -369,7 +378,9 @@ class FileSystem:
                 if session.dirty:
                     return await session.read(offset, size)
         view = await self._view(handle, session)
-        return await self._read_view(view, offset, size)
+        data = await self._read_view(view, offset, size)
+        metrics.CLIENT_READ.inc(len(data))
+        return data
 
     async def _view(self, handle: Handle, session: WriteSession | None) -> BlockMapView:
         latest = self._latest.get(handle.inode, 0)

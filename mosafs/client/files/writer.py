@@ -33,7 +33,7 @@ from typing import Any
 
 import trio
 
-from mosafs import errors
+from mosafs import errors, metrics
 from mosafs._proto import common_pb2 as cpb
 from mosafs._proto import manager_pb2 as mpb
 from mosafs.client.files.blockmap import BlockMapView, ChunkEntry
@@ -71,6 +71,7 @@ class _Pipeline:
         self.session = session
         # pipelined: an asynchronous backend keeps buffers in flight; chunks come later.
         self.stream = chunker.stream(pipelined=True)
+        self.chunker_backend = str(getattr(chunker, "backend", "unknown"))
         capacity = max(1, session.ctx.config.window_bytes // session.ctx.config.batch_bytes)
         self.send, self._recv = trio.open_memory_channel[_Item](capacity)
         self._request: _ViewRequest | None = None
@@ -93,8 +94,9 @@ class _Pipeline:
                         item.ready.set()
                         continue
                     feed = self.stream.feed_pinned if isinstance(item, int) else self.stream.feed
-                    await self._dispatch(await self.session.ctx.cpu(feed, item), uploads)
-                await self._dispatch(await self.session.ctx.cpu(self.stream.finish), uploads)
+                    size = item if isinstance(item, int) else len(item)
+                    await self._dispatch(await self._chunk(feed, item, size=size), uploads)
+                await self._dispatch(await self._chunk(self.stream.finish), uploads)
         except Exception as exc:
             error = _domain_error(exc)
             if error is None:  # a bug: keep the mount alive, fail this file's commit
@@ -105,6 +107,15 @@ class _Pipeline:
             if self._request is not None:
                 self._request.ready.set()  # with view None: the writer finds the error
             self.done.set()
+
+    async def _chunk(self, call: Any, *args: Any, size: int = 0) -> list[Any]:
+        """CALL on the chunking engine in a worker thread, its time and input counted."""
+        started = time.perf_counter()
+        chunks = await self.session.ctx.cpu(call, *args)
+        backend = self.chunker_backend
+        metrics.CLIENT_HASH_SECONDS.labels(backend).inc(time.perf_counter() - started)
+        metrics.CLIENT_HASHED.labels(backend).inc(size)
+        return list(chunks)
 
     async def append(self, data: bytes) -> None:
         await self.input.append(self, data, self.session.ctx.config.batch_bytes)
@@ -199,6 +210,16 @@ class _Pipeline:
         if self.error is not None:
             raise self.error
         return self.entries
+
+
+def _count_commit(entries: list[ChunkEntry], sent_chunks: int, sent_bytes: int) -> None:
+    size = sum(e.length for e in entries)
+    metrics.CLIENT_COMMITS.inc()
+    metrics.CLIENT_WRITTEN.inc(size)
+    metrics.CLIENT_SENT.inc(sent_bytes)
+    metrics.CLIENT_DEDUPED.inc(max(0, size - sent_bytes))
+    metrics.CLIENT_CHUNKS.labels("sent").inc(sent_chunks)
+    metrics.CLIENT_CHUNKS.labels("deduplicated").inc(max(0, len(entries) - sent_chunks))
 
 
 def _domain_error(exc: BaseException) -> errors.MosafsError | None:
@@ -310,7 +331,7 @@ class WriteSession:
         if self.orphaned:
             return
         try:
-            lease = await self.ctx.manager.open_write(self.inode, self.ctx.client_id)
+            lease = await self._open_write()
         except errors.NotFound:
             if self.lease is None and not self.prefix and not self.committed_version:
                 raise  # never existed as far as this session knows
@@ -324,6 +345,20 @@ class WriteSession:
         self.lease = lease
         if self.ctx.config.dedupe_with_base:
             self.stored.ids.update(c.id for c in lease.base_chunks)
+
+    async def _open_write(self) -> mpb.OpenWriteResponse:
+        """OpenWrite, retried with backoff for up to the manager timeout while no benefactor
+        is live (the manager or the benefactors are coming back)."""
+        deadline = trio.current_time() + self.ctx.config.manager_timeout
+        delay = 0.1
+        while True:
+            try:
+                return await self.ctx.manager.open_write(self.inode, self.ctx.client_id)
+            except errors.Unavailable:
+                if trio.current_time() + delay > deadline:
+                    raise
+                await trio.sleep(delay)
+                delay = min(delay * 2, 2.0)
 
     async def _renew_leases(self) -> None:
         with self._renewals:
@@ -495,6 +530,7 @@ class WriteSession:
             self.lease = None  # a later flush takes a new lease and tries again
             raise
         self.lease = None  # consumed: the next edit takes a new one
+        _count_commit(entries, len(placements), stored.new_bytes)
         stored.placements.clear()
         stored.new_bytes = 0
         return reply

@@ -1,0 +1,49 @@
+"""Who may call what (docs/operations.md): for every RPC of the Manager and Benefactor
+services, the certificate roles (mosafs.certs.ROLES) allowed to call it. An RPC missing
+here is refused to everyone (a unit test checks that every RPC has an entry).
+
+Admin RPCs (pools, policies, pruning, drains, removal, gc, scrub, fsck) need the `admin`
+role; an ordinary client certificate gets PERMISSION_DENIED. Plaintext servers
+(`--insecure`) check nothing: there is no identity to check.
+"""
+
+from __future__ import annotations
+
+ANY = frozenset({"manager", "benefactor", "client", "admin"})
+USERS = frozenset({"client", "admin"})
+ADMIN = frozenset({"admin"})
+BENEFACTOR = frozenset({"benefactor"})
+MANAGER = frozenset({"manager", "admin"})
+
+_NAMESPACE = ("Lookup", "GetAttr", "SetAttr", "ReadDir", "Mkdir", "Create", "Unlink", "Rmdir",
+              "Rename", "StatFs", "Symlink", "Readlink", "Mknod", "Link", "SetXattr",
+              "GetXattr", "ListXattr", "RemoveXattr")
+_WRITES = ("OpenWrite", "RenewLease", "CommitVersion", "AbortWrite", "FindChunks",
+           "LocateChunks", "GetBlockMap", "GetVersionStats", "ListVersions", "RestoreVersion")
+_STATUS = ("ListBenefactors", "GetClusterStatus", "GetFolderSettings", "ListFolderSettings",
+           "GetPool", "ListPools", "GetDrainStatus")
+_ADMIN = ("CollectGarbage", "Scrub", "Fsck", "SetFolderSettings", "Prune", "CreatePool",
+          "UpdatePool", "DeletePool", "MoveBenefactor", "DrainBenefactor", "RemoveBenefactor")
+_REGISTRY = ("RegisterBenefactor", "Heartbeat", "ReportInventory", "ReportCorruptChunks")
+
+MANAGER_ACCESS: dict[str, frozenset[str]] = {
+    **dict.fromkeys(_NAMESPACE, USERS),
+    **dict.fromkeys(_WRITES, USERS),
+    **dict.fromkeys(_STATUS, ANY),
+    **dict.fromkeys(_ADMIN, ADMIN),
+    **dict.fromkeys(_REGISTRY, BENEFACTOR),
+}
+
+BENEFACTOR_ACCESS: dict[str, frozenset[str]] = {
+    # Clients store and read; a benefactor pushing a replica puts to its peer.
+    "PutChunk": USERS | BENEFACTOR,
+    "GetChunk": USERS | BENEFACTOR,
+    "HasChunks": USERS | MANAGER,
+    "GetInfo": ANY,
+    # Maintenance the manager runs (and an administrator may).
+    "ReplicateChunks": MANAGER,
+    "RunGarbageRound": MANAGER,
+    "Scrub": MANAGER,
+}
+
+ACCESS = {"mosafs.v1.Manager": MANAGER_ACCESS, "mosafs.v1.Benefactor": BENEFACTOR_ACCESS}

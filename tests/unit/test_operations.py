@@ -7,8 +7,11 @@ from __future__ import annotations
 
 import configparser
 import json
+import os
 import re
 import shlex
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -148,6 +151,13 @@ def test_unit_compose_and_dockerfile() -> None:
     assert "/dev/fuse:/dev/fuse" in client["devices"] and "SYS_ADMIN" in client["cap_add"]
     assert any(v.get("bind", {}).get("propagation") == "rshared"
                for v in client["volumes"] if isinstance(v, dict))
+    # Each process's volume of credentials is its own; the CA key is only the certs job's.
+    tls_volumes = {name: [str(v).split(":")[0] for v in service.get("volumes", [])
+                          if str(v).startswith(("tls", "ca:"))]
+                   for name, service in services.items()}
+    for name in ("manager", "benefactor-1", "benefactor-2", "benefactor-3", "client", "admin"):
+        assert tls_volumes[name] == [f"tls-{name}"], name
+    assert "ca" in tls_volumes["certs"]
     dockerfile = DockerfileParser(path=str(DEPLOY / "compose" / "Dockerfile"))
     assert dockerfile.baseimage.startswith("python:3.11")
     instructions = {i["instruction"] for i in dockerfile.structure}
@@ -166,6 +176,14 @@ def test_unit_kubernetes_manifests() -> None:
         by_kind.setdefault(doc["kind"], []).append(doc)
     sets = {d["metadata"]["name"]: d for d in by_kind["StatefulSet"]}
     assert set(sets) == {"mosafs-manager", "mosafs-benefactor"}
+    # Every pod mounts the CA certificate and its own certificate and key, nothing else.
+    for workload, name in ((sets["mosafs-manager"], "manager"),
+                           (sets["mosafs-benefactor"], "benefactor"),
+                           (by_kind["DaemonSet"][0], "client")):
+        (tls,) = [v["secret"] for v in workload["spec"]["template"]["spec"]["volumes"]
+                  if "secret" in v]
+        assert sorted(i["key"] for i in tls["items"]) == sorted(
+            ["ca.crt", f"{name}.crt", f"{name}.key"]), name
     for stateful in sets.values():
         assert stateful["spec"]["volumeClaimTemplates"][0]["metadata"]["name"] == "data"
         container = stateful["spec"]["template"]["spec"]["containers"][0]
@@ -207,3 +225,29 @@ def test_unit_dashboard_queries_mosafs_series() -> None:
             "mosafs_rpc_server_seconds"} <= base
     prometheus = yaml.safe_load((DEPLOY / "prometheus.yml").read_text())
     assert len(prometheus["scrape_configs"]) == 3
+
+
+def test_unit_compose_certs_job_gives_each_process_its_own_credentials(tmp_path: Path) -> None:
+    """The `certs` service's script, run here with mosafs' own CLI (paths moved under
+    TMP_PATH): each process's volume gets the CA certificate and its own certificate and
+    key, of the right role, and nothing else; a second run changes nothing."""
+    compose = yaml.safe_load((DEPLOY / "compose" / "docker-compose.yml").read_text())
+    script = compose["services"]["certs"]["command"][0].replace("$$", "$")
+    script = re.sub(r"(?<=\s)/(ca|out)(?=[/;\s])", lambda m: f"{tmp_path}/{m[1]}", script)
+    names = {"manager": "manager", "benefactor-1": "benefactor", "benefactor-2": "benefactor",
+             "benefactor-3": "benefactor", "client": "client", "admin": "admin"}
+    for name in names:
+        (tmp_path / "out" / name).mkdir(parents=True)
+    bin_dir = str(Path(sys.executable).parent)
+    env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}"}
+    for _ in range(2):
+        done = subprocess.run(["sh", "-ec", script], env=env, capture_output=True, text=True,
+                              timeout=120)
+        assert done.returncode == 0, done.stderr
+    for name, role in names.items():
+        out = tmp_path / "out" / name
+        assert sorted(p.name for p in out.iterdir()) == sorted(
+            ["ca.crt", f"{name}.crt", f"{name}.key"])
+        identity = certs.load(out, name)
+        assert (identity.role, identity.name) == (role, name)
+        assert identity.ca == (tmp_path / "ca" / "ca.crt").read_bytes()

@@ -1,18 +1,21 @@
 """PutChunk over gRPC between two processes on loopback: CPU per byte in the client and in
 the server, with a servicer that does nothing with the bytes (mode `none`) or only
-verifies BLAKE3 (`hash`). The floor of the transport under every mosafs write.
+verifies BLAKE3 (`hash`). The floor of the transport under every mosafs write; `--tls`
+runs it over mutual TLS with certificates of mosafs' own CA (what `mosafs up` does).
 
-    .venv/bin/python benchmarks/grpc_put.py none|hash ['[["grpc.option", value], ...]']
+    .venv/bin/python benchmarks/grpc_put.py none|hash [--tls] ['[["grpc.option", value], ...]']
 
 Prints one JSON object: MB/s (512 puts of 1 MiB, 4 in flight), client_ns_B, server_ns_B.
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import multiprocessing as mp
 import os
 import sys
+import tempfile
 import time
 from concurrent import futures
 from pathlib import Path
@@ -23,8 +26,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import blake3
 import grpc
 
+from mosafs import certs
 from mosafs._proto import benefactor_pb2 as pb
 from mosafs._proto import benefactor_pb2_grpc as pbg
+from mosafs.rpc import security
 
 MAX = 65 << 20
 BASE = [("grpc.max_send_message_length", MAX), ("grpc.max_receive_message_length", MAX)]
@@ -42,10 +47,14 @@ class _Sink(pbg.BenefactorServicer):
         return pb.PutChunkResponse()
 
 
-def _serve(ports: Any, mode: str, options: list[tuple[str, Any]]) -> None:
+def _serve(ports: Any, mode: str, options: list[tuple[str, Any]], tls: str | None) -> None:
     srv = grpc.server(futures.ThreadPoolExecutor(16), options=BASE + options)
     pbg.add_BenefactorServicer_to_server(_Sink(mode), srv)
-    ports.put(srv.add_insecure_port("127.0.0.1:0"))
+    if tls:
+        identity = certs.load(Path(tls), "benefactor")
+        ports.put(srv.add_secure_port("127.0.0.1:0", security.server_credentials(identity)))
+    else:
+        ports.put(srv.add_insecure_port("127.0.0.1:0"))
     srv.start()
     srv.wait_for_termination()
 
@@ -56,13 +65,36 @@ def _cpu_s(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def _tls_dir() -> str:
+    """A CA with a benefactor and a client certificate, in a temporary directory."""
+    directory = Path(tempfile.mkdtemp(prefix="grpc-put-tls-"))
+    certs.init_ca(directory)
+    certs.issue(directory, "benefactor", "benefactor")
+    certs.issue(directory, "client", "client")
+    return str(directory)
+
+
+def _channel(address: str, options: list[tuple[str, Any]], tls: str | None) -> grpc.Channel:
+    if not tls:
+        return grpc.insecure_channel(address, options=BASE + options)
+    credentials = security.channel_credentials(certs.load(Path(tls), "client"))
+    return grpc.secure_channel(address, credentials, options=[
+        *BASE, *options, ("grpc.ssl_target_name_override", certs.SERVER_NAME)])
+
+
 def main() -> None:
-    mode = sys.argv[1] if len(sys.argv) > 1 else "none"
-    options = [tuple(o) for o in json.loads(sys.argv[2])] if len(sys.argv) > 2 else []
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("mode", nargs="?", default="none", choices=["none", "hash"])
+    parser.add_argument("options", nargs="?", default="[]", help="JSON list of gRPC options")
+    parser.add_argument("--tls", action="store_true", help="mutual TLS (mosafs certs)")
+    args = parser.parse_args()
+    mode = args.mode
+    options = [tuple(o) for o in json.loads(args.options)]
+    tls = _tls_dir() if args.tls else None
     ports: Any = mp.Queue()
-    server = mp.Process(target=_serve, args=(ports, mode, options), daemon=True)
+    server = mp.Process(target=_serve, args=(ports, mode, options, tls), daemon=True)
     server.start()
-    channel = grpc.insecure_channel(f"127.0.0.1:{ports.get()}", options=BASE + options)
+    channel = _channel(f"127.0.0.1:{ports.get()}", options, tls)
     stub = pbg.BenefactorStub(channel)
     blobs = [os.urandom(SIZE) for _ in range(8)]
     ids = [blake3.blake3(b).digest() for b in blobs]
@@ -76,7 +108,7 @@ def main() -> None:
         list(pool.map(put, range(PUTS)))
         t1, c1, s1 = time.perf_counter(), time.process_time(), _cpu_s(server.pid or 0)
     total = PUTS * SIZE
-    print(json.dumps({"mode": mode, "options": options,
+    print(json.dumps({"mode": mode, "tls": bool(tls), "options": options,
                       "MB_s": round(total / (t1 - t0) / 1e6),
                       "client_ns_B": round((c1 - c0) / total * 1e9, 2),
                       "server_ns_B": round((s1 - s0) / total * 1e9, 2)}))

@@ -55,6 +55,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                    help="null file system runs per figure, best reported (default 3; --quick: 1)")
     w.add_argument("--keep", type=Path, metavar="DIR",
                    help="run in DIR (empty or absent) and keep data, logs and result.json there")
+    w.add_argument("--insecure", action="store_true",
+                   help="run the cluster plaintext (default: mutual TLS, as `mosafs up`); "
+                        "the two runs give the cost of TLS")
     w.add_argument("--log-level", default="WARNING")
     w.set_defaults(bench_run=_run_write)
 
@@ -258,7 +261,7 @@ def _run_write(args: argparse.Namespace) -> int:
     if size < mib or repeat < 1 or (memory is not None and memory < mib):
         raise ConfigError("--size-mib and --memory-mib must be >= 1, --repeat >= 1")
     options = Options(size=size, memory_size=memory, repeat=repeat, keep=args.keep,
-                      quick=args.quick)
+                      quick=args.quick, tls=not args.insecure)
     result = run_benchmark(options, command=" ".join(["mosafs", *sys.argv[1:]])
                            if sys.argv[0].endswith("mosafs") else " ".join(sys.argv))
     if args.plot:

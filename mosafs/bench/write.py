@@ -84,6 +84,7 @@ class Options:
     keep: Path | None = None         # keep the work directory (data, logs, result.json)
     quick: bool = False
     seed: str = "mosafs-bench-write"
+    tls: bool = True                 # mutual TLS between the cluster's processes
 
 
 def progress(message: str) -> None:
@@ -108,6 +109,7 @@ def run_benchmark(options: Options, command: str = "mosafs bench write") -> dict
             "small_write_bytes": SMALL_WRITE,
             "read_block_bytes": READ_BLOCK,
             "null_repeat": options.repeat,
+            "tls": options.tls,
             "memory_size_bytes": options.memory_size,
             "units": "MB/s = 10^6 bytes/s; sizes in bytes; times in seconds",
         },
@@ -255,7 +257,7 @@ def _request_delta(before: dict[str, Any], after: dict[str, Any], runs: int) -> 
 class _Stats:
     """GetVersionStats (what `mosafs stats PATH --json` prints) over one channel."""
 
-    def __init__(self, manager: str, tls_dir: Path) -> None:
+    def __init__(self, manager: str, tls_dir: Path | None) -> None:
         import grpc
 
         from mosafs import certs
@@ -265,7 +267,7 @@ class _Stats:
 
         self._mpb = mpb
         # `mosafs up` made the cluster's certificates: this process is its administrator.
-        self._channel = channel(manager, certs.load(tls_dir, "admin"))
+        self._channel = channel(manager, certs.load(tls_dir, "admin") if tls_dir else None)
         grpc.channel_ready_future(self._channel).result(timeout=30)
         self._stub = mgrpc.ManagerStub(self._channel)
 
@@ -284,14 +286,17 @@ class _Stats:
 class _Mosafs:
     """A running `mosafs up` cluster, restartable on the same data directory."""
 
-    def __init__(self, workdir: Path, up_args: list[str] | None = None) -> None:
-        self.cluster = UpCluster(workdir, up_args)
+    def __init__(self, workdir: Path, up_args: list[str] | None = None, *,
+                 tls: bool = True) -> None:
+        self.tls = tls
+        self.cluster = UpCluster(workdir, [*(up_args or []), *([] if tls else ["--insecure"])])
         self.stats: _Stats | None = None
 
     def start(self) -> None:
         t = time.perf_counter()
         self.cluster.start()
-        self.stats = _Stats(self.cluster.manager, self.cluster.data_dir / "tls")
+        self.stats = _Stats(self.cluster.manager,
+                            self.cluster.data_dir / "tls" if self.tls else None)
         progress(f"mosafs up: ready in {time.perf_counter() - t:.1f}s "
                  f"(mount pid {self.cluster.mount_pid})")
 
@@ -312,7 +317,7 @@ class _Mosafs:
 
 def _mosafs_phase(workdir: Path, options: Options, notes: list[str]) -> dict[str, Any]:
     workdir.mkdir(parents=True, exist_ok=True)
-    m = _Mosafs(workdir)
+    m = _Mosafs(workdir, tls=options.tls)
     out: dict[str, Any] = {}
     try:
         m.start()

@@ -8,6 +8,7 @@ request. Clients: `call(stub.Method, request)` re-raises the same MosafsError cl
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import inspect
 import logging
@@ -75,21 +76,29 @@ def _abort(context: grpc.ServicerContext, exc: errors.MosafsError) -> None:
     context.abort(status_code(exc), exc.message)
 
 
+@contextlib.contextmanager
+def _mapped(context: grpc.ServicerContext, method: Callable[..., Any]) -> Iterator[None]:
+    """A MosafsError raised inside aborts the call with its status; anything else is a bug:
+    logged with its traceback, answered INTERNAL."""
+    try:
+        yield
+    except errors.MosafsError as exc:
+        _abort(context, exc)
+    except Exception:
+        if getattr(context, "code", lambda: None)() is not None:  # aborted by grpc itself
+            raise
+        log.exception("bug in %s", method.__qualname__)
+        context.abort(grpc.StatusCode.INTERNAL, f"internal error in {method.__name__}")
+
+
 def _wrap(method: Callable[..., Any]) -> Callable[..., Any]:
     if inspect.isgeneratorfunction(method):
         return _wrap_stream(method)
 
     @functools.wraps(method)
     def handler(self: Any, request: Any, context: grpc.ServicerContext) -> Any:
-        try:
+        with _mapped(context, method):
             return method(self, request, context)
-        except errors.MosafsError as exc:
-            _abort(context, exc)
-        except Exception:
-            if getattr(context, "code", lambda: None)() is not None:  # aborted by grpc itself
-                raise
-            log.exception("bug in %s", method.__qualname__)
-            context.abort(grpc.StatusCode.INTERNAL, f"internal error in {method.__name__}")
         return None  # unreachable: abort raises
 
     return handler
@@ -99,15 +108,8 @@ def _wrap_stream(method: Callable[..., Iterator[Any]]) -> Callable[..., Iterator
     """The same for a server-streaming method: errors raised while it yields abort too."""
     @functools.wraps(method)
     def handler(self: Any, request: Any, context: grpc.ServicerContext) -> Iterator[Any]:
-        try:
+        with _mapped(context, method):
             yield from method(self, request, context)
-        except errors.MosafsError as exc:
-            _abort(context, exc)
-        except Exception:
-            if getattr(context, "code", lambda: None)() is not None:
-                raise
-            log.exception("bug in %s", method.__qualname__)
-            context.abort(grpc.StatusCode.INTERNAL, f"internal error in {method.__name__}")
 
     return handler
 

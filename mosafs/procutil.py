@@ -57,15 +57,22 @@ def add_daemon_arguments(parser: Any, role: str, *, metrics: bool = True) -> Non
                             help="serve Prometheus metrics on HOST:PORT/metrics (port 0: a "
                                  "free port, in the ready file; 'off': none; default "
                                  "127.0.0.1:0)")
-    group = parser.add_argument_group("security (docs/operations.md)")
-    group.add_argument("--tls-dir", metavar="DIR",
-                       help="directory of the cluster's ca.crt and this process's NAME.crt/"
-                            "NAME.key (`mosafs certs`); default $MOSAFS_TLS_DIR")
-    group.add_argument("--tls-name", metavar="NAME",
-                       help=f"which certificate of --tls-dir (default {role!r})")
-    group.add_argument("--insecure", action="store_true", default=None,
-                       help="plaintext gRPC without certificates (default $MOSAFS_INSECURE); "
-                            "only on a network nobody else can reach")
+    add_tls_arguments(parser.add_argument_group("security (docs/operations.md)"),
+                      default_name=repr(role))
+
+
+def add_tls_arguments(parser: Any, *, default_name: str, found: str = "") -> None:
+    """--tls-dir, --tls-name and --insecure, as `tls_identity` reads them (--insecure
+    defaults to None: not given, so $MOSAFS_INSECURE decides). FOUND names where the
+    command looks when neither the flag nor $MOSAFS_TLS_DIR says."""
+    parser.add_argument("--tls-dir", metavar="DIR",
+                        help="directory of the cluster's ca.crt and NAME.crt/NAME.key "
+                             f"(`mosafs certs`); default $MOSAFS_TLS_DIR{found}")
+    parser.add_argument("--tls-name", metavar="NAME",
+                        help=f"which certificate of the TLS directory (default {default_name})")
+    parser.add_argument("--insecure", action="store_true", default=None,
+                        help="plaintext gRPC without certificates (default $MOSAFS_INSECURE); "
+                             "only on a network nobody else can reach")
 
 
 def start_daemon(args: Any, role: str) -> str | None:

@@ -38,14 +38,10 @@ def add_manager_arguments(parser: argparse.ArgumentParser, *, json_flag: bool = 
                              "the manager (default: the per-user data directory)")
     if json_flag:
         parser.add_argument("--json", action="store_true", help="print one JSON object")
-    parser.add_argument("--tls-dir", metavar="DIR",
-                        help="the cluster's certificates (default: $MOSAFS_TLS_DIR, the "
-                             "mount's, or cluster.json's)")
-    parser.add_argument("--tls-name", metavar="NAME",
-                        help="which certificate of the TLS directory (default admin, else "
-                             "client)")
-    parser.add_argument("--insecure", action="store_true", default=None,
-                        help="plaintext gRPC (a manager started with --insecure)")
+    from mosafs.procutil import add_tls_arguments
+
+    add_tls_arguments(parser, default_name="admin, else client",
+                      found=", else the mount's, else cluster.json's")
 
 
 @dataclass(frozen=True)

@@ -194,3 +194,16 @@ ALL_ERRORS: tuple[type[MosafsError], ...] = (
     IntegrityError, Unavailable, DeadlineExceeded, ResourceExhausted, InternalError,
 )
 BY_KIND: dict[str, type[MosafsError]] = {cls.kind: cls for cls in ALL_ERRORS}
+
+
+def domain_error(exc: BaseException) -> MosafsError | None:
+    """The domain error EXC stands for, or None for a bug. Tasks fail in a trio nursery,
+    which wraps their errors in an exception group (several puts or look-ups can fail at
+    once when a server goes away): a group of domain errors only is the first of them."""
+    if isinstance(exc, MosafsError):
+        return exc
+    if isinstance(exc, BaseExceptionGroup):
+        leaves = [domain_error(e) for e in exc.exceptions]
+        if leaves and all(leaf is not None for leaf in leaves):
+            return leaves[0]
+    return None

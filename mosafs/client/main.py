@@ -13,7 +13,7 @@ import os
 import signal
 from pathlib import Path
 
-from mosafs.errors import ConfigError, MosafsError
+from mosafs.errors import ConfigError, domain_error
 from mosafs.procutil import add_daemon_arguments
 
 log = logging.getLogger(__name__)
@@ -115,26 +115,13 @@ def run(args: argparse.Namespace) -> int:
     try:
         trio.run(_serve, config, mountpoint, args)
     except BaseExceptionGroup as group:
-        raise _lone_domain_error(group) from None
+        # The root nursery failed with a domain error (a manager that never answered):
+        # it reaches the user as one line; anything else is a bug and keeps its traceback.
+        error = domain_error(group)
+        if error is None:
+            raise
+        raise error from None
     return 0
-
-
-def _lone_domain_error(group: BaseExceptionGroup) -> BaseException:  # type: ignore[type-arg]
-    """The one mosafs error the root nursery failed with (a manager that never answered),
-    so that it reaches the user as one line; anything else stays the group (a bug)."""
-    leaves: list[BaseException] = []
-
-    def collect(exc: BaseException) -> None:
-        if isinstance(exc, BaseExceptionGroup):
-            for inner in exc.exceptions:
-                collect(inner)
-        else:
-            leaves.append(exc)
-
-    collect(group)
-    if len(leaves) == 1 and isinstance(leaves[0], MosafsError):
-        return leaves[0]
-    return group
 
 
 async def _serve(config: object, mountpoint: Path, args: argparse.Namespace) -> None:

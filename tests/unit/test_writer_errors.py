@@ -4,18 +4,18 @@ which are bugs (logged with a traceback)."""
 from __future__ import annotations
 
 from mosafs import errors
-from mosafs.client.files.writer import _domain_error
+from mosafs.errors import domain_error
 
 
 def test_unit_domain_error_unwraps_groups_of_domain_errors():
     first = errors.Unavailable("manager gone")
     group = ExceptionGroup("uploads", [first, errors.Unavailable("again")])
-    assert _domain_error(group) is first
+    assert domain_error(group) is first
     nested = ExceptionGroup("outer", [ExceptionGroup("inner", [first])])
-    assert _domain_error(nested) is first
-    assert _domain_error(first) is first
+    assert domain_error(nested) is first
+    assert domain_error(first) is first
 
 
 def test_unit_domain_error_calls_anything_else_a_bug():
-    assert _domain_error(ValueError("x")) is None
-    assert _domain_error(ExceptionGroup("mixed", [errors.Unavailable("u"), KeyError("k")])) is None
+    assert domain_error(ValueError("x")) is None
+    assert domain_error(ExceptionGroup("mixed", [errors.Unavailable("u"), KeyError("k")])) is None

@@ -98,7 +98,7 @@ class _Pipeline:
                     await self._dispatch(await self._chunk(feed, item, size=size), uploads)
                 await self._dispatch(await self._chunk(self.stream.finish), uploads)
         except Exception as exc:
-            error = _domain_error(exc)
+            error = errors.domain_error(exc)
             if error is None:  # a bug: keep the mount alive, fail this file's commit
                 log.exception("write pipeline of inode %d failed", self.session.inode)
                 error = errors.InternalError(f"write pipeline failed: {exc!r}")
@@ -220,19 +220,6 @@ def _count_commit(entries: list[ChunkEntry], sent_chunks: int, sent_bytes: int) 
     metrics.CLIENT_DEDUPED.inc(max(0, size - sent_bytes))
     metrics.CLIENT_CHUNKS.labels("sent").inc(sent_chunks)
     metrics.CLIENT_CHUNKS.labels("deduplicated").inc(max(0, len(entries) - sent_chunks))
-
-
-def _domain_error(exc: BaseException) -> errors.MosafsError | None:
-    """The domain error EXC stands for, or None for a bug. Upload tasks fail in a nursery,
-    which wraps their errors in an exception group (several puts or look-ups can fail at
-    once when a server goes away): a group of domain errors only is the first of them."""
-    if isinstance(exc, errors.MosafsError):
-        return exc
-    if isinstance(exc, BaseExceptionGroup):
-        leaves = [_domain_error(e) for e in exc.exceptions]
-        if leaves and all(leaf is not None for leaf in leaves):
-            return leaves[0]
-    return None
 
 
 class _Batches:

@@ -91,14 +91,15 @@ def start_daemon(args: Any, role: str) -> str | None:
 
 
 def tls_identity(args: Any, role: str, *, found: str = "",
-                 default_name: str | None = None) -> Any:
+                 names: tuple[str, ...] = ()) -> Any:
     """The certificate the flags name (--tls-dir, --tls-name, --insecure; else
     $MOSAFS_TLS_DIR / $MOSAFS_INSECURE; else FOUND, a directory the caller found itself):
     None for plaintext, which must be asked for; a ConfigError when there is neither.
 
     A daemon (ROLE given) takes the certificate named ROLE and refuses one of another role
-    (a mount may use an admin one); an admin command (ROLE "") takes DEFAULT_NAME, and the
-    manager decides what that certificate may do."""
+    (a mount may use an admin one); an admin command (ROLE "") takes the first of NAMES the
+    directory has (else the last, to say it is missing), and the manager decides what that
+    certificate may do."""
     from mosafs import certs
 
     insecure = args.insecure if args.insecure is not None else \
@@ -111,7 +112,8 @@ def tls_identity(args: Any, role: str, *, found: str = "",
     if not directory:
         raise ConfigError("no TLS certificate: pass --tls-dir DIR (made by `mosafs certs`), "
                           "or --insecure for plaintext")
-    name = args.tls_name or default_name or role
+    name = args.tls_name or next(
+        (n for n in names if (Path(directory) / f"{n}.crt").exists()), names[-1] if names else role)
     identity = certs.load(Path(directory), name)
     if role and identity.role != role and not (role == "client" and identity.role == "admin"):
         raise ConfigError(f"{Path(directory) / name}.crt is a {identity.role} certificate; "

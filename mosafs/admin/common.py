@@ -130,9 +130,7 @@ def identity(args: argparse.Namespace, found_tls: str) -> Any:
     None for plaintext, which must be asked for."""
     from mosafs.procutil import tls_identity
 
-    directory = args.tls_dir or os.environ.get("MOSAFS_TLS_DIR") or found_tls
-    admin = bool(directory) and (Path(directory) / "admin.crt").exists()
-    return tls_identity(args, "", found=found_tls, default_name="admin" if admin else "client")
+    return tls_identity(args, "", found=found_tls, names=("admin", "client"))
 
 
 @contextmanager

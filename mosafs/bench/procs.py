@@ -333,11 +333,14 @@ class UpCluster:
 
     def mount_window_bytes(self) -> int:
         """The mount's sliding write window (--window-mib on its command line, else 64)."""
+        from mosafs.argtypes import byte_size
+
         args = cmdline(self.mount_pid)
+        in_mib = byte_size(1 << 20, unit=1 << 20)  # the mount's own parser: "64", "1G"
         mib = 64
         for i, arg in enumerate(args):
             if arg == "--window-mib" and i + 1 < len(args):
-                mib = int(args[i + 1])
+                mib = in_mib(args[i + 1])
             elif arg.startswith("--window-mib="):
-                mib = int(arg.split("=", 1)[1])
+                mib = in_mib(arg.split("=", 1)[1])
         return mib << 20

@@ -9,6 +9,11 @@ Filesystem layout of a data directory (docs/benefactor.md):
     DIR/lock                      flock()ed while a process uses DIR
     DIR/chunks/ab/cd/<64-hex id>  exactly the chunk's bytes (b3sum FILE prints its name)
     DIR/tmp/                      writes in progress; emptied at start
+
+Chunks come and go while the directory is walked (inventory, scrub): a put adds files and
+fan-out directories, garbage collection deletes files and the fan-out directories it
+empties. The walk takes whatever vanishes under it as deleted, never as an error; puts and
+removals of one fan-out directory are serialised by the stripe lock of its first byte.
 """
 
 from __future__ import annotations
@@ -149,6 +154,19 @@ def check_content(raw_id: bytes, data: Buffer) -> None:
         )
 
 
+def _listing(path: str | Path, *, missing_ok: bool = True) -> list[os.DirEntry[str]]:
+    """The entries of a directory, read at once (no descriptor is held while a slow walk,
+    such as a throttled scrub, looks at them). With MISSING_OK, none when the directory
+    has gone: garbage collection removes the fan-out directories it empties."""
+    try:
+        with os.scandir(path) as entries:
+            return list(entries)
+    except FileNotFoundError:
+        if missing_ok:
+            return []
+        raise
+
+
 def fsync_dir(path: Path) -> None:
     """Make the entries of directory PATH (renames, new files) durable."""
     fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
@@ -276,33 +294,40 @@ class FileChunkStore(ChunkStore):
 
     def _chunk_sizes(self, stray: list[str]) -> Iterator[int]:
         """The size of every chunk file; anything else is appended to STRAY."""
+        for _, st in self._chunk_stats(stray):
+            yield st.st_size
+
+    def _chunk_stats(self, stray: list[str]) -> Iterator[tuple[str, os.stat_result]]:
+        """(hex id, lstat) of every chunk file still there when its turn comes; anything
+        else is appended to STRAY."""
         for entry in self._chunk_entries(stray):
-            yield entry.stat(follow_symlinks=False).st_size
+            try:
+                st = entry.stat(follow_symlinks=False)
+            except FileNotFoundError:
+                continue  # deleted since its directory was read (garbage collection)
+            yield entry.name, st
 
     def _chunk_entries(self, stray: list[str]) -> Iterator[os.DirEntry[str]]:
         """Every chunk file; anything else is appended to STRAY."""
-        with os.scandir(self._chunks_dir) as tops:
-            for top in tops:
-                if not (top.is_dir(follow_symlinks=False) and _FANOUT_NAME.fullmatch(top.name)):
-                    stray.append(top.path)
-                    continue
-                yield from self._leaf_entries(top, stray)
+        for top in _listing(self._chunks_dir, missing_ok=False):  # never removed: an error
+            if not (top.is_dir(follow_symlinks=False) and _FANOUT_NAME.fullmatch(top.name)):
+                stray.append(top.path)
+                continue
+            yield from self._leaf_entries(top, stray)
 
     def _leaf_entries(self, top: os.DirEntry[str], stray: list[str],
                       ) -> Iterator[os.DirEntry[str]]:
-        with os.scandir(top.path) as mids:
-            for mid in mids:
-                if not (mid.is_dir(follow_symlinks=False) and _FANOUT_NAME.fullmatch(mid.name)):
-                    stray.append(mid.path)
-                    continue
-                with os.scandir(mid.path) as leaves:
-                    for leaf in leaves:
-                        name = leaf.name
-                        if (leaf.is_file(follow_symlinks=False) and _HEX_NAME.fullmatch(name)
-                                and name[:2] == top.name and name[2:4] == mid.name):
-                            yield leaf
-                        else:
-                            stray.append(leaf.path)
+        for mid in _listing(top.path):
+            if not (mid.is_dir(follow_symlinks=False) and _FANOUT_NAME.fullmatch(mid.name)):
+                stray.append(mid.path)
+                continue
+            for leaf in _listing(mid.path):
+                name = leaf.name
+                if (leaf.is_file(follow_symlinks=False) and _HEX_NAME.fullmatch(name)
+                        and name[:2] == top.name and name[2:4] == mid.name):
+                    yield leaf
+                elif os.path.lexists(leaf.path):  # is_file() is False for a vanished file
+                    stray.append(leaf.path)
 
     def close(self) -> None:
         if self._lock_fd is not None:
@@ -438,9 +463,8 @@ class FileChunkStore(ChunkStore):
         return data
 
     def inventory(self) -> Iterator[InventoryItem]:
-        for entry in self._chunk_entries([]):
-            st = entry.stat(follow_symlinks=False)
-            yield InventoryItem(bytes.fromhex(entry.name), st.st_mtime_ns, st.st_size)
+        for name, st in self._chunk_stats([]):
+            yield InventoryItem(bytes.fromhex(name), st.st_mtime_ns, st.st_size)
 
     def delete(self, raw_id: bytes, *, touched_ns: int) -> int:
         check_id(raw_id)
@@ -457,10 +481,28 @@ class FileChunkStore(ChunkStore):
         return st.st_size
 
     def _remove(self, raw_id: bytes, path: Path) -> None:
-        """Unlink a chunk file durably (under its stripe lock)."""
+        """Unlink a chunk file durably, and the fan-out directories that leaves empty (under
+        its stripe lock, which every put creating directories under chunks/ab/ holds too: a
+        put never installs into a directory removed under it)."""
         path.unlink()
         fsync_dir(path.parent)
         self._corrupt.discard(raw_id)
+        self._remove_empty_dirs(path.parent)
+
+    @staticmethod
+    def _remove_empty_dirs(leaf_dir: Path) -> None:
+        """Remove LEAF_DIR, then its parent, while empty: without it a store that once held
+        many chunks keeps up to 65,792 empty directories for every walk to read. Not fsynced:
+        an empty directory back after a crash is harmless."""
+        for d in (leaf_dir, leaf_dir.parent):
+            try:
+                d.rmdir()
+            except FileNotFoundError:
+                continue  # removed by someone else: its parent may be empty now
+            except OSError as exc:
+                if exc.errno in (errno.ENOTEMPTY, errno.EEXIST):
+                    return  # other chunks live here
+                raise
 
     def _forget_size(self, size: int) -> None:
         """The counters after a chunk file of SIZE bytes was removed."""

@@ -18,7 +18,7 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from mosafs.argtypes import bounded_int
+from mosafs.argtypes import bounded_int, byte_size
 from mosafs.errors import (
     ConfigError,
     DeadlineExceeded,
@@ -46,7 +46,6 @@ DEFAULT_HEARTBEAT_S = 2.0   # when the manager's answer names no interval
 SLOW_START_WARN_S = 30.0    # a manager never reached for this long is worth a WARNING
 INVENTORY_TIMEOUT_S = 60.0  # one inventory page
 DEFAULT_SCRUB_RATE = 8 << 20  # bytes/s: a full pass over 1 TiB takes about 36 hours
-_SIZE_SUFFIXES = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -62,8 +61,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--manager", metavar="HOST:PORT",
                         help=f"manager to register with (default ${MANAGER_ENV}; with neither, "
                              "the benefactor runs standalone)")
-    parser.add_argument("--capacity", type=parse_size, metavar="BYTES",
-                        help="most bytes of chunks to store, e.g. 500G (suffixes K, M, G, T "
+    parser.add_argument("--capacity", type=byte_size(), metavar="SIZE",
+                        help="most bytes of chunks to store, e.g. 500G (units K, M, G, T "
                              "are powers of 1024; default: the whole file system)")
     parser.add_argument("--pool", default="", metavar="NAME",
                         help="pool to join at registration (default: the pool it is in, "
@@ -73,12 +72,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="how often to report the stored chunks to the manager for "
                              "garbage collection (default 300; also after every "
                              "registration and on `mosafs gc`)")
-    parser.add_argument("--scrub-rate", type=parse_rate, default=DEFAULT_SCRUB_RATE,
+    parser.add_argument("--scrub-rate", type=byte_size(0), default=DEFAULT_SCRUB_RATE,
                         metavar="BYTES_PER_S",
                         help="re-verify stored chunks in the background at this many bytes "
                              "a second, e.g. 8M (K, M, G suffixes; default 8M; 0 turns "
                              "background scrubbing off; `mosafs scrub` runs a pass now)")
-    parser.add_argument("--ingest-rate", type=parse_rate, default=0, metavar="BYTES_PER_S",
+    parser.add_argument("--ingest-rate", type=byte_size(0), default=0, metavar="BYTES_PER_S",
                         help="take chunk bytes no faster than this, e.g. 125M (a 1 Gbit/s "
                              "link; K, M, G suffixes; default 0: no limit)")
     parser.add_argument("--ready-file", metavar="PATH",
@@ -88,29 +87,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="RPCs served at once; more are answered RESOURCE_EXHAUSTED at "
                              "once and clients retry with backoff (default 256)")
     add_daemon_arguments(parser, "benefactor")
-
-
-def parse_rate(text: str) -> int:
-    """Bytes per second: a size, or 0 (off)."""
-    if text.strip() in ("0", "0B"):
-        return 0
-    return parse_size(text)
-
-
-def parse_size(text: str) -> int:
-    """Bytes from '1048576', '64M', '1.5T' (binary suffixes)."""
-    raw = text.strip().upper().removesuffix("B").removesuffix("I")
-    suffix = raw[-1:] if raw[-1:] in _SIZE_SUFFIXES else ""
-    number = raw[: len(raw) - len(suffix)]
-    unit = _SIZE_SUFFIXES[suffix]
-    try:
-        # Whole numbers stay exact; float() would round counts beyond 2**53.
-        value = int(number) * unit if number.isdigit() else int(float(number) * unit)
-    except (ValueError, OverflowError):
-        raise argparse.ArgumentTypeError(f"not a size in bytes: {text!r}") from None
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"size must be positive: {text!r}")
-    return value
 
 
 def run(args: argparse.Namespace) -> int:

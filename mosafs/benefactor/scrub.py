@@ -23,7 +23,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 
 from mosafs import metrics
-from mosafs.benefactor.chunkstore import CORRUPT, ChunkStore, InventoryItem
+from mosafs.benefactor.chunkstore import CORRUPT, GONE, ChunkStore, InventoryItem
 from mosafs.errors import MosafsError
 
 log = logging.getLogger(__name__)
@@ -78,6 +78,8 @@ class Scrubber:
                 progress_every: float) -> Iterator[ScrubProgress]:
         for item in items:
             verdict, size = self._store.scrub(item.id)
+            if verdict == GONE:
+                continue  # deleted (garbage collection) since the walk listed it: not lost
             progress.checked_chunks += 1
             progress.checked_bytes += size
             if verdict == CORRUPT:

@@ -60,20 +60,27 @@ Invariants (every write transaction keeps them):
   - Pool "default" exists. A benefactor's pool exists. Every folders key names an existing
     directory, and the pool it assigns exists.
 mosafs.manager.fsck checks every one of these (`mosafs fsck`) and repairs what it can.
+
+The map grows by itself up to the ceiling `map_size` (mosafs.manager.mapsize): every
+transaction runs inside its gate, writes that add data are refused with NoSpace near the
+ceiling while the others may use the reserve kept there, and an operation whose write
+transaction found the map full runs again once the map has grown (@_rerun_if_grown).
 """
 
 from __future__ import annotations
 
+import functools
 import logging
 import re
 import struct
 import threading
 import time
 from collections import Counter
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
+from typing import Any, TypeVar, cast
 
 import lmdb
 
@@ -96,6 +103,7 @@ from mosafs.errors import (
 )
 from mosafs.ids import ID_LEN
 from mosafs.manager import pools
+from mosafs.manager.mapsize import MapGrown, MapSizer, initial_size
 
 log = logging.getLogger(__name__)
 
@@ -639,6 +647,26 @@ class _Tx:
         return "/" + "/".join(reversed(names))
 
 
+_F = TypeVar("_F", bound=Callable[..., Any])
+
+
+def _rerun_if_grown(method: _F) -> _F:
+    """Run METHOD again when its write transaction found the map full and the map grew
+    (MapGrown): the transaction was aborted whole, so the second run is the one that
+    counts. One-shot iterators among the arguments are read into lists first, so that it
+    sees the same input. Growth is bounded (ceiling, disk), so this ends."""
+    @functools.wraps(method)
+    def run(self: MetadataStore, *args: Any, **kwargs: Any) -> Any:
+        args = tuple(list(a) if isinstance(a, Iterator) else a for a in args)
+        kwargs = {k: list(v) if isinstance(v, Iterator) else v for k, v in kwargs.items()}
+        while True:
+            try:
+                return method(self, *args, **kwargs)
+            except MapGrown:
+                continue
+    return cast(_F, run)
+
+
 def _touch(rec: metadata_pb2.InodeRecord, now: int) -> None:
     """A directory whose entries changed: mtime and ctime."""
     rec.mtime_ns = now
@@ -653,14 +681,17 @@ class MetadataStore:
     snapshot; one store is shared by all gRPC worker threads."""
 
     def __init__(self, path: str | Path, *, map_size: int = DEFAULT_MAP_SIZE) -> None:
+        """MAP_SIZE: the ceiling the map may grow to (mosafs.manager.mapsize)."""
         self.path = Path(path)
         self.path.mkdir(parents=True, exist_ok=True)
-        self._env = lmdb.open(str(self.path), subdir=True, map_size=map_size,
+        self._env = lmdb.open(str(self.path), subdir=True, map_size=initial_size(map_size),
                               max_dbs=MAX_DBS, sync=True, metasync=True)
         # Reader slots of processes that died (a manager killed with SIGKILL) are freed here.
         self._env.reader_check()
         env = self._env
         self._db = _Dbs(*(env.open_db(name) for name in DB_NAMES))
+        self._map = MapSizer(env, [getattr(self._db, f.name) for f in fields(_Dbs)],
+                             self.path, map_size)
         self._writes = 0
         self._count_lock = threading.Lock()
         self._initialise()
@@ -674,9 +705,14 @@ class MetadataStore:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
+    @property
+    def map_size(self) -> int:
+        """Bytes the LMDB map has now (it grows up to the map_size given at open)."""
+        return self._map.map_size
+
     @contextmanager
     def _read(self) -> Iterator[_Tx]:
-        with self._env.begin() as txn:
+        with self._map.gate.shared(), self._env.begin() as txn:
             yield _Tx(txn, self._db)
 
     @property
@@ -686,15 +722,20 @@ class MetadataStore:
             return self._writes
 
     @contextmanager
-    def _write(self) -> Iterator[_Tx]:
+    def _write(self, *, grows: bool = False) -> Iterator[_Tx]:
+        """One write transaction. GROWS: it adds data (a new name, version, attribute), so
+        it is refused near the ceiling, keeping the reserve for the writes that free
+        space. A full map raises MapGrown once the map grew (the caller runs again:
+        @_rerun_if_grown), else NoSpace."""
+        self._map.prepare(grows=grows)
+        seen = self._map.map_size
         try:
-            with self._env.begin(write=True) as txn:
+            with self._map.gate.shared(), self._env.begin(write=True) as txn:
                 yield _Tx(txn, self._db)
             with self._count_lock:
                 self._writes += 1
         except lmdb.MapFullError:
-            raise NoSpace(f"the metadata store {self.path} is full: restart the manager "
-                          f"with a larger --map-size") from None
+            raise self._map.full(seen, grows=grows) from None
 
     @contextmanager
     def transaction(self, *, write: bool = False) -> Iterator[_Tx]:
@@ -703,6 +744,7 @@ class MetadataStore:
         with self._write() if write else self._read() as tx:
             yield tx
 
+    @_rerun_if_grown
     def _initialise(self) -> None:
         """Schema marker, inode counter, root directory and default pool on first open."""
         now = time.time_ns()
@@ -735,6 +777,7 @@ class MetadataStore:
         with self._read() as tx:
             return _attr(inode, tx.inode(inode))
 
+    @_rerun_if_grown
     def setattr(
         self, inode: int, *, mode: int | None = None, uid: int | None = None,
         gid: int | None = None, atime_ns: int | None = None, mtime_ns: int | None = None,
@@ -780,13 +823,14 @@ class MetadataStore:
                 out.append((name.decode("utf-8"), _attr(child, tx.inode(child))))
         return out, False
 
+    @_rerun_if_grown
     def mkdir(self, parent: int, name: str, mode: int, uid: int = 0,
               gid: int = 0) -> manager_pb2.Attr:
         raw = check_new_name(name)
         perm = _permissions(mode, DIRECTORY)
         _check_owner(uid, gid)
         now = time.time_ns()
-        with self._write() as tx:
+        with self._write(grows=True) as tx:
             pdir = tx.directory(parent)
             if tx.child(parent, raw) is not None:
                 raise AlreadyExists(f"{name!r} exists in directory {parent}")
@@ -801,6 +845,7 @@ class MetadataStore:
             tx.put_inode(parent, pdir)
             return _attr(ino, rec)
 
+    @_rerun_if_grown
     def create(self, parent: int, name: str, mode: int, uid: int = 0, gid: int = 0, *,
                exclusive: bool = False) -> manager_pb2.Attr:
         """A new empty regular file; an existing one is returned unless EXCLUSIVE (O_EXCL)."""
@@ -808,7 +853,7 @@ class MetadataStore:
         perm = _permissions(mode, REGULAR)
         _check_owner(uid, gid)
         now = time.time_ns()
-        with self._write() as tx:
+        with self._write(grows=True) as tx:
             pdir = tx.directory(parent)
             existing = tx.child(parent, raw)
             if existing is not None:
@@ -828,6 +873,7 @@ class MetadataStore:
             tx.put_inode(parent, pdir)
             return _attr(ino, rec)
 
+    @_rerun_if_grown
     def unlink(self, parent: int, name: str) -> None:
         raw = check_name(name)
         now = time.time_ns()
@@ -840,6 +886,7 @@ class MetadataStore:
                 raise IsADirectory(f"{name!r} in directory {parent} is a directory: use rmdir")
             self.remove_name(tx, parent, raw, ino, now)
 
+    @_rerun_if_grown
     def rmdir(self, parent: int, name: str) -> None:
         raw = check_name(name)
         now = time.time_ns()
@@ -882,6 +929,7 @@ class MetadataStore:
         else:
             tx.drop_file(ino)
 
+    @_rerun_if_grown
     def rename(self, old_parent: int, old_name: str, new_parent: int, new_name: str, *,
                no_replace: bool = False) -> None:
         old_raw = check_name(old_name)
@@ -983,10 +1031,11 @@ class MetadataStore:
                                        atime_ns=now, mtime_ns=now, ctime_ns=now)
         return self._new_entry(parent, name, raw, rec, now)
 
+    @_rerun_if_grown
     def _new_entry(self, parent: int, name: str, raw: bytes, rec: metadata_pb2.InodeRecord,
                    now: int) -> manager_pb2.Attr:
         """Give a new non-directory REC an inode number and the name RAW in PARENT."""
-        with self._write() as tx:
+        with self._write(grows=True) as tx:
             pdir = tx.directory(parent)
             if tx.child(parent, raw) is not None:
                 raise AlreadyExists(f"{name!r} exists in directory {parent}")
@@ -997,12 +1046,13 @@ class MetadataStore:
             tx.put_inode(parent, pdir)
             return _attr(ino, rec)
 
+    @_rerun_if_grown
     def link(self, inode: int, new_parent: int, new_name: str) -> manager_pb2.Attr:
         """A hard link: NEW_NAME in NEW_PARENT names INODE too (nlink + 1). Directories
         cannot be linked (NotPermitted, EPERM as link(2))."""
         raw = check_new_name(new_name)
         now = time.time_ns()
-        with self._write() as tx:
+        with self._write(grows=True) as tx:
             rec = tx.inode(inode)
             if rec.kind == DIRECTORY:
                 raise NotPermitted(f"inode {inode} is a directory: directories cannot have "
@@ -1073,6 +1123,7 @@ class MetadataStore:
 
     # --- extended attributes --------------------------------------------------------------
 
+    @_rerun_if_grown
     def setxattr(self, inode: int, name: str, value: bytes, *, create: bool = False,
                  replace: bool = False) -> None:
         """Set extended attribute NAME of any kind of inode. CREATE (XATTR_CREATE):
@@ -1085,7 +1136,7 @@ class MetadataStore:
             raise ValueTooLarge(f"attribute {name[:80]!r}: a value of {len(value)} bytes; "
                                 f"the limit is {XATTR_SIZE_MAX}")
         now = time.time_ns()
-        with self._write() as tx:
+        with self._write(grows=True) as tx:
             rec = tx.inode(inode)
             total = len(raw) + len(value)
             listed = len(raw) + 1
@@ -1125,6 +1176,7 @@ class MetadataStore:
             tx.inode(inode)
             return [name.decode("utf-8") for name, _ in tx.xattrs(inode)]
 
+    @_rerun_if_grown
     def removexattr(self, inode: int, name: str) -> None:
         raw = check_xattr_name(name, writing=True)
         now = time.time_ns()
@@ -1146,6 +1198,7 @@ class MetadataStore:
             return WriteBase(inode, rec.newest_version, rec.size,
                              tx.blockmap(inode, rec.newest_version))
 
+    @_rerun_if_grown
     def commit_version(
         self, inode: int, chunks: Iterable[ChunkEntry],
         placements: Iterable[tuple[bytes, Sequence[str]]] = (), *, base_inode: int = 0,
@@ -1169,7 +1222,7 @@ class MetadataStore:
                 raise InvalidArgument(f"chunk {cid.hex()} appears with lengths "
                                       f"{lengths[cid]} and {length}")
         now = time.time_ns()
-        with self._write() as tx:
+        with self._write(grows=True) as tx:
             rec = tx.regular_file(inode)  # NotFound: unlinked while the client wrote
             for bid in sorted({bid for bids in placed.values() for bid in bids}):
                 if tx.benefactor(bid) is None:
@@ -1279,12 +1332,13 @@ class MetadataStore:
             tx.regular_file(inode)
             return [_version_stats(inode, v, rec) for v, rec in tx.versions_of(inode)]
 
+    @_rerun_if_grown
     def restore_version(self, inode: int, version: int) -> tuple[int, manager_pb2.Attr]:
         """Make VERSION of INODE the newest again: a new version with its block-map (its
         chunks referenced once more; nothing is copied), in one write transaction."""
         _check_u64(version, "version")
         now = time.time_ns()
-        with self._write() as tx:
+        with self._write(grows=True) as tx:
             rec = tx.regular_file(inode)
             if version == 0:
                 raise InvalidArgument("name the version to restore (1 or more)")
@@ -1351,11 +1405,18 @@ class MetadataStore:
                     break
             return out
 
+    def chunk_count(self) -> int:
+        """Records in the chunk index (referenced, and unreferenced ones waiting for
+        collection): LMDB keeps the count, so this reads no record."""
+        with self._read() as tx:
+            return int(tx.txn.stat(self._db.chunks)["entries"])
+
     def chunk_records(self, ids: Sequence[bytes]) -> list[metadata_pb2.ChunkRecord | None]:
         """The index record of each id (None where the index has none), one snapshot."""
         with self._read() as tx:
             return [tx.chunk(cid) for cid in check_ids(ids)]
 
+    @_rerun_if_grown
     def release_unreferenced(self, ids: Iterable[bytes], bid: str) -> tuple[list[bytes], int]:
         """Garbage collection: of IDS, those that are still unreferenced (refcount 0, or not
         in the index) may be deleted from benefactor BID. One transaction re-checks every
@@ -1383,6 +1444,7 @@ class MetadataStore:
                     gone += 1
         return released, gone
 
+    @_rerun_if_grown
     def remove_chunk_locations(self, bid: str, ids: Iterable[bytes]) -> int:
         """Benefactor BID no longer holds IDS (scrub found them corrupt or missing): take
         it out of their records in one transaction; a record left with no copy and no
@@ -1404,6 +1466,7 @@ class MetadataStore:
             return [bytes(cid) for cid, raw in tx.txn.cursor(db=self._db.chunks)
                     if bid in metadata_pb2.ChunkRecord.FromString(raw).benefactor_ids]
 
+    @_rerun_if_grown
     def add_chunk_locations(self, added: Iterable[tuple[bytes, str]]) -> int:
         """Record new copies (id, benefactor id) in one transaction; ids no longer in the
         index are skipped (their file went meanwhile). Returns how many were recorded."""
@@ -1438,11 +1501,13 @@ class MetadataStore:
 
     # --- benefactor registrations and pools -----------------------------------------------
 
+    @_rerun_if_grown
     def put_benefactor(self, bid: str, rec: metadata_pb2.BenefactorRecord) -> None:
         check_benefactor_id(bid)
         with self._write() as tx:
             tx.put_benefactor(bid, rec)
 
+    @_rerun_if_grown
     def register_benefactor(self, bid: str, address: str, pool: str, capacity_bytes: int,
                             free_bytes: int, chunks: int) -> metadata_pb2.BenefactorRecord:
         """Record a (re-)registration. POOL "" keeps the pool it is in (a new benefactor:
@@ -1462,6 +1527,7 @@ class MetadataStore:
             tx.put_benefactor(bid, rec)
             return rec
 
+    @_rerun_if_grown
     def update_benefactor(self, bid: str, *, pool: str | None = None,
                           draining: bool | None = None) -> metadata_pb2.BenefactorRecord:
         """Move registered benefactor BID to POOL and/or set its draining flag."""
@@ -1479,6 +1545,7 @@ class MetadataStore:
             tx.put_benefactor(bid, rec)
             return rec
 
+    @_rerun_if_grown
     def remove_benefactor(self, bid: str) -> int:
         """Forget benefactor BID: its registration and every location naming it, in one
         transaction (a full index scan). Records left with no copy and no reference are
@@ -1528,6 +1595,7 @@ class MetadataStore:
             return [metadata_pb2.PoolRecord.FromString(raw).settings
                     for _, raw in tx.txn.cursor(db=self._db.pools)]
 
+    @_rerun_if_grown
     def update_pool(
         self, name: str, *, replication: int | None = None, stripe_width: int | None = None,
         chunker: str | None = None, write_semantics: str | None = None,
@@ -1537,7 +1605,7 @@ class MetadataStore:
         a new pool (AlreadyExists if there is one), the rest of its settings the defaults."""
         if create:
             pools.check_name(name)
-        with self._write() as tx:
+        with self._write(grows=create) as tx:
             rec = tx.pool(name)
             if create and rec is not None:
                 raise AlreadyExists(f"pool {name!r} exists (mosafs pool set changes it)")
@@ -1561,6 +1629,7 @@ class MetadataStore:
             folders = [ino for ino, f in tx.folders() if f.HasField("pool") and f.pool == name]
             return bids, folders
 
+    @_rerun_if_grown
     def delete_pool(self, name: str) -> None:
         """Delete an unused pool. Chunks stored through it keep their copies; their R
         becomes the default pool's."""

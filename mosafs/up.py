@@ -6,6 +6,12 @@ the file system with a `mosafs mount` child, and writes DIR/cluster.json. SIGINT
 (or a child that dies) unmounts and stops everything in reverse order. A later `up` on the
 same DIR finds every file again: all state lives under DIR.
 
+Stopping loses nothing that was closed: at the first signal the mount waits, up to
+--stop-timeout, for the applications to close the files they are writing (a close commits
+the file whole), and `up` shows what it waits for; a second signal stops at once, and a file
+still being written keeps its previous version. A mount point left dead by a mount process
+that was killed is unmounted, when `up` exits and by the next `up`.
+
 DIR layout: manager/ (LMDB), benefactors/bN/ (chunks), logs/*.log (or --log-dir),
 run/*.ready.json, tls/ (the cluster's CA and every process's certificate, made at the first
 start: mutual TLS unless --insecure), cluster.json (while running), up.lock (one `up` per
@@ -15,9 +21,11 @@ DIR).
 from __future__ import annotations
 
 import argparse
+import errno
 import json
 import logging
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -28,13 +36,19 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from mosafs.client.main import add_hash_backend_argument
+from mosafs.client.main import (
+    add_hash_backend_argument,
+    add_stop_timeout_argument,
+    check_stop_timeout,
+)
 from mosafs.errors import ConfigError, Unavailable
 from mosafs.procutil import LOG_LEVELS
 
 log = logging.getLogger("mosafs.up")
 START_TIMEOUT = 120.0
 DEFAULT_REPLICATION = 2  # copies of every chunk, given at least two benefactors
+STOP_GRACE = 30.0  # seconds a child may take to exit beyond what it was told to wait
+PROGRESS_EVERY = 5.0  # seconds between two progress lines when stdout is not a terminal
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -44,11 +58,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--replication", type=int,
                         help="replication factor R of the default pool (default 2, or 1 "
                              "with a single benefactor)")
+    parser.add_argument("--write-semantics", choices=["pessimistic", "optimistic"],
+                        default="pessimistic",
+                        help="close returns once every chunk has R copies (pessimistic, the "
+                             "default: what close acknowledged survives the loss of a "
+                             "benefactor) or one copy (optimistic: redundant seconds later)")
     parser.add_argument("--chunker", help="chunker spec (default cdc:262144:1048576:4194304)")
     parser.add_argument("--gc-grace", type=float, metavar="SECONDS",
                         help="an unreferenced chunk is deleted only after this long (the "
                              "manager's default: 600)")
     add_hash_backend_argument(parser)
+    add_stop_timeout_argument(parser)
     parser.add_argument("--log-dir", metavar="DIR",
                         help="one log file per process here (default DATA_DIR/logs)")
     parser.add_argument("--log-level", default="INFO", choices=LOG_LEVELS, type=str.upper,
@@ -85,6 +105,7 @@ def run(args: argparse.Namespace) -> int:
                           f"benefactors), got {args.replication}")
     if args.gc_grace is not None and not 0 < args.gc_grace < 1e6:
         raise ConfigError(f"--gc-grace must be a positive number of seconds, got {args.gc_grace}")
+    check_stop_timeout(args.stop_timeout)
     if args.chunker:
         from mosafs.chunking import parse_spec
 
@@ -106,9 +127,12 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _check_mountpoint(mountpoint: Path) -> None:
+    if _is_dead_mount(mountpoint):
+        _recover_dead_mount(mountpoint)
     mountpoint.mkdir(parents=True, exist_ok=True)
     if os.path.ismount(mountpoint):
-        raise ConfigError(f"{mountpoint} is already a mount point")
+        hint = " (of a mosafs that is still running)" if _is_mosafs_mount(mountpoint) else ""
+        raise ConfigError(f"{mountpoint} is already a mount point{hint}")
     if any(mountpoint.iterdir()):
         raise ConfigError(f"mount point {mountpoint} is not empty")
 
@@ -119,12 +143,14 @@ class Cluster:
         self.data_dir = data_dir
         self.mountpoint = mountpoint
         self.children: list[Child] = []
-        self.stop = threading.Event()
+        self.stop = threading.Event()  # the first SIGINT/SIGTERM
+        self.abort = threading.Event()  # a second one: stop without waiting for writers
         self.tls_dir: Path | None = None
+        self.mount_status = data_dir / "run" / "mount.status.json"
 
     def run(self) -> int:
         for sig in (signal.SIGINT, signal.SIGTERM):
-            signal.signal(sig, lambda *_: self.stop.set())
+            signal.signal(sig, self._on_signal)
         self.tls_dir = None if self.args.insecure else self._certificates()
         try:
             self._start_all()
@@ -133,6 +159,11 @@ class Cluster:
             return self._supervise()
         finally:
             self._stop_all()
+
+    def _on_signal(self, signum: int, frame: object) -> None:
+        if self.stop.is_set():
+            self.abort.set()
+        self.stop.set()
 
     # -- starting --------------------------------------------------------------------------
 
@@ -193,7 +224,8 @@ class Cluster:
 
     def _start_all(self) -> None:
         manager_args = ["manager", "--data-dir", str(self.data_dir / "manager")]
-        manager_args += ["--replication", str(self._replication())]
+        manager_args += ["--replication", str(self._replication()),
+                         "--write-semantics", self.args.write_semantics]
         if self.args.chunker:
             manager_args += ["--chunker", self.args.chunker]
         if self.args.gc_grace is not None:
@@ -206,8 +238,11 @@ class Cluster:
                 "--manager", address])
             for i in range(self.args.benefactors)]
         self._wait_registered(address, {b.ready["id"] for b in self.benefactors})
+        self.mount_status.unlink(missing_ok=True)
         mount_args = ["mount", str(self.mountpoint), "--manager", address,
-                      "--hash-backend", self.args.hash_backend]
+                      "--hash-backend", self.args.hash_backend,
+                      "--stop-timeout", str(self.args.stop_timeout),
+                      "--status-file", str(self.mount_status)]
         if os.geteuid() == 0:
             # A cluster run by root serves every user of the machine; the kernel checks
             # permissions (default_permissions), as on a local file system.
@@ -270,7 +305,9 @@ class Cluster:
             print(f"  benefactor  {b['address']}  {b['data_dir']}", flush=True)
         print(f"  cluster     {self.data_dir / 'cluster.json'}", flush=True)
         print(f"  logs        {info['logs']}", flush=True)
-        print("Press Ctrl-C (or send SIGTERM) to unmount and stop.", flush=True)
+        print("Press Ctrl-C (or send SIGTERM) to unmount and stop; files being written are "
+              f"committed when their applications close them (waiting up to "
+              f"{self.args.stop_timeout:g} s; Ctrl-C again stops at once).", flush=True)
 
     def _supervise(self) -> int:
         """Until asked to stop, or the manager or the mount exits. A benefactor that exits
@@ -296,11 +333,50 @@ class Cluster:
     # -- stopping --------------------------------------------------------------------------
 
     def _stop_all(self) -> None:
+        self.stop.set()  # a signal from now on (a child exited first) is the second one
         for child in reversed(self.children):  # mount first, manager last
-            self._stop_child(child)
-        if os.path.ismount(self.mountpoint):
+            if child.name == "mount":
+                self._stop_mount(child)
+            else:
+                self._stop_child(child)
+        if _is_dead_mount(self.mountpoint) or os.path.ismount(self.mountpoint):
+            # The mount process died without unmounting: its mount point would answer
+            # ENOTCONN to every access, and refuse the next `up`.
+            log.info("unmounting %s, left behind by the mount process", self.mountpoint)
             _lazy_unmount(self.mountpoint)
         (self.data_dir / "cluster.json").unlink(missing_ok=True)
+        self.mount_status.unlink(missing_ok=True)
+
+    def _stop_mount(self, child: Child) -> None:
+        """SIGTERM, then wait while the mount waits for the files open for writing to be
+        closed (it gives up after --stop-timeout by itself), showing what it waits for. A
+        second Ctrl-C is passed on as SIGINT, a signal other than the first (the mount could
+        merge two of one kind), and the mount stops at once."""
+        if child.popen.poll() is not None:
+            return
+        child.popen.send_signal(signal.SIGTERM)
+        progress = _StopProgress(self.args.stop_timeout)
+        deadline = time.monotonic() + self.args.stop_timeout + STOP_GRACE
+        passed_on = False
+        while not _exited(child, timeout=0.2):
+            if self.abort.is_set() and not passed_on:
+                passed_on = True
+                child.popen.send_signal(signal.SIGINT)
+                progress.aborting()
+                deadline = min(deadline, time.monotonic() + STOP_GRACE)
+            if time.monotonic() > deadline:
+                log.error("mount did not stop; killing it")
+                child.popen.kill()
+                child.popen.wait()
+                break
+            progress.show(self._read_mount_status())
+        progress.finish(self._read_mount_status())
+
+    def _read_mount_status(self) -> dict[str, Any]:
+        try:
+            return dict(json.loads(self.mount_status.read_text()))
+        except (OSError, ValueError):
+            return {}
 
     def _stop_child(self, child: Child) -> None:
         if child.popen.poll() is None:
@@ -311,6 +387,126 @@ class Cluster:
                 log.error("%s ignored SIGTERM; killing it", child.name)
                 child.popen.kill()
                 child.popen.wait()
+
+
+def _exited(child: Child, timeout: float) -> bool:
+    try:
+        child.popen.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return False
+    return True
+
+
+class _StopProgress:
+    """What the terminal shows while the mount waits for files open for writing: one line
+    rewritten in place on a terminal; elsewhere (a log file), a line when the number of
+    files changes and every PROGRESS_EVERY seconds."""
+
+    def __init__(self, stop_timeout: float) -> None:
+        self.started = time.monotonic()
+        self.stop_timeout = stop_timeout
+        self.tty = sys.stdout.isatty()
+        self.last: tuple[int, float] | None = None  # files shown, and when
+        self.aborted = False
+
+    def show(self, status: dict[str, Any]) -> None:
+        files = int(status.get("files", 0)) if status.get("state") == "stopping" else 0
+        now = time.monotonic()
+        if not files or self.aborted or (not self.tty and self.last is not None and
+                                         self.last[0] == files and
+                                         now - self.last[1] < PROGRESS_EVERY):
+            return
+        left = max(0.0, self.stop_timeout - (now - self.started))
+        it = "it" if files == 1 else "them"
+        text = (f"waiting for {_files(files)} open for writing to be closed and committed: "
+                f"{_size(int(status.get('bytes', 0)))} written (at most {left:.0f} s more; "
+                f"Ctrl-C again to stop now and discard {it})")
+        print(f"\r\x1b[K{text}" if self.tty else text, end="" if self.tty else "\n",
+              flush=True)
+        self.last = (files, now)
+
+    def aborting(self) -> None:
+        self._end_line()
+        self.aborted = True
+        if self.last is not None:
+            print("stopping now: what is not committed is discarded (such files keep their "
+                  "previous version)", flush=True)
+
+    def finish(self, status: dict[str, Any]) -> None:
+        self._end_line()
+        discarded = int(status.get("discarded", 0)) if status.get("state") == "stopped" else 0
+        if discarded:
+            their, keep = (("its", "it keeps its") if discarded == 1 else
+                           ("their", "they keep their"))
+            print(f"{_files(discarded)} not closed in time: {their} uncommitted writes were "
+                  f"discarded, {keep} previous version", flush=True)
+        elif status.get("state") == "stopped" and self.last is not None:
+            print("every file open for writing was closed and committed", flush=True)
+        elif self.last is not None:  # killed: no last word from the mount
+            print("the mount did not stop cleanly: files still open for writing keep their "
+                  "previous version", flush=True)
+
+    def _end_line(self) -> None:
+        if self.tty and self.last is not None and not self.aborted:
+            print(flush=True)
+
+
+def _files(n: int) -> str:
+    return f"{n} file" if n == 1 else f"{n} files"
+
+
+def _size(n: int) -> str:
+    if n < 1024:
+        return f"{n} bytes"
+    power = min(3, (n.bit_length() - 1) // 10)
+    return f"{n / (1 << 10 * power):.1f} {('KiB', 'MiB', 'GiB')[power - 1]}"
+
+
+# -- mount points left by a mount process that died --------------------------------------------
+
+def _is_dead_mount(path: Path) -> bool:
+    """A FUSE mount whose process is gone: every access fails with ENOTCONN ("Transport
+    endpoint is not connected"). os.path.ismount() says False for it."""
+    try:
+        os.stat(path)
+    except OSError as exc:
+        return exc.errno == errno.ENOTCONN
+    return False
+
+
+def _is_mosafs_mount(path: Path) -> bool:
+    """PATH is a mosafs mount (alive or dead) in the mount table."""
+    where = os.path.join(os.path.realpath(path.parent), path.name)
+    try:
+        table = Path("/proc/self/mounts").read_text()
+    except OSError:
+        return False
+    for line in table.splitlines():
+        fields = line.split()
+        if len(fields) < 3:
+            continue
+        # The table writes a space in a path as \040, a tab as \011, and so on.
+        point = re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), fields[1])
+        if fields[2] == "fuse.mosafs" and point == where:
+            return True
+    return False
+
+
+def _recover_dead_mount(mountpoint: Path) -> None:
+    """Detach what a killed mosafs mount left: nothing is lost by it (what was not committed
+    died with the process). A dead mount of another file system is left to its owner."""
+    if not _is_mosafs_mount(mountpoint):
+        raise ConfigError(f"{mountpoint} is a dead mount of another file system (Transport "
+                          f"endpoint is not connected): unmount it first (fusermount3 -u -z "
+                          f"{mountpoint}, or umount -l)")
+    log.warning("%s is a mosafs mount whose process is gone (Transport endpoint is not "
+                "connected): unmounting it", mountpoint)
+    for _ in range(8):  # mounts of several crashes may lie on top of each other
+        _lazy_unmount(mountpoint)
+        if not _is_dead_mount(mountpoint):
+            return
+    raise ConfigError(f"{mountpoint} stays a dead mount (Transport endpoint is not "
+                      f"connected): try fusermount3 -u -z {mountpoint}")
 
 
 def _lazy_unmount(mountpoint: Path) -> None:

@@ -2,21 +2,33 @@
 
 Trio structure: one root nursery; the context and the file system are created with
 `await X.create(...)` inside it and closed by the shutdown path right after; the FUSE loop
-runs until unmount or SIGINT/SIGTERM.
+runs until unmount or SIGINT/SIGTERM. A signal first lets the files open for writing be
+closed (and committed) by their applications, for up to --stop-timeout (see "stopping"
+below).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import json
 import logging
 import os
 import signal
+from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
-from mosafs.errors import ConfigError, domain_error
+from mosafs.argtypes import MiB, byte_size
+from mosafs.errors import ConfigError, MosafsError, domain_error
 from mosafs.procutil import add_daemon_arguments
 
+if TYPE_CHECKING:
+    from mosafs.client.operations import Operations
+
 log = logging.getLogger(__name__)
+DEFAULT_STOP_TIMEOUT = 120.0
+STATUS_INTERVAL = 0.5  # seconds between two looks at the open files while stopping
 
 
 def add_hash_backend_argument(parser: argparse.ArgumentParser) -> None:
@@ -28,15 +40,33 @@ def add_hash_backend_argument(parser: argparse.ArgumentParser) -> None:
                              "default: $MOSAFS_HASH_BACKEND, else auto")
 
 
+def add_stop_timeout_argument(parser: argparse.ArgumentParser) -> None:
+    """--stop-timeout, as `mosafs mount` and `mosafs up` (which passes it on) take it."""
+    parser.add_argument("--stop-timeout", type=float, default=DEFAULT_STOP_TIMEOUT,
+                        metavar="SECONDS",
+                        help="at SIGINT/SIGTERM, how long to wait for the applications to "
+                             "close (and so commit) the files they are writing; after it, or "
+                             "at a second signal, uncommitted writes are discarded and those "
+                             "files keep their previous version (default "
+                             f"{DEFAULT_STOP_TIMEOUT:g}; 0: do not wait)")
+
+
+def check_stop_timeout(seconds: float) -> None:
+    if not 0 <= seconds <= 86400:
+        raise ConfigError(f"--stop-timeout must be 0..86400 seconds, got {seconds:g}")
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("mountpoint", help="an existing empty directory")
     parser.add_argument("--manager", default=os.environ.get("MOSAFS_MANAGER"),
                         help="HOST:PORT of the manager (default: $MOSAFS_MANAGER)")
     add_hash_backend_argument(parser)
-    parser.add_argument("--window-mib", type=int, default=64,
-                        help="sliding write window per open file, MiB (default: 64)")
-    parser.add_argument("--cache-mib", type=int, default=256,
-                        help="LRU chunk cache for reads, MiB (default: 256)")
+    parser.add_argument("--window-mib", type=byte_size(MiB, unit=MiB), default=64,
+                        help="sliding write window per open file, in MiB or with a unit "
+                             "(1G) (default: 64)")
+    parser.add_argument("--cache-mib", type=byte_size(MiB, unit=MiB), default=256,
+                        help="LRU chunk cache for reads, in MiB or with a unit (1G) "
+                             "(default: 256)")
     parser.add_argument("--write-semantics", choices=["optimistic", "pessimistic"],
                         help="close returns once every chunk has one copy (optimistic; the "
                              "manager replicates in the background) or R copies "
@@ -51,7 +81,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--manager-timeout", type=float, default=30.0, metavar="SECONDS",
                         help="how long a file-system call waits for an unreachable manager "
                              "before it fails with ETIMEDOUT (default 30)")
+    add_stop_timeout_argument(parser)
     parser.add_argument("--ready-file", help=argparse.SUPPRESS)
+    # `mosafs up` reads this while the mount stops: files open for writing, and their bytes.
+    parser.add_argument("--status-file", help=argparse.SUPPRESS)
     add_daemon_arguments(parser, "client")
 
 
@@ -92,6 +125,7 @@ def run(args: argparse.Namespace) -> int:
 
     if not 0.5 <= args.manager_timeout <= 3600:
         raise ConfigError("--manager-timeout must be 0.5..3600 seconds")
+    check_stop_timeout(args.stop_timeout)
     args.metrics_url = start_daemon(args, "client")
     logging.getLogger("pyfuse3").addFilter(_interrupted_replies)
     _return_big_buffers_to_the_os()
@@ -154,20 +188,107 @@ async def _serve(config: object, mountpoint: Path, args: argparse.Namespace) -> 
             log.info("mounted %s (manager %s)", mountpoint, config.manager)  # type: ignore[attr-defined]
             write_ready_file(args.ready_file, address=str(mountpoint),
                              mountpoint=str(mountpoint), metrics=args.metrics_url)
-            nursery.start_soon(_terminate_on_signal)
+            nursery.start_soon(_stop_on_signal, ops, args)
             await pyfuse3.main()
         finally:
-            await fs.close()
+            discarded = await fs.close()
+            _write_status(args.status_file, state="stopped", discarded=discarded)
             pyfuse3.close(unmount=True)
             log.info("unmounted %s", mountpoint)
             nursery.cancel_scope.cancel()
 
 
-async def _terminate_on_signal() -> None:
+# -- stopping ----------------------------------------------------------------------------------
+# The first SIGINT/SIGTERM refuses new opens for writing and waits, up to --stop-timeout, for
+# the applications to close the files they have open for writing: closing commits a file
+# whole. The timeout, or a second signal, stops at once, and what was not committed is
+# discarded: such a file keeps its previous version (a commit is all or nothing). Committing
+# the bytes written so far instead would make a cut-off checkpoint the newest version (one
+# that pruning would keep in place of a whole one), and the application, whose next write
+# fails, could not tell the cut-off version from its own.
+
+
+async def _stop_on_signal(ops: Operations, args: argparse.Namespace) -> None:
     import pyfuse3
     import trio
 
     with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+        await signals.__anext__()
+        ops.stopping = True
+        outcome = await _wait_for_writers(ops, signals, args)
+        files, size = await _open_writes(ops)
+        if files:
+            log.warning("stopping %s with %d file(s) still open for writing (%d bytes): "
+                        "their writes since their last commit are discarded",
+                        outcome, files, size)
+        pyfuse3.terminate()
+        # Still ours until the unmount cancels this task: a third signal must not bring
+        # back the default action (an exit with the mount left dead).
         async for _ in signals:
-            pyfuse3.terminate()
+            log.info("already stopping")
+
+
+async def _wait_for_writers(ops: Operations, signals: AsyncIterator[int],
+                            args: argparse.Namespace) -> str:
+    """Until no file is open for writing, a second signal, or the timeout: which one, in
+    words for the log."""
+    import trio
+
+    outcome = f"after the --stop-timeout of {args.stop_timeout:g} s"
+    async with trio.open_nursery() as nursery:
+
+        async def second_signal() -> None:
+            nonlocal outcome
+            await signals.__anext__()
+            outcome = "at a second signal"
+            nursery.cancel_scope.cancel()
+
+        nursery.start_soon(second_signal)
+        with trio.move_on_after(args.stop_timeout):
+            await _until_closed(ops, args)
+            outcome = "with every file closed"
+        nursery.cancel_scope.cancel()
+    return outcome
+
+
+async def _until_closed(ops: Operations, args: argparse.Namespace) -> None:
+    """Until no handle is open for writing; the log and the status file say how many are."""
+    import trio
+
+    told = None
+    while True:
+        files, size = await _open_writes(ops)
+        _write_status(args.status_file, state="stopping", files=files, bytes=size,
+                      stop_timeout=args.stop_timeout)
+        if files and files != told:
+            log.info("stopping: waiting for %d file(s) open for writing to be closed "
+                     "(%d bytes so far; at most %g s)", files, size, args.stop_timeout)
+        told = files
+        if not files:
             return
+        await trio.sleep(STATUS_INTERVAL)
+
+
+async def _open_writes(ops: Operations) -> tuple[int, int]:
+    """How many files are open for writing, and their sizes as this mount sees them (what
+    their applications wrote so far)."""
+    inodes = ops.open_for_writing()
+    size = 0
+    for inode in inodes:
+        with contextlib.suppress(MosafsError):  # gone meanwhile: counted without its bytes
+            size += (await ops.fs.getattr(inode)).size
+    return len(inodes), size
+
+
+def _write_status(path: str | None, **status: Any) -> None:
+    """Replace PATH with STATUS as JSON (no fsync: a reader of this run needs it, not a
+    reader after a crash)."""
+    if not path:
+        return
+    tmp = f"{path}.tmp"
+    try:
+        with open(tmp, "w") as f:
+            json.dump(status, f)
+        os.replace(tmp, path)
+    except OSError as exc:
+        log.info("cannot write the status file %s: %s", path, exc)

@@ -84,6 +84,28 @@ class Operations(pyfuse3.Operations):
         # inode -> the version whose pages the kernel's page cache may hold: the version the
         # last open handed out (pages of an older one were dropped at that open).
         self._paged: cachetools.LRUCache[int, int] = cachetools.LRUCache(100_000)
+        # fh -> inode of every handle open for writing: what a stopping mount waits for
+        # (their applications close them, and so commit them).
+        self._writing: dict[int, int] = {}
+        self.stopping = False  # set at SIGTERM: no new opens for writing
+
+    # -- stopping ------------------------------------------------------------------------------
+
+    def open_for_writing(self) -> set[int]:
+        """The inodes that some handle has open for writing."""
+        return set(self._writing.values())
+
+    def _admit(self, flags: int) -> None:
+        """A stopping mount opens nothing new for writing: its wait for open files must
+        end, and a file opened now would likely be cut off before it is closed. EROFS
+        tells the application that writing is over here (reads go on)."""
+        if self.stopping and flags & os.O_ACCMODE != os.O_RDONLY:
+            log.info("open for writing refused: the mount is stopping")
+            raise pyfuse3.FUSEError(errno.EROFS)
+
+    def _opened(self, fh: int, inode: int, flags: int) -> None:
+        if flags & os.O_ACCMODE != os.O_RDONLY:
+            self._writing[fh] = inode
 
     def _entry(self, attr: mpb.Attr) -> pyfuse3.EntryAttributes:
         """Attributes for the kernel; remembers which version of the file it was told."""
@@ -210,14 +232,18 @@ class Operations(pyfuse3.Operations):
     @_errno_mapped
     async def create(self, parent_inode: int, name: bytes, mode: int, flags: int,
                      ctx: Any) -> tuple[pyfuse3.FileInfo, pyfuse3.EntryAttributes]:
+        self._admit(flags)
         fh, attr = await self.fs.create_file(parent_inode, _decode(name), mode & 0o7777, flags,
                                         ctx.uid, ctx.gid)
+        self._opened(fh, attr.inode, flags)
         self._paged[attr.inode] = attr.version
         return pyfuse3.FileInfo(fh=fh, keep_cache=False), self._entry(attr)
 
     @_errno_mapped
     async def open(self, inode: int, flags: int, ctx: Any) -> pyfuse3.FileInfo:
+        self._admit(flags)
         fh, version = await self.fs.open(inode, flags)
+        self._opened(fh, inode, flags)
         told = self._told.get(inode)
         if told is not None and told != version:
             # Another mount committed since the kernel cached this file's attributes: make
@@ -250,7 +276,10 @@ class Operations(pyfuse3.Operations):
 
     @_errno_mapped
     async def release(self, fh: int) -> None:
-        await self.fs.release(fh)
+        try:
+            await self.fs.release(fh)  # the last writer's release may commit
+        finally:
+            self._writing.pop(fh, None)
 
     # -- symlinks, special files, hard links ---------------------------------------------------
 

@@ -20,7 +20,8 @@ from mosafs.argtypes import bounded_int
 from mosafs.errors import ConfigError, NotADirectory
 
 SUBCOMMANDS: dict[str, tuple[str, str]] = {
-    "set": ("set the pruning policy or series pattern of a folder",
+    "set": ("set the pruning policy or series pattern of a folder (applied at once: it "
+            "lists what it removed)",
             "  mosafs policy set /mnt/ckpt --keep-last 2\n"
             "  mosafs policy set /mnt/ckpt --keep-last 3 --purge-after 7d\n"
             "  mosafs policy set /mnt/ckpt --keep-last 5 --keep-every 10\n"
@@ -61,7 +62,9 @@ def add_set_arguments(parser: argparse.ArgumentParser) -> None:
     rules.add_argument("--keep-all", action="store_true",
                        help="never prune here (the default; overrides an inherited policy)")
     rules.add_argument("--keep-last", type=_count, metavar="N",
-                       help="keep the newest N checkpoints of each series (automated replace)")
+                       help="keep the newest N steps of each series, each with its newest "
+                            "version; a file outside any series keeps its newest N versions "
+                            "(automated replace)")
     rules.add_argument("--keep-every", type=_count, metavar="K",
                        help="with --keep-last: also keep every step that is a multiple of K")
     rules.add_argument("--purge-after", type=duration_ms, metavar="DURATION",
@@ -133,8 +136,17 @@ def run_set(args: argparse.Namespace) -> int:
             inode=target.inode, dry_run=True, policy=policy), timeout=600)
         return emit(prune_report(reply), args.json, _print_pruned)
     request.inode = target.inode
-    reply = ask(target.manager, "SetFolderSettings", request)
-    return emit(folder_report(reply), args.json, _print_folder)
+    reply = ask(target.manager, "SetFolderSettings", request, timeout=600)
+    report = folder_report(reply)
+    if reply.HasField("prune"):  # the manager applied the policy at once
+        report["prune"] = prune_report(reply.prune)
+    return emit(report, args.json, _print_set)
+
+
+def _print_set(report: dict[str, Any]) -> None:
+    _print_folder(report)
+    if "prune" in report:
+        _print_pruned(report["prune"])
 
 
 def _policy(args: argparse.Namespace) -> Any:
@@ -239,11 +251,15 @@ def prune_report(reply: Any) -> dict[str, Any]:
                     "commit_time": when(i.commit_time_ns), "reason": i.reason}
                    for i in reply.pruned],
         "skipped": list(reply.skipped),
+        "chunks_unreferenced": reply.chunks_unreferenced,
+        "bytes_unreferenced": reply.bytes_unreferenced,
+        "stored_bytes_unreferenced": reply.stored_bytes_unreferenced,
     }
 
 
 def _print_pruned(report: dict[str, Any]) -> None:
-    verb = "would remove" if report["dry_run"] else "removed"
+    dry = report["dry_run"]
+    verb = "would remove" if dry else "removed"
     for image in report["pruned"]:
         what = "file" if image["whole_file"] else "version"
         print(f"{verb} {what} {image['path']} v{image['version']} ({size(image['size'])}, "
@@ -251,5 +267,10 @@ def _print_pruned(report: dict[str, Any]) -> None:
     for line in report["skipped"]:
         print(f"skipped {line}")
     print(f"{verb} {report['versions_removed']} versions, {report['files_removed']} files "
-          f"({size(report['bytes_released'])}); `mosafs gc` frees the space of chunks nothing "
-          f"references any more")
+          f"({size(report['bytes_released'])} of checkpoint data)")
+    if report["chunks_unreferenced"]:
+        left = "would leave" if dry else "left"
+        print(f"{left} {report['chunks_unreferenced']} chunks unreferenced "
+              f"({size(report['bytes_unreferenced'])}, "
+              f"{size(report['stored_bytes_unreferenced'])} with every copy): `mosafs gc` "
+              f"frees them")

@@ -13,11 +13,11 @@ from __future__ import annotations
 
 import logging
 import time
-from collections import defaultdict
-from collections.abc import Callable, Iterator
+from collections import Counter, defaultdict
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 
-from mosafs._proto import manager_pb2
+from mosafs._proto import manager_pb2, metadata_pb2
 from mosafs.errors import InvalidArgument, NotADirectory, NotFound
 from mosafs.manager import pools, pruning, series
 from mosafs.manager.metadata import (
@@ -59,13 +59,113 @@ class PruneResult:
     pruned: list[manager_pb2.PrunedImage] = field(default_factory=list)
     skipped: list[str] = field(default_factory=list)
     next_expiry_ns: int | None = None  # the soonest a purge-after rule removes another image
+    # Chunks left without a reference (what `mosafs gc` deletes): count, bytes (one copy),
+    # bytes on the benefactors (every copy).
+    chunks_unreferenced: int = 0
+    bytes_unreferenced: int = 0
+    stored_bytes_unreferenced: int = 0
+    # A dry run changes nothing: the references earlier folders of the pass would drop.
+    _dropped: Counter[bytes] = field(default_factory=Counter)
 
     def report(self, dry_run: bool) -> manager_pb2.PruneReport:
         return manager_pb2.PruneReport(
             pruned=self.pruned, dry_run=dry_run, skipped=self.skipped,
             files_removed=len({i.inode for i in self.pruned if i.whole_file}),
             versions_removed=len(self.pruned),
-            bytes_released=sum(i.size for i in self.pruned))
+            bytes_released=sum(i.size for i in self.pruned),
+            chunks_unreferenced=self.chunks_unreferenced,
+            bytes_unreferenced=self.bytes_unreferenced,
+            stored_bytes_unreferenced=self.stored_bytes_unreferenced)
+
+    def count_unreferenced(self, tx: _Tx, released: Counter[bytes], *, dry_run: bool) -> None:
+        """Count the chunks whose last references RELEASED (chunk id -> references the
+        removals drop) takes, before the removals are applied."""
+        for cid, count in released.items():
+            rec = tx.chunk(cid)
+            if rec is None:
+                continue
+            earlier = self._dropped[cid] if dry_run else 0
+            if dry_run:
+                self._dropped[cid] += count
+            if rec.refcount - earlier - count > 0:
+                continue  # a kept version still references it
+            self.chunks_unreferenced += 1
+            self.bytes_unreferenced += rec.length
+            self.stored_bytes_unreferenced += rec.length * len(rec.benefactor_ids)
+
+
+class _Listing:
+    """The regular files of one folder as pruning sees them, in one transaction: their
+    images grouped by series, and the files pruning must leave alone (open for writing,
+    hard-linked). Those still count as steps of their series (so timing cannot make
+    pruning count fewer steps than there are), but none of their versions is removed."""
+
+    def __init__(self, prefix: str) -> None:
+        self.prefix = prefix
+        self.groups: dict[tuple[object, ...], list[pruning.Image]] = defaultdict(list)
+        self.names: dict[int, bytes] = {}
+        self.sizes: dict[tuple[int, int], int] = {}
+        self.versions: Counter[int] = Counter()  # inode -> versions it keeps
+        self.going: Counter[int] = Counter()     # inode -> versions chosen to go
+        self.protected: dict[int, str] = {}      # inode -> why it is left alone
+        self._listed: set[int] = set()           # protected files already in skipped
+
+    @classmethod
+    def read(cls, tx: _Tx, folder: int, pattern: series.Pattern,
+             busy: frozenset[int]) -> _Listing:
+        listing = cls(tx.path_of(folder).rstrip("/"))
+        for raw, child in list(tx.entries(folder, b"")):
+            rec = tx.find_inode(child)
+            if rec is None or rec.kind != REGULAR or not rec.newest_version:
+                continue
+            if child in listing.names:
+                continue  # a second name of a hard-linked file: weighed once, never removed
+            if child in busy:
+                listing.protected[child] = "open for writing"
+            elif rec.nlink > 1:
+                listing.protected[child] = "hard-linked"
+            listing._add(child, raw, rec.newest_version, pattern.match(raw.decode("utf-8")),
+                         tx.versions_of(child))
+        return listing
+
+    def _add(self, inode: int, raw: bytes, newest: int, match: series.SeriesName | None,
+             versions: Iterable[tuple[int, metadata_pb2.VersionRecord]]) -> None:
+        self.names[inode] = raw
+        key: tuple[object, ...] = ("series", *match.key) if match else ("file", inode)
+        for version, vrec in versions:
+            self.sizes[(inode, version)] = vrec.size
+            self.versions[inode] += 1
+            step = match.step if match else version
+            self.groups[key].append(pruning.Image(inode, version, step, vrec.commit_time_ns,
+                                                  newest=version == newest))
+
+    def path(self, inode: int) -> str:
+        return f"{self.prefix}/{self.names[inode].decode('utf-8')}"
+
+    def spare_protected(self, chosen: list[tuple[pruning.Image, str]],
+                        result: PruneResult) -> list[tuple[pruning.Image, str]]:
+        """CHOSEN without the images of protected files (each listed as skipped once)."""
+        out = []
+        for image, reason in chosen:
+            why = self.protected.get(image.inode)
+            if why is None:
+                out.append((image, reason))
+                self.going[image.inode] += 1
+            elif image.inode not in self._listed:
+                self._listed.add(image.inode)
+                result.skipped.append(f"{self.path(image.inode)}: {why}")
+        return out
+
+    def all_go(self, inode: int) -> bool:
+        return self.going[inode] == self.versions[inode]
+
+    @staticmethod
+    def released(tx: _Tx, removed: list[tuple[pruning.Image, str]]) -> Counter[bytes]:
+        """Chunk id -> references the REMOVED images hold."""
+        refs: Counter[bytes] = Counter()
+        for image, _ in removed:
+            refs.update(cid for cid, _ in tx.blockmap(image.inode, image.version))
+        return refs
 
 
 def policy_of(message: manager_pb2.PrunePolicy) -> pruning.Policy:
@@ -217,8 +317,9 @@ class Folders:
     def prune(self, folder: int = 0, *, dry_run: bool = False,
               busy: frozenset[int] = frozenset(),
               policy: pruning.Policy | None = None) -> PruneResult:
-        """Apply the pruning policies of FOLDER (0: every folder with a policy, and the
-        folders that inherit it) now, one write transaction per folder. Files in BUSY (an
+        """Apply the pruning policies of FOLDER and its subfolders that inherit from it
+        (0: every folder with a policy, and the folders that inherit it) now, one write
+        transaction per folder. Files in BUSY (an
         open write lease) and hard-linked files are left alone. DRY_RUN changes nothing;
         with POLICY (dry runs of one folder only) that policy is weighed instead."""
         if policy is not None:
@@ -235,12 +336,13 @@ class Folders:
         return result
 
     def _targets(self, folder: int) -> list[int]:
-        """The directories to prune: FOLDER, or every directory whose effective policy is
-        not keep-all (the folders setting one and their subtrees that inherit it)."""
+        """The directories to prune: FOLDER and its subfolders that inherit its policy, or
+        every directory whose effective policy is not keep-all (the folders setting one and
+        their subtrees that inherit it)."""
         with self._store.transaction() as tx:
             if folder:
                 self._directory(tx, folder)
-                return [folder]
+                return list(self._inheriting(tx, folder))
             roots = [ino for ino, own in list(tx.folders()) if own.HasField("policy")
                      and not policy_of(own.policy).keeps_all]
             out: list[int] = []
@@ -270,60 +372,33 @@ class Folders:
         rules = eff.policy if policy is None else policy
         if rules.keeps_all:
             return
-        pattern = series.compile_pattern(eff.pattern)
         now = self._clock_ns()
-        groups: dict[tuple[object, ...], list[pruning.Image]] = defaultdict(list)
-        names: dict[int, bytes] = {}
-        sizes: dict[tuple[int, int], int] = {}
-        prefix = tx.path_of(folder).rstrip("/")
-        for raw, child in list(tx.entries(folder, b"")):
-            rec = tx.find_inode(child)
-            if rec is None or rec.kind != REGULAR or not rec.newest_version:
-                continue
-            name = raw.decode("utf-8")
-            if child in busy or rec.nlink > 1:
-                why = "open for writing" if child in busy else "hard-linked"
-                result.skipped.append(f"{prefix}/{name}: {why}")
-                continue
-            names[child] = raw
-            match = pattern.match(name)
-            for version, vrec in tx.versions_of(child):
-                sizes[(child, version)] = vrec.size
-                step = match.step if match else version
-                key: tuple[object, ...] = ("series", *match.key) if match else ("file", child)
-                groups[key].append(pruning.Image(child, version, step, vrec.commit_time_ns,
-                                                 newest=version == rec.newest_version))
-        for images in groups.values():
+        listing = _Listing.read(tx, folder, series.compile_pattern(eff.pattern), busy)
+        removed: list[tuple[pruning.Image, str]] = []
+        for images in listing.groups.values():
             chosen = pruning.select(images, rules, now)
-            self._apply(tx, folder, prefix, names, sizes, images, chosen, result,
-                        dry_run=dry_run, now=now)
+            removed.extend(listing.spare_protected(chosen, result))
             self._note_expiry(images, chosen, rules, result)
+        result.count_unreferenced(tx, listing.released(tx, removed), dry_run=dry_run)
+        for image, reason in removed:
+            self._remove(tx, folder, listing, image, reason, result, dry_run=dry_run, now=now)
 
     @staticmethod
-    def _apply(tx: _Tx, folder: int, prefix: str, names: dict[int, bytes],
-               sizes: dict[tuple[int, int], int], images: list[pruning.Image],
-               chosen: list[tuple[pruning.Image, str]], result: PruneResult, *,
-               dry_run: bool, now: int) -> None:
-        """Remove the CHOSEN images: a file all of whose versions go loses its name (and
-        with it every version: drop_file); otherwise single versions go."""
-        kept: dict[int, int] = defaultdict(int)
-        for image in images:
-            kept[image.inode] += 1
-        for image, _ in chosen:
-            kept[image.inode] -= 1
-        for image, reason in chosen:
-            whole = kept[image.inode] == 0
-            result.pruned.append(manager_pb2.PrunedImage(
-                path=f"{prefix}/{names[image.inode].decode('utf-8')}", inode=image.inode,
-                version=image.version, whole_file=whole,
-                size=sizes[(image.inode, image.version)],
-                commit_time_ns=image.commit_time_ns, reason=reason))
-            if dry_run:
-                continue
-            if not whole:
-                tx.drop_version(image.inode, image.version)
-            elif image.newest:
-                MetadataStore.remove_name(tx, folder, names[image.inode], image.inode, now)
+    def _remove(tx: _Tx, folder: int, listing: _Listing, image: pruning.Image, reason: str,
+                result: PruneResult, *, dry_run: bool, now: int) -> None:
+        """Remove one chosen image: a file all of whose versions go loses its name (and
+        with it every version: drop_file) with its newest; otherwise single versions go."""
+        whole = listing.all_go(image.inode)
+        result.pruned.append(manager_pb2.PrunedImage(
+            path=listing.path(image.inode), inode=image.inode, version=image.version,
+            whole_file=whole, size=listing.sizes[(image.inode, image.version)],
+            commit_time_ns=image.commit_time_ns, reason=reason))
+        if dry_run:
+            return
+        if not whole:
+            tx.drop_version(image.inode, image.version)
+        elif image.newest:
+            MetadataStore.remove_name(tx, folder, listing.names[image.inode], image.inode, now)
 
     @staticmethod
     def _note_expiry(images: list[pruning.Image], chosen: list[tuple[pruning.Image, str]],

@@ -6,11 +6,15 @@ each in its own folder; the keep-last acceptance test has a cluster of its own, 
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 import shutil
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import blake3
@@ -87,6 +91,96 @@ def test_fuse_keep_last_2_leaves_steps_5_and_6_and_gc_frees_the_rest(start_clust
     assert (ckpt / "app.n0.6").read_bytes() == steps[6]
 
 
+@contextlib.contextmanager
+def burning_cpu() -> Iterator[None]:
+    """A busy machine: one CPU-burning process per core while the block runs."""
+    burners = [subprocess.Popen([sys.executable, "-c", "while True: pass"])
+               for _ in range(os.cpu_count() or 2)]
+    try:
+        yield
+    finally:
+        for burner in burners:
+            burner.kill()
+            burner.wait()
+
+
+WRITERS, STEPS, STEP_BYTES = 4, 20, 256 * KiB
+
+
+def test_fuse_keep_last_2_keeps_the_2_newest_steps_of_every_series_under_load(
+        start_cluster, tmp_path: Path) -> None:
+    """Issue 15: 4 writers `cp` 20 steps each of their own series (app.nK.1..20) into one
+    folder with --keep-last 2 while the CPU is busy: exactly steps 19 and 20 of every series
+    stay, each made by one close (one version), and `mosafs gc` frees everything else."""
+    up = start_cluster(*UP_ARGS)
+    ckpt = up.mountpoint / "ckpt"
+    ckpt.mkdir()
+    assert cli("policy", "set", str(ckpt), "--keep-last", "2").returncode == 0
+
+    def data(k: int, n: int) -> bytes:
+        return random_bytes(f"writer {k} step {n}", STEP_BYTES)
+
+    def writer(k: int) -> None:
+        source = tmp_path / f"source-{k}"
+        for n in range(1, STEPS + 1):
+            source.write_bytes(data(k, n))
+            subprocess.run(["cp", str(source), str(ckpt / f"app.n{k}.{n}")], check=True,
+                           timeout=120)
+
+    with burning_cpu(), ThreadPoolExecutor(WRITERS) as pool:
+        list(pool.map(writer, range(WRITERS)))  # a writer's failure fails the test
+    kept = [(k, n) for k in range(WRITERS) for n in (STEPS - 1, STEPS)]
+    assert sorted(os.listdir(ckpt)) == sorted(f"app.n{k}.{n}" for k, n in kept)
+    for k, n in kept:
+        path = ckpt / f"app.n{k}.{n}"
+        assert path.read_bytes() == data(k, n)
+        assert [v["version"] for v in cli_json("versions", str(path))["versions"]] == [1]
+    manager_log = (up.data_dir / "logs" / "manager.log").read_text()
+    assert manager_log.count("pruned /ckpt/") == WRITERS * (STEPS - 2)
+    assert "superseded" not in manager_log  # no close made a second version
+
+    def collected() -> bool:
+        assert cli("gc", "--data-dir", str(up.data_dir)).returncode == 0
+        return up.stored_bytes() <= len(kept) * STEP_BYTES
+
+    wait_for(collected, 30, "garbage collection freed the pruned steps")
+    assert up.stored_bytes() == len(kept) * STEP_BYTES  # R=1, random data: no chunk shared
+
+
+def test_fuse_policy_set_and_apply_print_what_they_pruned(folder: Path) -> None:
+    for n in (1, 2, 3):
+        (folder / f"app.n0.{n}").write_bytes(random_bytes(f"print {n}", 32 * KiB))
+    where = f"/{folder.name}"
+    done = cli("policy", "set", str(folder), "--keep-last", "1")
+    assert done.returncode == 0, done.stderr
+    assert f"removed file {where}/app.n0.1 v1 (32 KiB, committed " in done.stdout
+    assert f"removed file {where}/app.n0.2 v1 (32 KiB" in done.stdout
+    assert "): keep-last 1\n" in done.stdout
+    assert "removed 2 versions, 2 files (64 KiB of checkpoint data)" in done.stdout
+    assert "(64 KiB, 64 KiB with every copy): `mosafs gc` frees them" in done.stdout
+    # A hard-linked step is left alone; once its other name goes, `policy apply` removes it.
+    (folder / "app.n0.4").write_bytes(random_bytes("print 4", 32 * KiB))
+    os.link(folder / "app.n0.4", folder / "pinned")
+    (folder / "app.n0.5").write_bytes(random_bytes("print 5", 32 * KiB))
+    assert sorted(os.listdir(folder)) == ["app.n0.4", "app.n0.5", "pinned"]
+    skipped = cli_json("policy", "apply", str(folder), "--dry-run")
+    assert skipped["skipped"] == [f"{where}/app.n0.4: hard-linked"]
+    os.unlink(folder / "pinned")
+    dry = cli("policy", "apply", str(folder), "--dry-run")
+    assert dry.returncode == 0, dry.stderr
+    assert f"would remove file {where}/app.n0.4 v1 (32 KiB" in dry.stdout
+    assert "would remove 1 versions, 1 files (32 KiB of checkpoint data)" in dry.stdout
+    assert "would leave" in dry.stdout
+    assert sorted(os.listdir(folder)) == ["app.n0.4", "app.n0.5"]
+    applied = cli_json("policy", "apply", str(folder))
+    assert [(i["path"], i["version"], i["whole_file"], i["reason"])
+            for i in applied["pruned"]] == [(f"{where}/app.n0.4", 1, True, "keep-last 1")]
+    assert applied["bytes_released"] == applied["bytes_unreferenced"] == 32 * KiB
+    assert applied["stored_bytes_unreferenced"] == 32 * KiB  # R=1
+    wait_for(lambda: sorted(os.listdir(folder)) == ["app.n0.5"], 5,
+             "the mount's cached listing caught up")
+
+
 def test_fuse_purge_after_removes_files_on_schedule(folder: Path) -> None:
     assert cli("policy", "set", str(folder), "--purge-after", "2s").returncode == 0
     before = time.monotonic()
@@ -109,8 +203,13 @@ def test_fuse_policy_dry_run_lists_then_set_prunes(folder: Path) -> None:
     assert sorted(os.listdir(folder)) == ["app.n0.1", "app.n0.2", "app.n0.3"]
     shown = cli_json("policy", "set", str(folder), "--keep-last", "1")
     assert shown["own"]["policy"]["keep_last"] == 1
-    wait_for(lambda: sorted(os.listdir(folder)) == ["app.n0.3"], 10,
-             "the new policy was applied")
+    # Applied at once, and reported: what the dry run said would go.
+    assert shown["prune"]["dry_run"] is False
+    assert sorted(i["path"] for i in shown["prune"]["pruned"]) == \
+        sorted(i["path"] for i in dry["pruned"])
+    assert shown["prune"]["bytes_unreferenced"] == dry["bytes_unreferenced"] == 64 * KiB
+    wait_for(lambda: sorted(os.listdir(folder)) == ["app.n0.3"], 5,
+             "the mount's cached listing caught up")
     again = cli_json("policy", "apply", str(folder), "--dry-run")
     assert again["pruned"] == []
 

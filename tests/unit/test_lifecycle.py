@@ -109,6 +109,32 @@ def test_unit_versions_of_one_file_go_oldest_first() -> None:
                                          10 * S)] == [1]
 
 
+def rewritten(versions_of: dict[int, int]) -> list[Image]:
+    """Step n (its own file, inode n) with versions_of[n] versions, committed in order."""
+    return [Image(n, v, n, (10 * n + v) * S, newest=v == count)
+            for n, count in versions_of.items() for v in range(1, count + 1)]
+
+
+def test_unit_keep_last_counts_steps_not_versions() -> None:
+    """The bug report: app.n0.5 and app.n0.6 have two versions each (a commit repeated);
+    keep-last 2 keeps both steps, each with its newest version."""
+    images = rewritten({1: 1, 2: 1, 3: 1, 4: 1, 5: 2, 6: 2})
+    chosen = {(i.inode, i.version): r for i, r in select(images, Policy(keep_last=2), 0)}
+    assert chosen == {(1, 1): "keep-last 2", (2, 1): "keep-last 2", (3, 1): "keep-last 2",
+                      (4, 1): "keep-last 2",
+                      (5, 1): "keep-last 2, superseded by version 2",
+                      (6, 1): "keep-last 2, superseded by version 2"}
+    assert select(rewritten({5: 3, 6: 1}), Policy(keep_last=2), 0) == [
+        (Image(5, 2, 5, 52 * S), "keep-last 2, superseded by version 3"),
+        (Image(5, 1, 5, 51 * S), "keep-last 2, superseded by version 3")]
+
+
+def test_unit_keep_every_keeps_the_newest_version_of_a_multiple() -> None:
+    images = rewritten({8: 1, 9: 1, 10: 3, 11: 1, 12: 2})
+    kept = set(images) - {i for i, _ in select(images, Policy(keep_last=1, keep_every=10), 0)}
+    assert sorted((i.step, i.version) for i in kept) == [(10, 3), (12, 2)]
+
+
 def test_unit_policy_checks_and_text() -> None:
     with pytest.raises(ConfigError, match="keep-every needs keep-last"):
         check_policy(Policy(keep_every=3))
@@ -263,16 +289,39 @@ def test_unit_keep_last_prunes_on_commit(mgr: Manager) -> None:
 
 def test_unit_dry_run_lists_and_changes_nothing(mgr: Manager) -> None:
     d, _ = series_folder(mgr, 4, policy=Policy())
-    mgr.set_folder(d, pool=None, series_pattern=None, policy=Policy(keep_last=1),
-                   clear_policy=False)
-    mgr.prune_wakeup.clear()
+    # Stored only (the background pass's view): Manager.set_folder would prune at once.
+    mgr.folders.set(d, policy=Policy(keep_last=1))
     dry = mgr.prune(d, dry_run=True)
     assert sorted(i.path for i in dry.pruned) == [f"/ckpt/app.n0.{n}" for n in (1, 2, 3)]
     assert all(i.whole_file and i.reason == "keep-last 1" for i in dry.pruned)
     assert len(names(mgr.store, d)) == 4
-    report = mgr.prune(0).report(dry_run=False)
-    assert (report.files_removed, report.versions_removed, report.bytes_released) == (3, 3, 315)
+    expected = (3, 3, 315, 3, 300, 300)  # the shared chunk stays: app.n0.4 has it
+    assert figures(dry.report(dry_run=True)) == expected
+    assert figures(mgr.prune(0).report(dry_run=False)) == expected
     assert names(mgr.store, d) == ["app.n0.4"]
+
+
+def test_unit_setting_a_policy_applies_it_and_reports_what_went(mgr: Manager) -> None:
+    top, _ = series_folder(mgr, 4, policy=Policy())
+    sub = mgr.store.mkdir(top, "sub", 0o755).inode  # inherits: pruned with it
+    for step in (1, 2):
+        commit(mgr, new_file(mgr.store, f"x.n.{step}", sub), [(cid(50 + step), 7)])
+    reply = mgr.set_folder(top, pool=None, series_pattern=None, policy=Policy(keep_last=1),
+                           clear_policy=False)
+    assert sorted(i.path for i in reply.prune.pruned) == [
+        "/ckpt/app.n0.1", "/ckpt/app.n0.2", "/ckpt/app.n0.3", "/ckpt/sub/x.n.1"]
+    assert figures(reply.prune) == (4, 4, 322, 4, 307, 307)
+    assert names(mgr.store, top) == ["app.n0.4", "sub"]
+    assert names(mgr.store, sub) == ["x.n.2"]
+    pool_only = mgr.set_folder(top, pool="default", series_pattern=None, policy=None,
+                               clear_policy=False)
+    assert not pool_only.HasField("prune")  # nothing about pruning changed
+
+
+def figures(report: manager_pb2.PruneReport) -> tuple[int, ...]:
+    return (report.files_removed, report.versions_removed, report.bytes_released,
+            report.chunks_unreferenced, report.bytes_unreferenced,
+            report.stored_bytes_unreferenced)
 
 
 def test_unit_pruning_spares_open_and_hard_linked_files(mgr: Manager) -> None:
@@ -288,6 +337,21 @@ def test_unit_pruning_spares_open_and_hard_linked_files(mgr: Manager) -> None:
     mgr.abort_write(lease.lease_id)
     mgr.prune(d)
     assert names(mgr.store, d) == ["app.n0.2", "app.n0.3"]
+
+
+def test_unit_keep_last_counts_a_step_open_for_writing(mgr: Manager) -> None:
+    """A file left alone (here: the newest step, open for a rewrite) still counts as a step:
+    exactly the N newest steps stay, whoever is writing what."""
+    d, files = series_folder(mgr, 4, policy=Policy())
+    lease = mgr.open_write(files[3], "t")
+    mgr.folders.set(d, policy=Policy(keep_last=2))
+    result = mgr.prune(d)
+    assert names(mgr.store, d) == ["app.n0.3", "app.n0.4"]
+    assert result.skipped == []  # nothing of step 4 goes, so it is not skipped either
+    mgr.commit_version(lease.lease_id, files[3], [(cid(44), 100)], [(cid(44), ["b1"])])
+    assert names(mgr.store, d) == ["app.n0.3", "app.n0.4"]  # its old version superseded
+    assert [v.version for v in mgr.store.list_versions(files[3])] == [2]
+    assert consistent(mgr.store) and fsck(mgr.store).findings == []
 
 
 def test_unit_keep_last_of_a_lone_file_drops_old_versions(mgr: Manager) -> None:
@@ -405,13 +469,14 @@ def test_unit_registration_keeps_a_moved_pool_and_draining(mgr: Manager) -> None
 def test_unit_drain_replication_and_removal(store: MetadataStore, clock: Clock) -> None:
     copies: list[tuple[str, str, int]] = []
 
-    def copy(source: str, target: str, ids: list[bytes]) -> list[bool]:
+    def copy(source: str, target: str, ids: list[bytes],
+             timeout: float) -> tuple[list[bool], str]:
         copies.append((source, target, len(ids)))
-        return [True] * len(ids)
+        return [True] * len(ids), ""
 
     from mosafs.manager.core import ManagerConfig
 
-    mgr = Manager(store, ManagerConfig(replication_interval_s=1), clock=clock, copy=copy)
+    mgr = Manager(store, ManagerConfig(scan_interval_s=1), clock=clock, copy=copy)
     for i, bid in enumerate(("b1", "b2", "b3")):
         register(mgr, bid, port=7000 + i)
     f = new_file(store, "f")
@@ -443,7 +508,8 @@ def test_unit_drain_replication_and_removal(store: MetadataStore, clock: Clock) 
 def test_unit_chunk_pool_decides_r_and_targets(store: MetadataStore, clock: Clock) -> None:
     from mosafs.manager.core import ManagerConfig
 
-    mgr = Manager(store, ManagerConfig(), clock=clock, copy=lambda s, t, ids: [True] * len(ids))
+    mgr = Manager(store, ManagerConfig(), clock=clock,
+                  copy=lambda s, t, ids, timeout: ([True] * len(ids), ""))
     store.update_pool("fast", create=True, replication=2, stripe_width=1)
     for i, bid in enumerate(("d1", "f1", "f2")):
         register(mgr, bid, port=7000 + i)

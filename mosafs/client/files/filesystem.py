@@ -449,7 +449,12 @@ class FileSystem:
         on this machine reads the same bytes, also after the file is unlinked later."""
         handles = [h for h in self._handles.values() if h.inode == inode and h.view is not None]
         if handles:
-            view = BlockMapView.from_proto(await self.manager.block_map(inode, version))
+            try:
+                view = BlockMapView.from_proto(await self.manager.block_map(inode, version))
+            except errors.NotFound:
+                # Pruned at once (an older step than the policy keeps, or the file went):
+                # the commit stands, and the handles keep the version they read.
+                return
             for handle in handles:
                 handle.view = view
 
@@ -502,10 +507,18 @@ class FileSystem:
     async def version_stats(self, inode: int) -> mpb.VersionStats:
         return await self.manager.version_stats(inode)
 
-    async def close(self) -> None:
+    async def close(self) -> int:
+        """Drop every write session; how many files had uncommitted changes, discarded (a
+        stop that did not wait for their applications to close them). A commit is all or
+        nothing, so each such file keeps its previous version."""
+        discarded = 0
         for inode in list(self._sessions):
             session = self._sessions.pop(inode)
             if session.dirty:
-                log.warning("unmounting with uncommitted changes to inode %d: discarded", inode)
+                discarded += 1
+                log.warning("unmounting with uncommitted changes to inode %d (%d bytes): "
+                            "discarded, the file keeps its previous version", inode,
+                            session.size)
             await session.close()
         self.ctx.close()
+        return discarded

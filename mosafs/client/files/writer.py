@@ -19,6 +19,14 @@ costs lands where the GPU copies from.
 
 A commit (flush/fsync/close) drains the pipeline and stores the block-map with one
 CommitVersion. Concurrency: every public method runs under the session's trio lock.
+
+A commit whose reply never came (a deadline, a dropped connection) may have been stored:
+its outcome is unknown. The session then keeps its lease and sends the same CommitVersion
+again (once at once, else at the next flush or the last release), and the manager answers
+a repeat with the version the first one stored (commits are idempotent per lease,
+mosafs.manager.leases): one close() makes at most one version. Only if the manager forgot
+the lease (it restarted) does the session look at the file's newest version to learn
+whether its content was stored, before it takes a new lease.
 """
 
 from __future__ import annotations
@@ -40,6 +48,9 @@ from mosafs.client.files.blockmap import BlockMapView, ChunkEntry
 from mosafs.client.files.context import ClientContext
 
 log = logging.getLogger(__name__)
+
+# A CommitVersion that failed so may have been stored at the manager.
+_OUTCOME_UNKNOWN = (errors.DeadlineExceeded, errors.Unavailable)
 
 
 @dataclass
@@ -183,6 +194,7 @@ class _Pipeline:
             copies = min(self.session.copies, len(targets))
             failures: list[str] = []
             done: list[cpb.BenefactorAddress] = []
+            full = 0  # of the failures, targets without space
             for attempt in range(len(targets)):
                 if len(done) == copies:
                     break
@@ -191,12 +203,14 @@ class _Pipeline:
                     await self.session.ctx.benefactors.put(target, chunk_id, data)
                 except (errors.Unavailable, errors.DeadlineExceeded, errors.NoSpace) as exc:
                     failures.append(f"{target.address}: {exc.message}")
+                    full += isinstance(exc, errors.NoSpace)
                     continue
                 done.append(target)
             if len(done) < max(copies, 1):
-                raise errors.Unavailable(
-                    f"chunk {chunk_id.hex()}: {len(done)} of {copies} copies stored "
-                    f"({'; '.join(failures)})")
+                # Every target full: the pool has no room (ENOSPC), not a passing outage.
+                error = errors.NoSpace if full == len(failures) else errors.Unavailable
+                raise error(f"chunk {chunk_id.hex()}: {len(done)} of {copies} copies stored "
+                            f"({'; '.join(failures)})")
             stored = self.session.stored
             stored.placements[chunk_id] = [t.id for t in done]
             stored.addresses[chunk_id] = [t.address for t in done]
@@ -298,6 +312,10 @@ class WriteSession:
         self._spill: Any = None  # a temp file while in SPILL mode
         self._renewals = trio.CancelScope()
         self.orphaned = False  # unlinked while open: nothing more is committed
+        # The last CommitVersion with self.lease got no answer: it may have been stored, so
+        # the lease is kept (a repeat is answered with the stored version) and never
+        # swapped for a new one before the outcome is known.
+        self.in_doubt = False
 
     @classmethod
     async def create(cls, ctx: ClientContext, inode: int) -> WriteSession:
@@ -352,16 +370,28 @@ class WriteSession:
             while True:
                 ttl = (self.lease.lease_ttl_ms if self.lease else 60_000) / 1000
                 await trio.sleep(max(ttl / 3, 0.05))
-                if self.lease is None:
+                lease = self.lease
+                if lease is None:
                     continue
                 try:
-                    await self.ctx.manager.renew_lease(self.lease.lease_id)
+                    await self.ctx.manager.renew_lease(lease.lease_id)
                 except errors.LeaseExpired:
-                    log.warning("write lease of inode %d expired; a new one is taken at commit",
-                                self.inode)
-                    self.lease = None
+                    self._renewal_refused(lease)
                 except errors.MosafsError as exc:
                     log.warning("cannot renew the write lease of inode %d: %s", self.inode, exc)
+
+    def _renewal_refused(self, lease: mpb.OpenWriteResponse) -> None:
+        """The manager no longer knows LEASE. A commit may have used it up while the renewal
+        was on its way (then a newer lease may be in place already), or a commit in doubt
+        may have stored it: both are no news. Otherwise it expired."""
+        if self.lease is not lease:
+            return
+        if self.in_doubt:
+            log.debug("write lease of inode %d is gone after a commit in doubt; the next "
+                      "commit learns whether it was stored", self.inode)
+            return
+        log.warning("write lease of inode %d expired; a new one is taken at commit", self.inode)
+        self.lease = None
 
     @property
     def copies(self) -> int:
@@ -502,25 +532,70 @@ class WriteSession:
         return await pipeline.finish()
 
     async def _commit_entries(self, entries: list[ChunkEntry]) -> mpb.CommitVersionResponse:
-        assert self.lease is not None
         stored = self.stored
         wanted = {e.id for e in entries}
         placements = [mpb.ChunkPlacement(id=i, benefactor_ids=b)
                       for i, b in stored.placements.items() if i in wanted]
-        request = mpb.CommitVersionRequest(
-            lease_id=self.lease.lease_id, inode=self.inode,
-            chunks=[cpb.ChunkRef(id=e.id, length=e.length) for e in entries],
-            placements=placements, mtime_ns=self.mtime_ns, new_bytes=stored.new_bytes)
         try:
-            reply = await self.ctx.manager.commit_version(request)
+            reply = await self._send_commit(entries, placements)
         except errors.LeaseExpired:
-            self.lease = None  # a later flush takes a new lease and tries again
-            raise
+            if not self.in_doubt:
+                self.lease = None  # a later flush takes a new lease and tries again
+                raise
+            reply = await self._settle_doubt(entries, placements)
         self.lease = None  # consumed: the next edit takes a new one
         _count_commit(entries, len(placements), stored.new_bytes)
         stored.placements.clear()
         stored.new_bytes = 0
         return reply
+
+    def _request(self, entries: list[ChunkEntry],
+                 placements: list[mpb.ChunkPlacement]) -> mpb.CommitVersionRequest:
+        assert self.lease is not None
+        return mpb.CommitVersionRequest(
+            lease_id=self.lease.lease_id, inode=self.inode,
+            chunks=[cpb.ChunkRef(id=e.id, length=e.length) for e in entries],
+            placements=placements, mtime_ns=self.mtime_ns, new_bytes=self.stored.new_bytes)
+
+    async def _send_commit(self, entries: list[ChunkEntry],
+                           placements: list[mpb.ChunkPlacement]) -> mpb.CommitVersionResponse:
+        """CommitVersion with the session's lease. When no answer comes, the same request
+        goes once more at once: the manager answers a repeat with the version the first one
+        stored, so this never makes a second version. Still no answer: the error stands,
+        and the session stays in doubt and keeps its lease for the next commit."""
+        request = self._request(entries, placements)
+        try:
+            reply: mpb.CommitVersionResponse = await self.ctx.manager.commit_version(request)
+        except _OUTCOME_UNKNOWN as exc:
+            self.in_doubt = True
+            log.info("commit of inode %d got no answer (%s): asking again with the same lease",
+                     self.inode, exc.message)
+            reply = await self.ctx.manager.commit_version(request)
+        self.in_doubt = False
+        return reply
+
+    async def _settle_doubt(self, entries: list[ChunkEntry],
+                            placements: list[mpb.ChunkPlacement]) -> mpb.CommitVersionResponse:
+        """A commit in doubt, and the manager no longer knows its lease (it restarted, or
+        the lease lived out its TTL): if the file's newest version is exactly this content
+        and newer than the one this session started from, that commit was stored: it is
+        the answer. Otherwise the file does not show this content: commit it with a new
+        lease."""
+        self.in_doubt = False
+        self.lease = None
+        newest = await self.ctx.manager.block_map(self.inode)
+        if newest.version > self.committed_version and \
+                [(c.id, c.length) for c in newest.chunks] == \
+                [(e.id, e.length) for e in entries]:
+            log.info("commit of inode %d in doubt was stored as version %d", self.inode,
+                     newest.version)
+            attr = await self.ctx.manager.getattr(self.inode)
+            return mpb.CommitVersionResponse(version=newest.version, attr=attr)
+        await self._acquire_lease()
+        if self.lease is None:
+            raise errors.NotFound(f"inode {self.inode} was removed before its changes "
+                                  f"were committed")
+        return await self._send_commit(entries, placements)
 
     async def close(self) -> None:
         """Drop uncommitted state and the lease (the last writable handle is gone)."""

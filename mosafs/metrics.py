@@ -69,6 +69,14 @@ CLIENT_COMMITS = Counter("mosafs_client_commits", "Versions committed by this mo
 MANAGER_COMMITS = Counter("mosafs_manager_commits", "Versions committed")
 MANAGER_COMMITTED = Counter("mosafs_manager_committed_bytes", "Bytes of versions committed")
 MANAGER_PRUNED = Counter("mosafs_manager_pruned_versions", "Versions removed by pruning")
+MANAGER_REPLICATED = Counter("mosafs_manager_replicated_bytes",
+                             "Bytes copied between benefactors by replication")
+MANAGER_REPLICATION_FAILURES = Counter("mosafs_manager_replication_failures",
+                                       "Replication requests that stopped early", ["reason"])
+MANAGER_REDUNDANT_SECONDS = Histogram(
+    "mosafs_manager_close_to_redundant_seconds",
+    "From a commit to every chunk of it having R copies (0: redundant at close)",
+    buckets=(0, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60, 300, 1800))
 
 BENEFACTOR_PUTS = Counter("mosafs_benefactor_put_chunks", "Chunk puts", ["outcome"])
 BENEFACTOR_PUT_BYTES = Counter("mosafs_benefactor_put_bytes", "Bytes of chunk puts")

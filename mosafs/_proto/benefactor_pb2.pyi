@@ -75,12 +75,14 @@ class ReplicateChunksRequest(_message.Message):
     def __init__(self, ids: _Optional[_Iterable[bytes]] = ..., target_address: _Optional[str] = ...) -> None: ...
 
 class ReplicateChunksResponse(_message.Message):
-    __slots__ = ("copied", "errors")
+    __slots__ = ("copied", "errors", "target_problem")
     COPIED_FIELD_NUMBER: _ClassVar[int]
     ERRORS_FIELD_NUMBER: _ClassVar[int]
+    TARGET_PROBLEM_FIELD_NUMBER: _ClassVar[int]
     copied: _containers.RepeatedScalarFieldContainer[bool]
     errors: _containers.RepeatedScalarFieldContainer[str]
-    def __init__(self, copied: _Optional[_Iterable[bool]] = ..., errors: _Optional[_Iterable[str]] = ...) -> None: ...
+    target_problem: str
+    def __init__(self, copied: _Optional[_Iterable[bool]] = ..., errors: _Optional[_Iterable[str]] = ..., target_problem: _Optional[str] = ...) -> None: ...
 
 class GarbageRoundRequest(_message.Message):
     __slots__ = ()

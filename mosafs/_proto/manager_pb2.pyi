@@ -431,7 +431,7 @@ class GetVersionStatsRequest(_message.Message):
     def __init__(self, inode: _Optional[int] = ..., version: _Optional[int] = ...) -> None: ...
 
 class VersionStats(_message.Message):
-    __slots__ = ("inode", "version", "size", "chunks", "shared_chunks", "base_inode", "base_version", "new_bytes", "commit_time_ns", "mtime_ns", "shared_bytes")
+    __slots__ = ("inode", "version", "size", "chunks", "shared_chunks", "base_inode", "base_version", "new_bytes", "commit_time_ns", "mtime_ns", "shared_bytes", "fully_redundant", "short_chunks", "lost_chunks")
     INODE_FIELD_NUMBER: _ClassVar[int]
     VERSION_FIELD_NUMBER: _ClassVar[int]
     SIZE_FIELD_NUMBER: _ClassVar[int]
@@ -443,6 +443,9 @@ class VersionStats(_message.Message):
     COMMIT_TIME_NS_FIELD_NUMBER: _ClassVar[int]
     MTIME_NS_FIELD_NUMBER: _ClassVar[int]
     SHARED_BYTES_FIELD_NUMBER: _ClassVar[int]
+    FULLY_REDUNDANT_FIELD_NUMBER: _ClassVar[int]
+    SHORT_CHUNKS_FIELD_NUMBER: _ClassVar[int]
+    LOST_CHUNKS_FIELD_NUMBER: _ClassVar[int]
     inode: int
     version: int
     size: int
@@ -454,7 +457,10 @@ class VersionStats(_message.Message):
     commit_time_ns: int
     mtime_ns: int
     shared_bytes: int
-    def __init__(self, inode: _Optional[int] = ..., version: _Optional[int] = ..., size: _Optional[int] = ..., chunks: _Optional[int] = ..., shared_chunks: _Optional[int] = ..., base_inode: _Optional[int] = ..., base_version: _Optional[int] = ..., new_bytes: _Optional[int] = ..., commit_time_ns: _Optional[int] = ..., mtime_ns: _Optional[int] = ..., shared_bytes: _Optional[int] = ...) -> None: ...
+    fully_redundant: bool
+    short_chunks: int
+    lost_chunks: int
+    def __init__(self, inode: _Optional[int] = ..., version: _Optional[int] = ..., size: _Optional[int] = ..., chunks: _Optional[int] = ..., shared_chunks: _Optional[int] = ..., base_inode: _Optional[int] = ..., base_version: _Optional[int] = ..., new_bytes: _Optional[int] = ..., commit_time_ns: _Optional[int] = ..., mtime_ns: _Optional[int] = ..., shared_bytes: _Optional[int] = ..., fully_redundant: _Optional[bool] = ..., short_chunks: _Optional[int] = ..., lost_chunks: _Optional[int] = ...) -> None: ...
 
 class RegisterBenefactorRequest(_message.Message):
     __slots__ = ("info",)
@@ -485,16 +491,18 @@ class ListBenefactorsRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class BenefactorStatus(_message.Message):
-    __slots__ = ("info", "alive", "last_heartbeat_age_ms", "draining")
+    __slots__ = ("info", "alive", "last_heartbeat_age_ms", "draining", "full")
     INFO_FIELD_NUMBER: _ClassVar[int]
     ALIVE_FIELD_NUMBER: _ClassVar[int]
     LAST_HEARTBEAT_AGE_MS_FIELD_NUMBER: _ClassVar[int]
     DRAINING_FIELD_NUMBER: _ClassVar[int]
+    FULL_FIELD_NUMBER: _ClassVar[int]
     info: _benefactor_pb2.BenefactorInfo
     alive: bool
     last_heartbeat_age_ms: int
     draining: bool
-    def __init__(self, info: _Optional[_Union[_benefactor_pb2.BenefactorInfo, _Mapping]] = ..., alive: _Optional[bool] = ..., last_heartbeat_age_ms: _Optional[int] = ..., draining: _Optional[bool] = ...) -> None: ...
+    full: bool
+    def __init__(self, info: _Optional[_Union[_benefactor_pb2.BenefactorInfo, _Mapping]] = ..., alive: _Optional[bool] = ..., last_heartbeat_age_ms: _Optional[int] = ..., draining: _Optional[bool] = ..., full: _Optional[bool] = ...) -> None: ...
 
 class ListBenefactorsResponse(_message.Message):
     __slots__ = ("benefactors",)
@@ -507,7 +515,7 @@ class ClusterStatusRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class ClusterStatus(_message.Message):
-    __slots__ = ("benefactors", "chunks", "under_replicated_chunks", "replication_backlog_bytes", "lost_chunks", "replication_rate_bytes_s", "time_to_full_redundancy_s", "scanned_age_ms", "metadata_write_transactions")
+    __slots__ = ("benefactors", "chunks", "under_replicated_chunks", "replication_backlog_bytes", "lost_chunks", "replication_rate_bytes_s", "time_to_full_redundancy_s", "scanned_age_ms", "metadata_write_transactions", "redundancy_unreachable", "full_scan_age_ms")
     BENEFACTORS_FIELD_NUMBER: _ClassVar[int]
     CHUNKS_FIELD_NUMBER: _ClassVar[int]
     UNDER_REPLICATED_CHUNKS_FIELD_NUMBER: _ClassVar[int]
@@ -517,6 +525,8 @@ class ClusterStatus(_message.Message):
     TIME_TO_FULL_REDUNDANCY_S_FIELD_NUMBER: _ClassVar[int]
     SCANNED_AGE_MS_FIELD_NUMBER: _ClassVar[int]
     METADATA_WRITE_TRANSACTIONS_FIELD_NUMBER: _ClassVar[int]
+    REDUNDANCY_UNREACHABLE_FIELD_NUMBER: _ClassVar[int]
+    FULL_SCAN_AGE_MS_FIELD_NUMBER: _ClassVar[int]
     benefactors: _containers.RepeatedCompositeFieldContainer[BenefactorStatus]
     chunks: int
     under_replicated_chunks: int
@@ -526,7 +536,9 @@ class ClusterStatus(_message.Message):
     time_to_full_redundancy_s: float
     scanned_age_ms: int
     metadata_write_transactions: int
-    def __init__(self, benefactors: _Optional[_Iterable[_Union[BenefactorStatus, _Mapping]]] = ..., chunks: _Optional[int] = ..., under_replicated_chunks: _Optional[int] = ..., replication_backlog_bytes: _Optional[int] = ..., lost_chunks: _Optional[int] = ..., replication_rate_bytes_s: _Optional[float] = ..., time_to_full_redundancy_s: _Optional[float] = ..., scanned_age_ms: _Optional[int] = ..., metadata_write_transactions: _Optional[int] = ...) -> None: ...
+    redundancy_unreachable: _containers.RepeatedScalarFieldContainer[str]
+    full_scan_age_ms: int
+    def __init__(self, benefactors: _Optional[_Iterable[_Union[BenefactorStatus, _Mapping]]] = ..., chunks: _Optional[int] = ..., under_replicated_chunks: _Optional[int] = ..., replication_backlog_bytes: _Optional[int] = ..., lost_chunks: _Optional[int] = ..., replication_rate_bytes_s: _Optional[float] = ..., time_to_full_redundancy_s: _Optional[float] = ..., scanned_age_ms: _Optional[int] = ..., metadata_write_transactions: _Optional[int] = ..., redundancy_unreachable: _Optional[_Iterable[str]] = ..., full_scan_age_ms: _Optional[int] = ...) -> None: ...
 
 class InventoryEntry(_message.Message):
     __slots__ = ("id", "touched_ns", "length")
@@ -735,16 +747,18 @@ class EffectiveSettings(_message.Message):
     def __init__(self, pool: _Optional[str] = ..., pool_from: _Optional[int] = ..., series_pattern: _Optional[str] = ..., series_pattern_from: _Optional[int] = ..., policy: _Optional[_Union[PrunePolicy, _Mapping]] = ..., policy_from: _Optional[int] = ...) -> None: ...
 
 class FolderSettingsReply(_message.Message):
-    __slots__ = ("inode", "own", "effective", "path")
+    __slots__ = ("inode", "own", "effective", "path", "prune")
     INODE_FIELD_NUMBER: _ClassVar[int]
     OWN_FIELD_NUMBER: _ClassVar[int]
     EFFECTIVE_FIELD_NUMBER: _ClassVar[int]
     PATH_FIELD_NUMBER: _ClassVar[int]
+    PRUNE_FIELD_NUMBER: _ClassVar[int]
     inode: int
     own: FolderSettings
     effective: EffectiveSettings
     path: str
-    def __init__(self, inode: _Optional[int] = ..., own: _Optional[_Union[FolderSettings, _Mapping]] = ..., effective: _Optional[_Union[EffectiveSettings, _Mapping]] = ..., path: _Optional[str] = ...) -> None: ...
+    prune: PruneReport
+    def __init__(self, inode: _Optional[int] = ..., own: _Optional[_Union[FolderSettings, _Mapping]] = ..., effective: _Optional[_Union[EffectiveSettings, _Mapping]] = ..., path: _Optional[str] = ..., prune: _Optional[_Union[PruneReport, _Mapping]] = ...) -> None: ...
 
 class ListFolderSettingsRequest(_message.Message):
     __slots__ = ()
@@ -785,20 +799,26 @@ class PrunedImage(_message.Message):
     def __init__(self, path: _Optional[str] = ..., inode: _Optional[int] = ..., version: _Optional[int] = ..., whole_file: _Optional[bool] = ..., size: _Optional[int] = ..., commit_time_ns: _Optional[int] = ..., reason: _Optional[str] = ...) -> None: ...
 
 class PruneReport(_message.Message):
-    __slots__ = ("pruned", "dry_run", "files_removed", "versions_removed", "bytes_released", "skipped")
+    __slots__ = ("pruned", "dry_run", "files_removed", "versions_removed", "bytes_released", "skipped", "chunks_unreferenced", "bytes_unreferenced", "stored_bytes_unreferenced")
     PRUNED_FIELD_NUMBER: _ClassVar[int]
     DRY_RUN_FIELD_NUMBER: _ClassVar[int]
     FILES_REMOVED_FIELD_NUMBER: _ClassVar[int]
     VERSIONS_REMOVED_FIELD_NUMBER: _ClassVar[int]
     BYTES_RELEASED_FIELD_NUMBER: _ClassVar[int]
     SKIPPED_FIELD_NUMBER: _ClassVar[int]
+    CHUNKS_UNREFERENCED_FIELD_NUMBER: _ClassVar[int]
+    BYTES_UNREFERENCED_FIELD_NUMBER: _ClassVar[int]
+    STORED_BYTES_UNREFERENCED_FIELD_NUMBER: _ClassVar[int]
     pruned: _containers.RepeatedCompositeFieldContainer[PrunedImage]
     dry_run: bool
     files_removed: int
     versions_removed: int
     bytes_released: int
     skipped: _containers.RepeatedScalarFieldContainer[str]
-    def __init__(self, pruned: _Optional[_Iterable[_Union[PrunedImage, _Mapping]]] = ..., dry_run: _Optional[bool] = ..., files_removed: _Optional[int] = ..., versions_removed: _Optional[int] = ..., bytes_released: _Optional[int] = ..., skipped: _Optional[_Iterable[str]] = ...) -> None: ...
+    chunks_unreferenced: int
+    bytes_unreferenced: int
+    stored_bytes_unreferenced: int
+    def __init__(self, pruned: _Optional[_Iterable[_Union[PrunedImage, _Mapping]]] = ..., dry_run: _Optional[bool] = ..., files_removed: _Optional[int] = ..., versions_removed: _Optional[int] = ..., bytes_released: _Optional[int] = ..., skipped: _Optional[_Iterable[str]] = ..., chunks_unreferenced: _Optional[int] = ..., bytes_unreferenced: _Optional[int] = ..., stored_bytes_unreferenced: _Optional[int] = ...) -> None: ...
 
 class PoolRequest(_message.Message):
     __slots__ = ("name", "replication", "stripe_width", "chunker", "write_semantics", "hash_backend")

@@ -47,6 +47,7 @@ def status_report(status: Any) -> dict[str, Any]:
             "alive": b.alive, "capacity_bytes": b.info.capacity_bytes,
             "free_bytes": b.info.free_bytes, "chunks": b.info.chunks,
             "stored_bytes": b.info.stored_bytes,
+            "full": b.full,
             "last_heartbeat_age_ms": b.last_heartbeat_age_ms,
         } for b in status.benefactors],
         "chunks": status.chunks,
@@ -56,21 +57,43 @@ def status_report(status: Any) -> dict[str, Any]:
         "replication_rate_bytes_s": round(status.replication_rate_bytes_s, 1),
         "time_to_full_redundancy_s": round(status.time_to_full_redundancy_s, 1),
         "figures_age_ms": status.scanned_age_ms,
+        "full_scan_age_ms": status.full_scan_age_ms,
+        "redundancy_unreachable": list(status.redundancy_unreachable),
         "metadata_write_transactions": status.metadata_write_transactions,
     }
 
 
 def _print_status(report: dict[str, Any]) -> None:
     for b in report["benefactors"]:
-        state = "alive" if b["alive"] else "DEAD"
+        state = "FULL" if b["alive"] and b["full"] else "alive" if b["alive"] else "DEAD"
+        used = 1 - b["free_bytes"] / b["capacity_bytes"] if b["capacity_bytes"] else 0.0
         print(f"{b['id']}  {b['address']:<22} {state:<5}  {b['chunks']:>9} chunks  "
-              f"{b['free_bytes'] / 2**30:8.1f} of {b['capacity_bytes'] / 2**30:.1f} GiB free")
-    eta = report["time_to_full_redundancy_s"]
+              f"{_size(b['free_bytes'])} free of {_size(b['capacity_bytes'])} "
+              f"({used:.0%} used)")
     print(f"chunks: {report['chunks']}, under-replicated: {report['under_replicated_chunks']} "
-          f"({report['replication_backlog_bytes']} bytes to copy), "
+          f"({_size(report['replication_backlog_bytes'])} to copy), "
           f"lost for now: {report['lost_chunks']}")
-    if report["under_replicated_chunks"]:
-        print("full redundancy in: " + (f"~{eta:.0f}s" if eta >= 0 else "unknown"))
+    for line in report["redundancy_unreachable"]:
+        print(f"cannot reach redundancy: {line}")
+    if report["under_replicated_chunks"] and not report["redundancy_unreachable"]:
+        eta, rate = report["time_to_full_redundancy_s"], report["replication_rate_bytes_s"]
+        print(f"full redundancy in: ~{eta:.0f}s at {_size(rate)}/s" if eta >= 0 else
+              "full redundancy in: unknown (nothing copied lately, or chunks without a live "
+              "copy)")
+    print(f"figures {_age(report['figures_age_ms'])} old; last full scan "
+          f"{_age(report['full_scan_age_ms'])} ago")
+
+
+def _size(n: float) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if abs(n) < 1024 or unit == "TiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    raise AssertionError("unreachable")
+
+
+def _age(ms: int) -> str:
+    return "unknown" if ms < 0 else f"{ms / 1000:.1f}s"
 
 
 def add_gc_arguments(parser: argparse.ArgumentParser) -> None:
@@ -118,6 +141,9 @@ def _stats_report(path: str, stats: Any) -> dict[str, Any]:
                             if stats.base_version else None),
         "shared_bytes": stats.shared_bytes,
         "new_bytes": stats.new_bytes,
+        "fully_redundant": stats.fully_redundant,
+        "short_chunks": stats.short_chunks,
+        "lost_chunks": stats.lost_chunks,
     }
 
 
@@ -129,6 +155,11 @@ def _print_stats(report: dict[str, Any]) -> None:
     print(f"  shared chunks: {report['shared_chunks']}, {report['shared_bytes']} bytes "
           f"(deduped against {against})")
     print(f"  new bytes sent: {report['new_bytes']}")
+    if report["fully_redundant"]:
+        print("  redundancy: full (every chunk has its pool's copies)")
+    else:
+        lost = f", {report['lost_chunks']} with no live copy" if report["lost_chunks"] else ""
+        print(f"  redundancy: NOT full: {report['short_chunks']} chunks short of copies{lost}")
 
 
 def add_scrub_arguments(parser: argparse.ArgumentParser) -> None:

@@ -5,6 +5,10 @@ copy is never spread), then put to the target, which verifies it again.
 Priority of new writes: at most `concurrency` replication requests run at once here, and
 one request copies its chunks one after another, so replication uses a small, fixed share
 of this benefactor's threads, disk and network, and client puts keep the rest.
+
+A target that cannot be reached (down, or slower than the put's deadline) or is full ends
+the request at once: the rest of its chunks would fail the same way, one deadline each.
+The reply says which ("unreachable", "full"), so the manager stops choosing that target.
 """
 
 from __future__ import annotations
@@ -12,16 +16,29 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
 from mosafs.benefactor.chunkstore import ChunkStore
-from mosafs.errors import InvalidArgument, MosafsError
+from mosafs.errors import DeadlineExceeded, InvalidArgument, MosafsError, NoSpace, Unavailable
 from mosafs.ids import check_id
 
 log = logging.getLogger(__name__)
 
-# put(target address, chunk id, bytes): store one chunk on another benefactor
-PutFn = Callable[[str, bytes, bytes], None]
+# put(target address, chunk id, bytes, timeout): store one chunk on another benefactor
+PutFn = Callable[[str, bytes, bytes, float], None]
 MAX_IDS = 4096
+MiB = 1 << 20
+# Deadline of one put: a floor for connecting and a slow disk, plus the chunk at a rate
+# far below any benefactor's.
+PUT_FLOOR_S = 5.0
+PUT_RATE = 4 * MiB
+
+
+@dataclass
+class Outcome:
+    copied: list[bool]
+    errors: list[str]
+    target_problem: str = ""  # "unreachable" | "full" when the target stopped the request
 
 
 class ChunkReplicator:
@@ -30,30 +47,32 @@ class ChunkReplicator:
         self._put = put
         self._slots = threading.BoundedSemaphore(concurrency)
 
-    def replicate(self, ids: Sequence[bytes], target: str) -> tuple[list[bool], list[str]]:
-        """Copy IDS to TARGET: (copied[i], error[i]) for each id."""
+    def replicate(self, ids: Sequence[bytes], target: str) -> Outcome:
+        """Copy IDS to TARGET, each chunk with its own deadline."""
         if len(ids) > MAX_IDS:
             raise InvalidArgument(f"at most {MAX_IDS} ids per replication request")
         _check_target(target)
         for cid in ids:
             check_id(cid)  # all refused before any is copied
-        copied: list[bool] = []
-        problems: list[str] = []
+        out = Outcome([False] * len(ids), [""] * len(ids))
         with self._slots:
-            for cid in ids:
+            for i, cid in enumerate(ids):
                 try:
-                    self._put(target, cid, self._store.get(cid))
-                except MosafsError as exc:
-                    copied.append(False)
-                    problems.append(exc.message)
+                    data = self._store.get(cid)
+                    self._put(target, cid, data, PUT_FLOOR_S + len(data) / PUT_RATE)
+                except (Unavailable, DeadlineExceeded, NoSpace) as exc:
+                    out.errors[i] = exc.message
+                    out.target_problem = "full" if isinstance(exc, NoSpace) else "unreachable"
+                    break
+                except MosafsError as exc:  # this chunk only (corrupt or missing here)
+                    out.errors[i] = exc.message
                     continue
-                copied.append(True)
-                problems.append("")
-        failed = [p for p in problems if p]
-        if failed:
-            log.info("replication to %s: %d of %d chunks not copied (first: %s)",
-                     target, len(failed), len(ids), failed[0])
-        return copied, problems
+                out.copied[i] = True
+        failed = [e for e in out.errors if e]
+        if failed or out.target_problem:
+            log.info("replication to %s: %d of %d chunks not copied (%s)", target,
+                     out.copied.count(False), len(ids), out.target_problem or failed[0])
+        return out
 
 
 def _check_target(address: str) -> None:

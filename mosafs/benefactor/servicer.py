@@ -83,8 +83,9 @@ class BenefactorServicer(pb_grpc.BenefactorServicer):
 
     def ReplicateChunks(self, request: pb.ReplicateChunksRequest,
                         context: grpc.ServicerContext) -> pb.ReplicateChunksResponse:
-        copied, problems = self._replicator.replicate(list(request.ids), request.target_address)
-        return pb.ReplicateChunksResponse(copied=copied, errors=problems)
+        out = self._replicator.replicate(list(request.ids), request.target_address)
+        return pb.ReplicateChunksResponse(copied=out.copied, errors=out.errors,
+                                          target_problem=out.target_problem)
 
     def RunGarbageRound(self, request: pb.GarbageRoundRequest,
                         context: grpc.ServicerContext) -> pb.GarbageRound:

@@ -25,8 +25,14 @@ from mosafs.manager import pruning
 from mosafs.manager.folders import Folders, PruneResult
 from mosafs.manager.fsck import FsckResult, fsck
 from mosafs.manager.garbage import GarbageCollector, check_report
-from mosafs.manager.leases import LeaseTable
-from mosafs.manager.metadata import ChunkEntry, MetadataStore, check_benefactor_id, check_ids
+from mosafs.manager.leases import Committed, LeaseTable, content_key
+from mosafs.manager.metadata import (
+    ChunkEntry,
+    MetadataStore,
+    check_benefactor_id,
+    check_chunks,
+    check_ids,
+)
 from mosafs.manager.registry import Clock, Registry
 from mosafs.manager.replication import CopyFn, Redundancy, Replicator
 
@@ -52,7 +58,7 @@ class ManagerConfig:
     heartbeat_interval_s: float = 1.0
     benefactor_lease_s: float = 5.0
     write_lease_s: float = 60.0
-    replication_interval_s: float = 1.0
+    scan_interval_s: float = 60.0  # the safety-net scan of the chunk index, at most this often
     gc_grace_s: float = 600.0
 
 
@@ -69,7 +75,8 @@ class Manager:
         self.store = store
         self.registry = Registry(store, lease_s=self.config.benefactor_lease_s, clock=clock)
         self.leases = LeaseTable(self.config.write_lease_s, clock=clock)
-        self.replicator = (Replicator(store, self.registry, copy, clock=clock)
+        self.replicator = (Replicator(store, self.registry, copy, clock=clock,
+                                      scan_interval_s=self.config.scan_interval_s)
                            if copy is not None else None)
         self.garbage = GarbageCollector(store, self.leases, grace_s=self.config.gc_grace_s)
         self.folders = Folders(store)
@@ -112,7 +119,14 @@ class Manager:
         placements: Iterable[tuple[bytes, Sequence[str]]], *, mtime_ns: int = 0,
         new_bytes: int = 0,
     ) -> tuple[int, manager_pb2.Attr]:
-        lease = self.leases.claim(lease_id, inode)
+        chunks = check_chunks(chunks)
+        claimed = self.leases.claim(lease_id, inode, content_key(chunks))
+        if isinstance(claimed, Committed):
+            # A repeat of a stored commit (its reply was lost): the same version again,
+            # never a second one.
+            return claimed.version, claimed.attr
+        lease = claimed
+        placements = list(placements)
         try:
             result = self.store.commit_version(
                 inode, chunks, placements, base_inode=lease.base_inode,
@@ -122,9 +136,12 @@ class Manager:
             # The client may fix its request (e.g. store a missing chunk) and retry.
             self.leases.restore(lease)
             raise
-        self.leases.finish(lease)
+        self.leases.finish(lease, *result)
         metrics.MANAGER_COMMITS.inc()
         metrics.MANAGER_COMMITTED.inc(result[1].size)
+        if self.replicator is not None:
+            self.replicator.committed(
+                sorted(self._short_of_copies([cid for cid, _ in placements])))
         if lease.folder:
             self._prune_after_commit(lease.folder)
         return result
@@ -192,6 +209,10 @@ class Manager:
                    clear_policy: bool) -> manager_pb2.FolderSettingsReply:
         reply = self.folders.set(inode, pool=pool, series_pattern=series_pattern,
                                  policy=policy, clear_policy=clear_policy)
+        if policy is not None or series_pattern is not None or clear_policy:
+            # Applied at once, so that the caller learns what it removed (the background
+            # pass would remove the same, unreported).
+            reply.prune.CopyFrom(self.prune(inode).report(dry_run=False))
         self.prune_wakeup.set()
         return reply
 
@@ -229,7 +250,23 @@ class Manager:
 
     def drain(self, bid: str, *, cancel: bool = False) -> manager_pb2.DrainStatus:
         self.registry.update(check_benefactor_id(bid), draining=not cancel)
+        self._recheck_holdings(bid)
         return self.drain_status(bid)
+
+    def move_benefactor(self, bid: str, pool: str) -> manager_pb2.BenefactorStatus:
+        self.registry.update(check_benefactor_id(bid), pool=pool)
+        self._recheck_holdings(bid)
+        return next(s for s in self.registry.statuses() if s.info.id == bid)
+
+    def pool_changed(self) -> None:
+        """A pool's settings changed (R raised, say): the safety-net scan runs now."""
+        if self.replicator is not None:
+            self.replicator.rescan()
+
+    def _recheck_holdings(self, bid: str) -> None:
+        """BID's copies may count no more (draining, moved): replication looks at them."""
+        if self.replicator is not None:
+            self.replicator.enqueue(self.store.chunks_on(bid))
 
     def drain_status(self, bid: str) -> manager_pb2.DrainStatus:
         """How far draining BID is: its referenced chunks, and those still without R
@@ -296,8 +333,23 @@ class Manager:
         out.lost_chunks = figures.lost_chunks
         out.replication_rate_bytes_s = rate
         out.time_to_full_redundancy_s = self.replicator.time_to_full_redundancy()
-        out.scanned_age_ms = (int((time.monotonic() - figures.scanned_at) * 1000)
-                              if figures.scanned_at else -1)
+        out.scanned_age_ms = self.replicator.age_ms(figures.scanned_at)
+        out.full_scan_age_ms = self.replicator.age_ms(figures.full_scan_at)
+        out.redundancy_unreachable.extend(figures.unreachable)
+        return out
+
+    def version_stats(self, inode: int, version: int = 0) -> manager_pb2.VersionStats:
+        """A version's figures with its durability debt: chunks short of their R counted
+        copies now, and of those the ones with no live copy at all."""
+        out = self.store.version_stats(inode, version)
+        ids = list(dict.fromkeys(c.id for c in self.store.block_map(inode, out.version).chunks))
+        view = Redundancy(self.store, self.registry)
+        for rec in self.store.chunk_records(ids):
+            if rec is None or not view.missing(rec):
+                continue
+            out.short_chunks += 1
+            out.lost_chunks += not any(b in view.alive for b in rec.benefactor_ids)
+        out.fully_redundant = out.short_chunks == 0
         return out
 
     # --- garbage collection ---------------------------------------------------------------
@@ -330,7 +382,10 @@ class Manager:
         naming it for them (replication copies good replicas back). Returns how many
         records named it."""
         check_report(self.store, bid, len(ids), "a report names")
-        return self.store.remove_chunk_locations(bid, ids)
+        named = self.store.remove_chunk_locations(bid, ids)
+        if self.replicator is not None:
+            self.replicator.enqueue(ids)  # copies from sound replicas, at once
+        return named
 
     def scrub(self) -> Iterator[manager_pb2.ScrubEvent]:
         """`mosafs scrub`: every live benefactor verifies every chunk it stores (one after
@@ -360,7 +415,10 @@ class Manager:
                 res.error = exc.message
                 continue
             res.missing_chunks = len(missing)
-            self.store.remove_chunk_locations(b.id, [*corrupt, *missing])
+            # Corrupt copies were reported by the benefactor itself as it found them
+            # (ReportCorruptChunks), and replication may have put a sound copy back there
+            # since: dropping them again here would forget that copy (and make a third).
+            self.store.remove_chunk_locations(b.id, missing)
             for cid in (*corrupt, *missing):
                 dropped.setdefault(cid, set()).add(index)
         yield manager_pb2.ScrubEvent(benefactors=len(live), repairing=True)
@@ -387,7 +445,12 @@ class Manager:
         for start in range(0, len(named), HAS_BATCH):
             batch = named[start:start + HAS_BATCH]
             present = self._has(address, batch)
-            missing.extend(cid for cid, ok in zip(batch, present, strict=True) if not ok)
+            absent = [cid for cid, ok in zip(batch, present, strict=True) if not ok]
+            # Garbage collection may have released and deleted some since the index was
+            # read: those are gone by design, not missing.
+            records = self.store.chunk_records(absent)
+            missing.extend(cid for cid, rec in zip(absent, records, strict=True)
+                           if rec is not None and bid in rec.benefactor_ids)
         return missing
 
     def _short_of_copies(self, ids: Sequence[bytes]) -> set[bytes]:
@@ -398,22 +461,20 @@ class Manager:
                 if rec is not None and rec.refcount > 0 and view.missing(rec)}
 
     def _repair(self, ids: list[bytes]) -> set[bytes]:
-        """Run replication passes until every chunk of IDS has R live copies, or passes
-        stop making progress (no sound copy left anywhere, no benefactor to take one), or
+        """Replicate IDS now, until each has R live copies, or replication has nothing
+        left to try for them (no sound copy anywhere, no benefactor to take one), or
         REPAIR_TIMEOUT_S. Returns the ids still short of copies."""
         short = self._short_of_copies(ids)
+        if self.replicator is None or not short:
+            return short
+        self.replicator.enqueue(short)
         deadline = time.monotonic() + REPAIR_TIMEOUT_S
-        idle = 0
-        while short and self.replicator is not None and time.monotonic() < deadline:
-            if not self.replicator.ready():
-                time.sleep(0.2)
-                continue
-            copied = self.replicator.run_once()
-            before = len(short)
+        while short and time.monotonic() < deadline:
+            wait = self.replicator.step()
             short = self._short_of_copies(list(short))
-            idle = idle + 1 if not copied and len(short) == before else 0
-            if idle >= 2:
-                break
+            if not self.replicator.pending(short):
+                break  # examined, and nothing under way: no way to copy them now
+            time.sleep(max(wait, 0.02))
         return short
 
     def fsck(self, repair: bool = False) -> FsckResult:

@@ -17,7 +17,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from mosafs.argtypes import bounded_int
+from mosafs.argtypes import MiB, bounded_int, byte_size
 from mosafs.errors import ConfigError, MosafsError
 from mosafs.procutil import add_daemon_arguments
 
@@ -40,16 +40,6 @@ def _seconds(text: str) -> float:
     return value
 
 
-def _bytes(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number of bytes: {text!r}") from None
-    if value < 1 << 20:
-        raise argparse.ArgumentTypeError(f"must be at least 1 MiB: {text!r}")
-    return value
-
-
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--data-dir", metavar="DIR",
                         help="directory of the metadata (created if missing)")
@@ -59,7 +49,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     pool = parser.add_argument_group(
         "default pool", "given on any start, these update the default pool; left out, the "
         "pool keeps its settings (first start: cdc:262144:1048576:4194304, R=1, W=3, "
-        "optimistic)")
+        "pessimistic)")
     pool.add_argument("--chunker", metavar="SPEC",
                       help="fixed:SIZE or cdc:MIN:AVG:MAX (bytes)")
     pool.add_argument("--replication", type=_positive_int, metavar="R",
@@ -67,23 +57,29 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     pool.add_argument("--stripe-width", type=_positive_int, metavar="W",
                       help="benefactors one write stripes over")
     pool.add_argument("--write-semantics", choices=["optimistic", "pessimistic"],
-                      help="close returns after one copy (optimistic) or R copies")
+                      help="close returns once every chunk has R copies (pessimistic, the "
+                           "default) or one (optimistic: readable at close, redundant "
+                           "within seconds)")
     parser.add_argument("--heartbeat-interval", type=_seconds, default=1.0, metavar="SECONDS",
                         help="how often benefactors send heartbeats (default 1)")
     parser.add_argument("--benefactor-lease", type=_seconds, default=5.0, metavar="SECONDS",
-                        help="a benefactor silent this long is dead (default 5)")
+                        help="a benefactor silent this long is dead, and its chunks are "
+                             "copied elsewhere at once (default 5)")
     parser.add_argument("--write-lease", type=_seconds, default=60.0, metavar="SECONDS",
                         help="a write session not renewed this long expires (default 60)")
-    parser.add_argument("--replication-interval", type=_seconds, default=1.0,
-                        metavar="SECONDS",
-                        help="how often the manager looks for under-replicated chunks and "
-                             "copies them (default 1)")
+    parser.add_argument("--scan-interval", type=_seconds, default=60.0, metavar="SECONDS",
+                        help="the safety net: a full scan of the chunk index for chunks "
+                             "short of copies starts at most this often (default 60); "
+                             "replication itself reacts to commits, deaths and reports "
+                             "at once")
     parser.add_argument("--gc-grace", type=_seconds, default=600.0, metavar="SECONDS",
                         help="an unreferenced chunk is deleted only after this long "
                              "(default 600)")
-    parser.add_argument("--map-size", type=_bytes, default=16 << 30, metavar="BYTES",
-                        help="largest size the metadata may grow to (default 16 GiB; "
-                             "sparse: costs no disk until used)")
+    parser.add_argument("--map-size", type=byte_size(MiB), default=16 << 30, metavar="SIZE",
+                        help="the ceiling of the metadata store, e.g. 64G (K, M, G, T "
+                             "units; default 16G): its map grows by itself up to it, and "
+                             "the disk's free space; near it, creates fail with ENOSPC "
+                             "while deletions still work (docs/metadata.md)")
     parser.add_argument("--ready-file", metavar="PATH",
                         help="write {address, pid, data_dir, metrics} as JSON here once "
                              "serving")
@@ -130,7 +126,7 @@ def run(args: argparse.Namespace) -> int:
         config = ManagerConfig(heartbeat_interval_s=args.heartbeat_interval,
                                benefactor_lease_s=args.benefactor_lease,
                                write_lease_s=args.write_lease,
-                               replication_interval_s=args.replication_interval,
+                               scan_interval_s=args.scan_interval,
                                gc_grace_s=args.gc_grace)
         peers = BenefactorPeers()
         manager = Manager(store, config, copy=peers.replicate,
@@ -141,7 +137,7 @@ def run(args: argparse.Namespace) -> int:
         replicator = manager.replicator
         assert replicator is not None
         background = [
-            BackgroundLoop("replication", _every(args.replication_interval, replicator.run_once)),
+            BackgroundLoop("replication", replicator.step, wakeup=replicator.wakeup),
             BackgroundLoop("pruning", manager.prune_pass, wakeup=manager.prune_wakeup),
         ]
         try:
@@ -159,6 +155,7 @@ def run(args: argparse.Namespace) -> int:
             for loop in background:
                 loop.stop()
             srv.stop(STOP_GRACE_S).wait()
+            replicator.close()
             peers.close()
     log.info("stopped")
     return 0
@@ -188,14 +185,6 @@ def _register_metrics(manager: Any) -> None:
                    {"state": state})
 
     metrics.register(metrics.ValuesCollector(figures))
-
-
-def _every(interval: float, work: Callable[[], object]) -> Callable[[], float]:
-    """WORK as a pass that always asks to run again after INTERVAL seconds."""
-    def run() -> float:
-        work()
-        return interval
-    return run
 
 
 class BackgroundLoop:

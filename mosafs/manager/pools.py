@@ -33,7 +33,7 @@ def check_name(name: str) -> str:
 def default_settings(name: str = DEFAULT_POOL) -> common_pb2.PoolSettings:
     return common_pb2.PoolSettings(
         name=name, replication=1, stripe_width=3, chunker=DEFAULT_CHUNKER,
-        write_semantics="optimistic", hash_backend="auto",
+        write_semantics="pessimistic", hash_backend="auto",
     )
 
 

@@ -11,6 +11,17 @@ start on different benefactors.
 Pool membership and draining are persisted (BenefactorRecord) and mirrored here: a
 benefactor registering without naming a pool stays in the pool it is in (an administrator
 may have moved it); one that names a pool joins it.
+
+Right after a manager start no benefactor has sent a heartbeat yet. Every registered one
+is *presumed* alive for one lease: its copies count towards R (so nothing is copied only
+because the manager has not heard from it yet), but it is neither a source nor a target
+until it is heard from. One that stays silent for that lease is dead like any other, and
+replication starts at once on what it held: there is no blind period after a start.
+
+A benefactor is *full* when it reports less than FULL_BELOW_BYTES free, or when a copy to
+it failed for lack of space (until its next heartbeat says otherwise): it is then no
+target for writes or copies. A benefactor a copy could not reach is *avoided* as a source
+and target for one lease (its heartbeats may still arrive over the manager's channel).
 """
 
 from __future__ import annotations
@@ -25,6 +36,10 @@ from mosafs.errors import FailedPrecondition, InvalidArgument, NoSpace, NotFound
 from mosafs.manager.metadata import MetadataStore, check_benefactor_id
 
 Clock = Callable[[], float]
+MiB = 1 << 20
+# Below this much free space a benefactor takes no new chunks: the largest default chunk
+# (4 MiB) with room for the puts in flight when it was last heard from.
+FULL_BELOW_BYTES = 16 * MiB
 
 
 def check_address(address: str) -> str:
@@ -42,6 +57,12 @@ class _Soft:
     info: benefactor_pb2.BenefactorInfo
     last_seen: float  # clock() of the last heartbeat or registration
     draining: bool = False
+    heard: bool = True  # False: presumed alive since the manager's start, never heard from
+    avoid_until: float = 0.0  # clock() until which copies neither read from nor go to it
+
+    def takes(self, need: int = 0) -> bool:
+        """Whether new chunks (NEED more bytes) may go here, space-wise."""
+        return self.info.free_bytes >= FULL_BELOW_BYTES + need
 
 
 class Registry:
@@ -53,6 +74,9 @@ class Registry:
         self._lock = threading.Lock()
         self._soft: dict[str, _Soft] = {}
         self._cursor = 0
+        now = clock()
+        for bid, rec in store.benefactors().items():
+            self._soft[bid] = _Soft(_info(bid, rec), now, rec.draining, heard=False)
 
     def register(self, info: benefactor_pb2.BenefactorInfo) -> None:
         bid = check_benefactor_id(info.id)
@@ -79,7 +103,9 @@ class Registry:
         info = _copy(info)
         info.pool = rec.pool
         with self._lock:
-            self._soft[info.id] = _Soft(info, self._clock(), rec.draining)
+            before = self._soft.get(info.id)
+            self._soft[info.id] = _Soft(info, self._clock(), rec.draining,
+                                        avoid_until=before.avoid_until if before else 0.0)
 
     # --- administration -------------------------------------------------------------------
 
@@ -113,10 +139,13 @@ class Registry:
     def is_alive(self, bid: str) -> bool:
         with self._lock:
             soft = self._soft.get(bid)
-            return soft is not None and self._fresh(soft)
+            return soft is not None and self._alive(soft)
 
     def _fresh(self, soft: _Soft) -> bool:
         return self._clock() - soft.last_seen <= self.lease_s
+
+    def _alive(self, soft: _Soft) -> bool:
+        return soft.heard and self._fresh(soft)
 
     def live(self, pool: str | None = None, *,
              accepting: bool = False) -> list[benefactor_pb2.BenefactorInfo]:
@@ -124,21 +153,56 @@ class Registry:
         id."""
         with self._lock:
             return [s.info for bid, s in sorted(self._soft.items())
-                    if self._fresh(s) and (pool is None or s.info.pool == pool)
+                    if self._alive(s) and (pool is None or s.info.pool == pool)
                     and not (accepting and s.draining)]
+
+    def presumed(self) -> set[str]:
+        """Benefactors presumed alive: registered, not heard from since this start, and
+        the first lease is not over."""
+        with self._lock:
+            return {bid for bid, s in self._soft.items() if not s.heard and self._fresh(s)}
+
+    def usable(self) -> dict[str, benefactor_pb2.BenefactorInfo]:
+        """Live benefactors that copies may read from and go to (not avoided), by id."""
+        now = self._clock()
+        with self._lock:
+            return {bid: s.info for bid, s in self._soft.items()
+                    if self._alive(s) and s.avoid_until <= now}
+
+    def takes(self, bid: str, need: int = 0) -> bool:
+        """Whether BID has room for NEED more bytes of new chunks."""
+        with self._lock:
+            soft = self._soft.get(bid)
+            return soft is not None and soft.takes(need)
+
+    def mark_full(self, bid: str) -> None:
+        """A put or copy to BID failed for lack of space: no target until it reports room
+        again in a heartbeat."""
+        with self._lock:
+            soft = self._soft.get(bid)
+            if soft is not None:
+                soft.info.free_bytes = 0
+
+    def avoid(self, bid: str) -> None:
+        """A copy could not reach BID: neither source nor target for one lease."""
+        with self._lock:
+            soft = self._soft.get(bid)
+            if soft is not None:
+                soft.avoid_until = self._clock() + self.lease_s
 
     def pick_targets(self, pool: str, width: int) -> list[common_pb2.BenefactorAddress]:
         """WIDTH (capped at what is available) live benefactors of POOL with free space
         that are not draining."""
         with self._lock:
-            live = [s.info for _, s in sorted(self._soft.items())
-                    if self._fresh(s) and s.info.pool == pool and not s.draining]
-            usable = [b for b in live if b.free_bytes > 0]
+            live = [s for _, s in sorted(self._soft.items())
+                    if self._alive(s) and s.info.pool == pool and not s.draining]
+            usable = [s.info for s in live if s.takes()]
             if not live:
                 # Often passing (a restart, a manager that was paused): clients retry.
                 raise Unavailable(f"no live benefactor in pool {pool!r} takes new chunks")
             if not usable:
-                raise NoSpace(f"no live benefactor with free space in pool {pool!r}")
+                raise NoSpace(f"pool {pool!r} is full: none of its {len(live)} live "
+                              f"benefactors has {FULL_BELOW_BYTES // MiB} MiB free")
             start = self._cursor % len(usable)
             self._cursor += 1
         count = min(width, len(usable))
@@ -154,7 +218,7 @@ class Registry:
         """The ids of BIDS that are alive (one lock for the whole set)."""
         with self._lock:
             return {bid for bid in bids
-                    if (soft := self._soft.get(bid)) is not None and self._fresh(soft)}
+                    if (soft := self._soft.get(bid)) is not None and self._alive(soft)}
 
     def statuses(self) -> list[manager_pb2.BenefactorStatus]:
         """Every registered benefactor; last_heartbeat_age_ms -1: none since this start."""
@@ -164,19 +228,23 @@ class Registry:
         with self._lock:
             for bid, rec in sorted(records.items()):
                 soft = self._soft.get(bid)
-                if soft is None:
-                    info = benefactor_pb2.BenefactorInfo(
-                        id=bid, address=rec.address, capacity_bytes=rec.capacity_bytes,
-                        free_bytes=rec.free_bytes, chunks=rec.chunks, pool=rec.pool)
+                if soft is None or not soft.heard:
                     out.append(manager_pb2.BenefactorStatus(
-                        info=info, alive=False, last_heartbeat_age_ms=-1,
+                        info=_info(bid, rec), alive=False, last_heartbeat_age_ms=-1,
                         draining=rec.draining))
                 else:
                     out.append(manager_pb2.BenefactorStatus(
-                        info=soft.info, alive=self._fresh(soft),
+                        info=soft.info, alive=self._alive(soft),
                         last_heartbeat_age_ms=int((now - soft.last_seen) * 1000),
-                        draining=rec.draining))
+                        draining=rec.draining, full=not soft.takes()))
         return out
+
+
+def _info(bid: str, rec: metadata_pb2.BenefactorRecord) -> benefactor_pb2.BenefactorInfo:
+    """What the persisted record says of BID (its last figures before this start)."""
+    return benefactor_pb2.BenefactorInfo(
+        id=bid, address=rec.address, capacity_bytes=rec.capacity_bytes,
+        free_bytes=rec.free_bytes, chunks=rec.chunks, pool=rec.pool)
 
 
 def _copy(info: benefactor_pb2.BenefactorInfo) -> benefactor_pb2.BenefactorInfo:

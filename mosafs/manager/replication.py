@@ -1,88 +1,123 @@
-"""Background replication (DESIGN §8): keep every referenced chunk at its pool's R live
-copies.
+"""Replication (DESIGN §8): keep every referenced chunk at its pool's R live copies,
+driven by the events that make copies short, with a slow full scan as a safety net.
 
 A chunk belongs to the pool of the write that stored it first (ChunkRecord.pool; a pool
 deleted since counts as "default"). Its copies that count towards R are those on live
-benefactors of that pool that are not draining (`Redundancy`); copies elsewhere (a
-benefactor moved to another pool, or draining) still serve reads and replication sources.
+(or, right after a manager start, presumed live) benefactors of that pool that are not
+draining (`Redundancy`); copies elsewhere (a benefactor moved to another pool, or
+draining) still serve reads and replication sources.
 
-One pass (`Replicator.run_once`) scans the chunk index page by page. For each referenced
-chunk (refcount > 0) it counts the copies; a chunk with fewer than R is under-replicated,
-and one with no live copy at all is lost for now (a dead holder may come back). For every
-under-replicated chunk with a live copy it plans copies from one live holder to live,
-non-draining benefactors of its pool that hold no copy (most free space first, spread over
-the targets), groups them by (source, target) and asks the source to push each group
-(`copy`, a callable the process supplies: benefactors copy chunks directly to each other).
-Copies that succeed are recorded in the index in one transaction per group. Raising a
-pool's R makes its chunks under-replicated, so the next passes copy them; lowering it
-leaves the extra copies where they are.
+Work comes from events, at once:
 
-Priority of new writes: a pass copies at most `max_pass_bytes`, groups go one at a time,
-and benefactors run replication pushes with a small concurrency of their own, so client
-puts always find most of a benefactor's capacity free.
+* a commit whose new chunks have fewer than R counted copies (optimistic writes; a
+  pessimistic write that could not place R copies), `Replicator.enqueue`;
+* a benefactor found dead (its lease ran out, or a presumed one never spoke after a
+  start): every chunk the index names on it (`_watch`);
+* a copy dropped as corrupt or missing (readers, scrub), draining, a pool's R raised;
+* the safety net: a full scan of the index, a page at a time within a time budget per
+  step, at most once every `scan_interval_s`, queues whatever it finds short.
 
-The figures of the last pass (under-replicated chunks, backlog bytes, lost chunks, the
-recent copy rate) are what `GetClusterStatus` reports. No pass starts before one
-benefactor lease has passed since the manager started: until then benefactors that are
-alive have not all sent a heartbeat, and copies made then would be redundant.
+Each step (`step`, a few times a second, at once when woken) examines queued ids: a
+chunk with R counted copies is done; one short of copies gets copies planned from a live
+holder to live benefactors of its pool that hold none and have room, grouped by
+(source, target) and pushed by the source (`copy`: chunk bytes go benefactor to
+benefactor). Groups run in a small thread pool, at most `per_source` at a time per
+source and `max_inflight_bytes` in all, so client puts keep most of every benefactor
+(new writes have priority). Every copy request has a deadline that grows with its bytes;
+a target that could not be reached is avoided for a lease, one that is full is no target
+until a heartbeat says it has room again. Chunks that stay short (no live copy: lost for
+now; no target with room) are examined again every `retry_s`.
 
-Scale: a pass reads the whole index (one protobuf decode per chunk, a few microseconds
-each); with the default 1 s interval that is fine up to about a million chunks.
+The figures (`figures`) are those of the known short chunks, current as of the last
+step that examined everything queued before it; the copy rate is measured over the last
+RATE_WINDOW_S of finished copies. `committed` keeps, per commit, the chunks still short;
+when the last gets its R copies the time since the commit goes into the
+close-to-fully-redundant histogram (pessimistic commits count 0).
 """
 
 from __future__ import annotations
 
+import itertools
 import logging
 import threading
 import time
-from collections import defaultdict
-from collections.abc import Callable, Sequence
+from collections import Counter, defaultdict, deque
+from collections.abc import Callable, Iterable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
+from mosafs import metrics
 from mosafs._proto import benefactor_pb2, metadata_pb2
-from mosafs.errors import MosafsError
+from mosafs.errors import DeadlineExceeded, MosafsError, NoSpace, Unavailable
 from mosafs.manager.metadata import MetadataStore
 from mosafs.manager.pools import DEFAULT_POOL
-from mosafs.manager.registry import Clock, Registry
+from mosafs.manager.registry import FULL_BELOW_BYTES, Clock, Registry
 
 log = logging.getLogger(__name__)
 
-# copy(source address, target address, ids) -> copied[i] for each id
-CopyFn = Callable[[str, str, Sequence[bytes]], list[bool]]
 MiB = 1 << 20
+# copy(source address, target address, ids, timeout) -> (copied[i] for each id, the
+# target's problem: "" | "unreachable" | "full")
+CopyFn = Callable[[str, str, Sequence[bytes], float], tuple[list[bool], str]]
+TICK_S = 0.2          # a step at least this often
+EXAMINE_BATCH = 4096  # ids examined per step (a step with more queued runs again at once)
+SCAN_PAGE = 4096
+RATE_WINDOW_S = 10.0
+# Deadline of one copy request: a floor for connecting and a slow disk, plus its bytes at a
+# rate well below what any benefactor sustains.
+COPY_DEADLINE_FLOOR_S = 10.0
+COPY_DEADLINE_RATE = 4 * MiB
+
+
+def copy_deadline(nbytes: int) -> float:
+    return COPY_DEADLINE_FLOOR_S + nbytes / COPY_DEADLINE_RATE
 
 
 @dataclass
 class ReplicationFigures:
-    chunks: int = 0
+    chunks: int = 0  # chunk records in the index
     under_replicated_chunks: int = 0
     replication_backlog_bytes: int = 0
     lost_chunks: int = 0
-    scanned_at: float = 0.0  # clock() when the pass that produced them began; 0: none yet
+    scanned_at: float = 0.0  # clock() when the figures were last current; 0: not yet
+    full_scan_at: float = 0.0  # clock() when the last complete safety-net scan ended
+    unreachable: list[str] = field(default_factory=list)  # pools that cannot reach R
 
 
 @dataclass
-class _Plan:
-    figures: ReplicationFigures = field(default_factory=ReplicationFigures)
-    # (source id, target id) -> [(chunk id, length)]
-    groups: dict[tuple[str, str], list[tuple[bytes, int]]] = field(
-        default_factory=lambda: defaultdict(list))
-    planned_bytes: int = 0
+class _Short:
+    length: int
+    missing: int
+    lost: bool  # no live copy anywhere (a dead holder may come back)
+
+
+@dataclass
+class _Debt:
+    started: float
+    ids: set[bytes]
 
 
 class Redundancy:
     """One snapshot of pools and benefactors: how many copies of a chunk count, and where
-    new copies may go."""
+    new copies may come from and go."""
 
     def __init__(self, store: MetadataStore, registry: Registry) -> None:
         self.replication = {p.name: p.replication or 1 for p in store.pools()}
         draining = registry.draining()
         live = registry.live()
         self.alive = {b.id for b in live}
+        self.usable = registry.usable()
         self.accepting: dict[str, dict[str, benefactor_pb2.BenefactorInfo]] = defaultdict(dict)
         for b in live:
             if b.id not in draining:
                 self.accepting[b.pool][b.id] = b
+        # Presumed alive (not heard from since the start, first lease): copies count.
+        self._presumed: dict[str, set[str]] = defaultdict(set)
+        records = store.benefactors()
+        for bid in registry.presumed():
+            rec = records.get(bid)
+            if rec is not None and not rec.draining:
+                self._presumed[rec.pool].add(bid)
 
     def pool(self, rec: metadata_pb2.ChunkRecord) -> str:
         return rec.pool if rec.pool in self.replication else DEFAULT_POOL
@@ -91,134 +126,396 @@ class Redundancy:
         return self.replication.get(self.pool(rec), 1)
 
     def counted(self, rec: metadata_pb2.ChunkRecord) -> list[str]:
-        """The copies that count towards R: live, not draining, in the chunk's pool."""
-        accepting = self.accepting.get(self.pool(rec), {})
-        return [b for b in rec.benefactor_ids if b in accepting]
+        """The copies that count towards R: live (or presumed), not draining, in the
+        chunk's pool."""
+        pool = self.pool(rec)
+        accepting = self.accepting.get(pool, {})
+        presumed = self._presumed.get(pool, set())
+        return [b for b in rec.benefactor_ids if b in accepting or b in presumed]
 
     def missing(self, rec: metadata_pb2.ChunkRecord) -> int:
         return max(0, self.want(rec) - len(self.counted(rec)))
 
     def sources(self, rec: metadata_pb2.ChunkRecord) -> list[str]:
-        """Live holders of any copy (draining ones and other pools' included)."""
-        return [b for b in rec.benefactor_ids if b in self.alive]
+        """Holders a copy may be read from now: live and not avoided (draining ones and
+        other pools' included)."""
+        return [b for b in rec.benefactor_ids if b in self.usable]
+
+    def targets(self, rec: metadata_pb2.ChunkRecord, planned: dict[str, int]) -> list[str]:
+        """Benefactors of the chunk's pool that may take a copy: live, not draining, not
+        avoided, no copy yet, room for it after what is PLANNED for them; least planned,
+        then most free space first."""
+        pool = self.accepting.get(self.pool(rec), {})
+        fits = [b for b, info in pool.items()
+                if b not in rec.benefactor_ids and b in self.usable
+                and info.free_bytes - planned.get(b, 0) >= FULL_BELOW_BYTES + rec.length]
+        return sorted(fits, key=lambda b: (planned.get(b, 0), -pool[b].free_bytes, b))
+
+    def unreachable(self, registry: Registry) -> list[str]:
+        """Pools whose R is more than their live benefactors with room can hold (presumed
+        ones count: right after a start nothing is known yet)."""
+        out = []
+        for name, want in sorted(self.replication.items()):
+            members = [*self.accepting.get(name, {}), *self._presumed.get(name, ())]
+            with_room = [b for b in members if registry.takes(b)]
+            if len(with_room) < want:
+                full = len(members) - len(with_room)
+                out.append(f"pool {name}: R={want} needs {want} live benefactor"
+                           f"{'s' if want > 1 else ''} with space, {len(members)} alive"
+                           + (f" ({full} full)" if full else ""))
+        return out
 
 
 class Replicator:
     def __init__(self, store: MetadataStore, registry: Registry, copy: CopyFn, *,
-                 clock: Clock = time.monotonic, max_pass_bytes: int = 256 * MiB,
-                 group_bytes: int = 32 * MiB, page: int = 4096) -> None:
+                 clock: Clock = time.monotonic, scan_interval_s: float = 60.0,
+                 scan_budget_s: float = 0.05, retry_s: float = 2.0,
+                 group_bytes: int = 16 * MiB, max_inflight_bytes: int = 256 * MiB,
+                 per_source: int = 2, workers: int = 8) -> None:
         self._store = store
         self._registry = registry
         self._copy = copy
         self._clock = clock
-        self._started = clock()
-        self._max_pass_bytes = max_pass_bytes
+        self._scan_interval_s = scan_interval_s
+        self._scan_budget_s = scan_budget_s
+        self._retry_s = retry_s
         self._group_bytes = group_bytes
-        self._page = page
-        self._lock = threading.Lock()
-        self._pass_lock = threading.Lock()  # one pass at a time (loop, scrub repairs)
+        self._max_inflight_bytes = max_inflight_bytes
+        self._per_source = per_source
+        self._pool = ThreadPoolExecutor(workers, thread_name_prefix="replicate")
+        self._lock = threading.Lock()       # the state below
+        self._step_lock = threading.Lock()  # one step at a time (loop, scrub, tests)
+        self.wakeup = threading.Event()
+        self._queue: dict[bytes, None] = {}  # ids to examine, in arrival order
+        self._short: dict[bytes, _Short] = {}
+        self._inflight: Counter[bytes] = Counter()  # id -> copy groups still running
+        self._waiting: deque[tuple[str, str, list[tuple[bytes, int]]]] = deque()
+        self._running: Counter[str] = Counter()  # source id -> requests running
+        self._inflight_bytes = 0
+        self._seen: set[str] | None = None  # benefactors alive or presumed, last step
+        self._scan_cursor: bytes | None = None  # None: no scan under way
+        self._scan_started = 0.0
+        self._next_scan = clock()  # the first scan starts at once
+        self._next_retry = clock()
         self._figures = ReplicationFigures()
-        self._rate = 0.0  # bytes/s, exponentially weighted over passes that copied
+        self._done: deque[tuple[float, int]] = deque()  # (clock, bytes) of finished copies
+        self._copied_total = 0
+        self._debts: dict[int, _Debt] = {}
+        self._debts_of: dict[bytes, set[int]] = defaultdict(set)
+        self._debt_ids = itertools.count(1)
 
-    # -- figures -------------------------------------------------------------------------
+    # -- events ----------------------------------------------------------------------------
+
+    def enqueue(self, ids: Iterable[bytes]) -> None:
+        """Examine IDS soon (their copies may be short)."""
+        with self._lock:
+            for cid in ids:
+                self._queue[cid] = None
+        self.wakeup.set()
+
+    def committed(self, short: Sequence[bytes]) -> None:
+        """A commit whose chunks SHORT have fewer than R copies (none: fully redundant at
+        close, a pessimistic write)."""
+        if not short:
+            metrics.MANAGER_REDUNDANT_SECONDS.observe(0.0)
+            return
+        with self._lock:
+            key = next(self._debt_ids)
+            self._debts[key] = _Debt(self._clock(), set(short))
+            for cid in short:
+                self._debts_of[cid].add(key)
+        self.enqueue(short)
+
+    def rescan(self) -> None:
+        """Start a full scan now (a pool's R changed)."""
+        with self._lock:
+            self._next_scan = self._clock()
+        self.wakeup.set()
+
+    # -- figures ---------------------------------------------------------------------------
 
     def figures(self) -> tuple[ReplicationFigures, float]:
-        """The last pass's figures and the recent copy rate (bytes/s)."""
+        """The figures and the recent copy rate (bytes/s)."""
         with self._lock:
-            return ReplicationFigures(**vars(self._figures)), self._rate
+            out = ReplicationFigures(**vars(self._figures))
+            out.unreachable = list(self._figures.unreachable)
+            return out, self._rate()
+
+    def _rate(self) -> float:
+        now = self._clock()
+        while self._done and self._done[0][0] < now - RATE_WINDOW_S:
+            self._done.popleft()
+        if not self._done:
+            return 0.0
+        span = max(now - self._done[0][0], 1.0)
+        return sum(n for _, n in self._done) / span
+
+    def age_ms(self, at: float) -> int:
+        """Milliseconds since AT (a clock() reading); -1 for 0 (never)."""
+        return int((self._clock() - at) * 1000) if at else -1
+
+    def pending(self, ids: Iterable[bytes]) -> bool:
+        """Whether any of IDS is queued or being copied."""
+        with self._lock:
+            return any(cid in self._queue or self._inflight[cid] for cid in ids)
 
     def time_to_full_redundancy(self) -> float:
-        """Seconds until every chunk has R live copies at the recent rate: 0 when it has
-        now, -1 when unknown (nothing copied yet, or only lost chunks are missing copies)."""
+        """Seconds until every chunk has R live copies at the measured rate: 0 when it has
+        now, -1 when it cannot be said (nothing copied lately, chunks lost for now, or a
+        pool that cannot reach its R)."""
         figures, rate = self.figures()
-        if figures.replication_backlog_bytes == 0:
-            return 0.0 if figures.lost_chunks == 0 else -1.0
-        return figures.replication_backlog_bytes / rate if rate > 0 else -1.0
+        if figures.under_replicated_chunks == 0:
+            return 0.0
+        if figures.lost_chunks or figures.unreachable or rate <= 0:
+            return -1.0
+        return figures.replication_backlog_bytes / rate
 
-    # -- one pass ------------------------------------------------------------------------
+    # -- the loop --------------------------------------------------------------------------
 
-    def ready(self) -> bool:
-        return self._clock() - self._started >= self._registry.lease_s
+    def step(self) -> float:
+        """One round: events, examination and copies, a slice of the safety-net scan.
+        Returns the seconds to wait before the next (0: more is queued)."""
+        with self._step_lock:
+            return self._step()
 
-    def run_once(self) -> int:
-        """Scan, copy what is missing (up to a pass's budget); returns bytes copied."""
-        with self._pass_lock:
-            return self._run_once()
+    def _step(self) -> float:
+        started = self._clock()
+        self._watch()
+        self._retry_short(started)
+        batch, more = self._take()
+        view = Redundancy(self._store, self._registry)
+        self._examine(batch, view)
+        self._dispatch()
+        self._scan_some(view)
+        self._publish(view, current=not more, at=started)
+        return 0.0 if more else TICK_S
 
-    def _run_once(self) -> int:
-        # The figures are as old as the scan's start: a commit during the scan may be
-        # missing from them.
-        scanned_at = self._clock()
-        plan = self._plan()
-        start = self._clock()
-        copied = self._execute(plan) if self.ready() else 0
-        elapsed = self._clock() - start
+    def run_once(self, timeout: float = 120.0) -> int:
+        """A full scan and every copy it plans, now (tests, `mosafs scrub` repairs);
+        returns the bytes copied."""
         with self._lock:
-            plan.figures.scanned_at = scanned_at
-            self._figures = plan.figures
-            if copied and elapsed > 0:
-                rate = copied / elapsed
-                self._rate = rate if self._rate == 0 else 0.5 * self._rate + 0.5 * rate
-        return copied
+            before = self._copied_total
+            self._next_scan = self._clock()
+        deadline = time.monotonic() + timeout
+        with self._step_lock:
+            self._step()
+            while self._scan_cursor is not None or self.busy():
+                if time.monotonic() > deadline:
+                    break
+                if self._step() > 0:
+                    time.sleep(0.02)
+        with self._lock:
+            return self._copied_total - before
 
-    def redundancy(self) -> Redundancy:
-        return Redundancy(self._store, self._registry)
+    def busy(self) -> bool:
+        """Whether anything is queued or being copied."""
+        with self._lock:
+            return bool(self._queue or self._inflight)
 
-    def _plan(self) -> _Plan:
-        plan = _Plan()
-        view = self.redundancy()
-        # Targets with the most free space first; `placed` spreads one pass's copies.
-        placed: dict[str, int] = defaultdict(int)
-        after = b""
-        while True:
-            page = self._store.chunk_page(after, self._page)
-            if not page:
-                break
-            after = page[-1][0]
-            for cid, rec in page:
-                if rec.refcount == 0:
-                    continue  # garbage, not data: nothing to protect
-                plan.figures.chunks += 1
-                missing = view.missing(rec)
-                if missing <= 0:
+    def close(self) -> None:
+        self._pool.shutdown(wait=True, cancel_futures=True)
+
+    # -- events from the registry ----------------------------------------------------------
+
+    def _watch(self) -> None:
+        """Benefactors that died since the last step: queue every chunk they held."""
+        now_known = {b.id for b in self._registry.live()} | self._registry.presumed()
+        if self._seen is None:
+            # First step: benefactors registered but neither alive nor presumed are dead
+            # already (a restart after their lease ran out).
+            self._seen = set(self._store.benefactors())
+        gone = self._seen - now_known
+        self._seen = now_known
+        for bid in sorted(gone):
+            held = self._store.chunks_on(bid)
+            log.info("benefactor %s is dead: checking the %d chunks it held", bid, len(held))
+            self.enqueue(held)
+
+    def _retry_short(self, now: float) -> None:
+        """Every retry_s, chunks still short (no live copy, no target, a failed copy) are
+        examined again: a benefactor may have come back, or have room again."""
+        if now < self._next_retry:
+            return
+        self._next_retry = now + self._retry_s
+        with self._lock:
+            again = [cid for cid in self._short if cid not in self._inflight]
+        if again:
+            self.enqueue(again)
+
+    # -- examination -----------------------------------------------------------------------
+
+    def _take(self) -> tuple[list[bytes], bool]:
+        """Up to EXAMINE_BATCH queued ids (none while copies in flight fill the budget);
+        whether more remain."""
+        with self._lock:
+            if self._inflight_bytes >= self._max_inflight_bytes:
+                return [], False
+            batch = list(itertools.islice(self._queue, EXAMINE_BATCH))
+            for cid in batch:
+                del self._queue[cid]
+            return batch, bool(self._queue)
+
+    def _examine(self, ids: list[bytes], view: Redundancy) -> None:
+        if not ids:
+            return
+        records = self._store.chunk_records(ids)
+        groups: dict[tuple[str, str], list[tuple[bytes, int]]] = defaultdict(list)
+        planned: dict[str, int] = dict(self._planned_bytes())
+        with self._lock:
+            for cid, rec in zip(ids, records, strict=True):
+                if self._inflight[cid]:
+                    continue  # examined again when its copies end
+                self._inflight.pop(cid, None)
+                missing = view.missing(rec) if rec is not None and rec.refcount else 0
+                if missing == 0:
+                    self._settle(cid)
                     continue
-                plan.figures.under_replicated_chunks += 1
-                plan.figures.replication_backlog_bytes += missing * rec.length
+                assert rec is not None
                 sources = view.sources(rec)
-                if not sources:
-                    plan.figures.lost_chunks += 1
-                    continue
-                if plan.planned_bytes >= self._max_pass_bytes:
-                    continue  # counted; copied by a later pass
-                pool = view.accepting.get(view.pool(rec), {})
-                candidates = sorted((b for b in pool if b not in rec.benefactor_ids),
-                                    key=lambda b: (placed[b], -pool[b].free_bytes, b))
-                source = sources[hash(cid) % len(sources)]  # spread reads over the holders
-                for target in candidates[:missing]:
-                    plan.groups[(source, target)].append((cid, rec.length))
-                    placed[target] += rec.length
-                    plan.planned_bytes += rec.length
-        return plan
+                lost = not any(b in view.alive for b in rec.benefactor_ids)
+                self._short[cid] = _Short(rec.length, missing, lost)
+                targets = view.targets(rec, planned)[:missing] if sources else []
+                if not targets:
+                    continue  # lost for now, or no room: retried every retry_s
+                source = min(sources, key=lambda b: (self._running[b], hash((cid, b))))
+                for target in targets:
+                    groups[(source, target)].append((cid, rec.length))
+                    planned[target] = planned.get(target, 0) + rec.length
+                    self._inflight[cid] += 1
+            for (source, target), chunks in groups.items():
+                for group in _split(chunks, self._group_bytes):
+                    self._waiting.append((source, target, group))
+                    self._inflight_bytes += sum(n for _, n in group)
 
-    def _execute(self, plan: _Plan) -> int:
-        copied_bytes = 0
-        addresses = {b.id: b.address for b in self._registry.live()}
-        for (source, target), chunks in plan.groups.items():
-            if source not in addresses or target not in addresses:
-                continue  # died since the plan
-            for group in _split(chunks, self._group_bytes):
-                ids = [cid for cid, _ in group]
-                try:
-                    copied = self._copy(addresses[source], addresses[target], ids)
-                except MosafsError as exc:
-                    log.info("replication %s -> %s failed: %s", source, target, exc)
-                    break  # next pass tries again, maybe with other benefactors
-                done = [(cid, n) for (cid, n), ok in zip(group, copied, strict=True) if ok]
-                self._store.add_chunk_locations((cid, target) for cid, _ in done)
-                copied_bytes += sum(n for _, n in done)
-        if copied_bytes:
-            log.info("replicated %d bytes", copied_bytes)
-        return copied_bytes
+    def _planned_bytes(self) -> Counter[str]:
+        with self._lock:
+            out: Counter[str] = Counter()
+            for _, target, group in self._waiting:
+                out[target] += sum(n for _, n in group)
+            return out
+
+    def _settle(self, cid: bytes) -> None:
+        """CID has its R copies (or is no longer referenced): off the books. Holds _lock."""
+        self._short.pop(cid, None)
+        for key in self._debts_of.pop(cid, ()):
+            debt = self._debts.get(key)
+            if debt is None:
+                continue
+            debt.ids.discard(cid)
+            if not debt.ids:
+                del self._debts[key]
+                metrics.MANAGER_REDUNDANT_SECONDS.observe(self._clock() - debt.started)
+
+    # -- copies ----------------------------------------------------------------------------
+
+    def _dispatch(self) -> None:
+        """Start waiting groups whose source has a free slot."""
+        addresses = self._store.benefactor_addresses(
+            {b for s, t, _ in self._waiting for b in (s, t)})
+        with self._lock:
+            held: deque[tuple[str, str, list[tuple[bytes, int]]]] = deque()
+            while self._waiting:
+                source, target, group = self._waiting.popleft()
+                if self._running[source] >= self._per_source:
+                    held.append((source, target, group))
+                    continue
+                if source not in addresses or target not in addresses:
+                    self._finished(group, [False] * len(group), target)
+                    continue
+                self._running[source] += 1
+                self._pool.submit(self._run_group, source, target, addresses[source],
+                                  addresses[target], group)
+            self._waiting = held
+
+    def _run_group(self, source: str, target: str, source_address: str,
+                   target_address: str, group: list[tuple[bytes, int]]) -> None:
+        ids = [cid for cid, _ in group]
+        nbytes = sum(n for _, n in group)
+        copied, problem = [False] * len(ids), ""
+        try:
+            copied, problem = self._copy(source_address, target_address, ids,
+                                         copy_deadline(nbytes))
+        except (Unavailable, DeadlineExceeded) as exc:
+            log.info("replication %s -> %s: source unreachable: %s", source, target, exc)
+            self._registry.avoid(source)
+        except NoSpace as exc:
+            log.info("replication %s -> %s: %s", source, target, exc)
+            problem = "full"
+        except MosafsError as exc:
+            log.info("replication %s -> %s failed: %s", source, target, exc)
+        except Exception:
+            log.exception("bug in a replication request %s -> %s", source, target)
+        if problem == "full":
+            metrics.MANAGER_REPLICATION_FAILURES.labels("target-full").inc()
+            self._registry.mark_full(target)
+        elif problem == "unreachable":
+            metrics.MANAGER_REPLICATION_FAILURES.labels("target-unreachable").inc()
+            self._registry.avoid(target)
+        done = [(cid, n) for (cid, n), ok in zip(group, copied, strict=True) if ok]
+        try:
+            self._store.add_chunk_locations((cid, target) for cid, _ in done)
+        except MosafsError as exc:
+            log.warning("recording %d copies on %s failed: %s", len(done), target, exc)
+            copied = [False] * len(group)
+        with self._lock:
+            self._running[source] -= 1
+            self._finished(group, copied, target)
+        self.wakeup.set()
+
+    def _finished(self, group: list[tuple[bytes, int]], copied: list[bool],
+                  target: str) -> None:
+        """Book a group's outcome; its ids are examined again. Holds _lock."""
+        moved = 0
+        for (cid, n), ok in zip(group, copied, strict=True):
+            self._inflight[cid] -= 1
+            if self._inflight[cid] <= 0:
+                del self._inflight[cid]
+                self._queue[cid] = None
+            moved += n if ok else 0
+        self._inflight_bytes -= sum(n for _, n in group)
+        if moved:
+            self._copied_total += moved
+            self._done.append((self._clock(), moved))
+            metrics.MANAGER_REPLICATED.inc(moved)
+
+    # -- the safety net --------------------------------------------------------------------
+
+    def _scan_some(self, view: Redundancy) -> None:
+        """Continue the full scan for at most scan_budget_s, queueing short chunks."""
+        now = self._clock()
+        if self._scan_cursor is None:
+            if now < self._next_scan:
+                return
+            self._scan_cursor, self._scan_started = b"", now
+        stop = time.monotonic() + self._scan_budget_s
+        while time.monotonic() < stop:
+            page = self._store.chunk_page(self._scan_cursor, SCAN_PAGE)
+            if not page:
+                with self._lock:
+                    self._figures.full_scan_at = self._clock()
+                self._scan_cursor = None
+                self._next_scan = self._scan_started + self._scan_interval_s
+                return
+            self._scan_cursor = page[-1][0]
+            short = [cid for cid, rec in page if rec.refcount and view.missing(rec)]
+            if short:
+                with self._lock:
+                    for cid in short:
+                        if cid not in self._short and not self._inflight[cid]:
+                            self._queue[cid] = None
+
+    def _publish(self, view: Redundancy, *, current: bool, at: float) -> None:
+        unreachable = view.unreachable(self._registry)
+        chunks = self._store.chunk_count()
+        with self._lock:
+            f = self._figures
+            f.chunks = chunks
+            f.under_replicated_chunks = len(self._short)
+            f.replication_backlog_bytes = sum(s.missing * s.length for s in self._short.values())
+            f.lost_chunks = sum(s.lost for s in self._short.values())
+            f.unreachable = unreachable
+            if current:
+                f.scanned_at = at
 
 
 def _split(chunks: list[tuple[bytes, int]], limit: int) -> list[list[tuple[bytes, int]]]:

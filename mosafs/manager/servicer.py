@@ -139,7 +139,7 @@ class ManagerServicer(manager_pb2_grpc.ManagerServicer):
 
     def GetVersionStats(self, request: pb.GetVersionStatsRequest,
                         context: Ctx) -> pb.VersionStats:
-        return self._store.version_stats(request.inode, request.version)
+        return self._m.version_stats(request.inode, request.version)
 
     # --- benefactor registry --------------------------------------------------------------
 
@@ -230,6 +230,7 @@ class ManagerServicer(manager_pb2_grpc.ManagerServicer):
             chunker=_optional(request, "chunker"),
             write_semantics=_optional(request, "write_semantics"),
             hash_backend=_optional(request, "hash_backend"))
+        self._m.pool_changed()
         return self._m.pool_info(settings)
 
     def CreatePool(self, request: pb.PoolRequest, context: Ctx) -> pb.PoolInfo:
@@ -250,8 +251,7 @@ class ManagerServicer(manager_pb2_grpc.ManagerServicer):
 
     def MoveBenefactor(self, request: pb.MoveBenefactorRequest,
                        context: Ctx) -> pb.BenefactorStatus:
-        self._m.registry.update(request.id, pool=request.pool)
-        return next(s for s in self._m.registry.statuses() if s.info.id == request.id)
+        return self._m.move_benefactor(request.id, request.pool)
 
     def DrainBenefactor(self, request: pb.DrainBenefactorRequest,
                         context: Ctx) -> pb.DrainStatus:

@@ -34,18 +34,21 @@ class BenefactorPeers:
                 stub = self._stubs[address] = bgrpc.BenefactorStub(ch)
             return stub
 
-    def put(self, address: str, chunk_id: bytes, data: bytes) -> None:
+    def put(self, address: str, chunk_id: bytes, data: bytes,
+            timeout: float = PUT_TIMEOUT_S) -> None:
         call(self._stub(address).PutChunk, bpb.PutChunkRequest(id=chunk_id, data=data),
-             timeout=PUT_TIMEOUT_S)
+             timeout=timeout)
 
-    def replicate(self, source: str, target: str, ids: Sequence[bytes]) -> list[bool]:
-        """Ask SOURCE to copy IDS to TARGET; copied[i] for each id."""
+    def replicate(self, source: str, target: str, ids: Sequence[bytes],
+                  timeout: float) -> tuple[list[bool], str]:
+        """Ask SOURCE to copy IDS to TARGET within TIMEOUT seconds: copied[i] for each id,
+        and the target's problem if it stopped the copying ("unreachable", "full")."""
         reply = call(self._stub(source).ReplicateChunks,
                      bpb.ReplicateChunksRequest(ids=ids, target_address=target),
-                     timeout=REPLICATE_TIMEOUT_S)
+                     timeout=timeout)
         if len(reply.copied) != len(ids):
-            return [False] * len(ids)  # a confused peer: copy nothing, try again later
-        return list(reply.copied)
+            return [False] * len(ids), ""  # a confused peer: copy nothing, try again later
+        return list(reply.copied), reply.target_problem
 
     def run_garbage_round(self, address: str) -> tuple[int, int, int]:
         """Ask the benefactor at ADDRESS to run a collection round now."""

@@ -84,7 +84,7 @@ def start_cluster(base: Path, *manager_args: str, benefactor_args: tuple[str, ..
     manager = harness.start("manager", [
         "manager", "--data-dir", str(base / "manager"), "--replication", "2",
         "--chunker", CHUNKER, "--heartbeat-interval", "0.5",
-        "--benefactor-lease", str(LEASE_S), "--replication-interval", "0.5",
+        "--benefactor-lease", str(LEASE_S), "--scan-interval", "0.5",
         *manager_args], base / "procs")
     cluster = Cluster(base, manager, benefactor_args=benefactor_args)
     for i in range(benefactors):

@@ -72,7 +72,7 @@ def _restart(cluster: Cluster, base: Path, n: int) -> None:
     cluster.manager = harness.start(f"manager-{n}", [
         "manager", "--data-dir", str(base / "manager"), "--listen", address,
         "--heartbeat-interval", "0.5", "--benefactor-lease", "2",
-        "--replication-interval", "0.5"], base / "procs")
+        "--scan-interval", "0.5"], base / "procs")
     assert cluster.manager.address == address
 
 

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import blake3
 
+from tests import harness
 from tests.cluster.conftest import Cluster, start_cluster
 
 KiB = 1 << 10
@@ -39,7 +40,7 @@ def test_cluster_optimistic_writes_reach_r_copies_in_the_background(
         cluster_factory: list[Cluster], tmp_path: Path) -> None:
     cluster = start_cluster(tmp_path)
     cluster_factory.append(cluster)
-    mnt = cluster.mount("mnt")
+    mnt = cluster.mount("mnt", "--write-semantics", "optimistic")
     data = _data(1, 6 * MiB)
     (mnt / "f").write_bytes(data)
     status = cluster.wait_redundant()
@@ -52,17 +53,22 @@ def test_cluster_optimistic_writes_reach_r_copies_in_the_background(
     assert (mnt / "f").read_bytes() == data
 
 
-def test_cluster_pessimistic_close_returns_with_r_copies(
+def test_cluster_pessimistic_is_the_default_and_close_returns_with_r_copies(
         cluster_factory: list[Cluster], tmp_path: Path) -> None:
-    # No background pass for an hour: every second copy must come from the write itself.
-    cluster = start_cluster(tmp_path, "--replication-interval", "3600")
+    cluster = start_cluster(tmp_path)
     cluster_factory.append(cluster)
-    mnt = cluster.mount("mnt", "--write-semantics", "pessimistic")
+    mnt = cluster.mount("mnt")  # the default pool's semantics
     data = _data(2, 5 * MiB)
     (mnt / "f").write_bytes(data)
     copies = cluster.chunk_copies()
     assert len(copies) > 10
     assert set(copies.values()) == {2}, "close returned before every chunk had R copies"
+    # Every second copy came from the write itself: replication copied nothing, and the
+    # commit was fully redundant when it was made.
+    metrics = harness.scrape(cluster.manager.ready["metrics"])
+    assert metrics.get("mosafs_manager_replicated_bytes_total{}", 0) == 0
+    assert metrics['mosafs_manager_close_to_redundant_seconds_bucket{le=0.0}'] == \
+        metrics["mosafs_manager_close_to_redundant_seconds_count{}"] == 1
 
 
 def test_cluster_benefactor_killed_during_a_series(
@@ -124,7 +130,7 @@ def test_cluster_optimistic_data_survives_a_failure_after_replication(
         cluster_factory: list[Cluster], tmp_path: Path) -> None:
     cluster = start_cluster(tmp_path)
     cluster_factory.append(cluster)
-    mnt = cluster.mount("mnt")
+    mnt = cluster.mount("mnt", "--write-semantics", "optimistic")
     files = {f"f{i}": _data(10 + i, 2 * MiB) for i in range(3)}
     for name, data in files.items():
         (mnt / name).write_bytes(data)

@@ -27,7 +27,7 @@ import pytest
 from tests.harness import cli_json
 
 MiB = 1 << 20
-SIZE = 256 * MiB  # the 1 GiB, smaller for CI: the pause makes the timing certain
+SIZE = 1024 * MiB  # the 1 GiB; the pause at PAUSE_AT makes the timing certain
 PAUSE_AT = 64 * MiB
 UP_ARGS = ("--benefactors", "2", "--replication", "1")
 WAITING = "waiting for 1 file open for writing to be closed and committed"

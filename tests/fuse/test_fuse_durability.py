@@ -9,6 +9,7 @@ can hide a lost chunk.
 
 from __future__ import annotations
 
+import errno
 import os
 import signal
 import subprocess
@@ -180,6 +181,38 @@ def test_fuse_a_full_benefactor_is_no_target(
         assert (reader / name).read_bytes() == data
     stats = harness.cli_json("stats", str(cluster.mountpoint / "big.7"))
     assert stats["fully_redundant"], stats
+    text = harness.cli("status", "--data-dir", str(cluster.data_dir))
+    assert text.returncode == 0, text.stderr
+    small_line = next(line for line in text.stdout.splitlines() if line.startswith(small["id"]))
+    assert " FULL " in small_line and "% used" in small_line, text.stdout
+    assert "figures " in text.stdout and "last full scan" in text.stdout, text.stdout
+
+
+@pytest.fixture
+def tiny_disks(tmp_path: Path) -> Iterator[Path]:
+    """Both benefactors of a cluster on 48 MiB file systems of their own."""
+    if os.geteuid() != 0:
+        pytest.skip("mounting a small file system needs root")
+    disks = [_tmpfs(tmp_path / "data" / "benefactors" / f"b{i}", "48M") for i in range(2)]
+    for disk in disks:
+        next(disk)
+    yield tmp_path / "data" / "benefactors"
+    for disk in disks:
+        next(disk, None)
+
+
+def test_fuse_enospc_only_when_the_pool_has_no_room(
+        tiny_disks: Path, up: Callable[..., UpCluster]) -> None:
+    """A pool whose benefactors are all full fails the write with ENOSPC (not EIO, not a
+    hang), and what was closed before stays whole."""
+    cluster = up("--benefactors", "2", "--replication", "1",
+                 expected_noise=[r"No space left|is full|no space|not enough space"])
+    kept = _data("kept", 8 * MiB)
+    _write(cluster.mountpoint / "kept", kept)
+    with pytest.raises(OSError) as full:
+        _write(cluster.mountpoint / "too-big", _data("too big", 160 * MiB))
+    assert full.value.errno == errno.ENOSPC, full.value
+    assert (cluster.mountpoint / "kept").read_bytes() == kept
 
 
 def test_fuse_optimistic_close_then_a_kill_loses_nothing(

@@ -429,12 +429,25 @@ class Replicator:
 
     def _run_group(self, source: str, target: str, source_address: str,
                    target_address: str, group: list[tuple[bytes, int]]) -> None:
+        copied = [False] * len(group)
+        try:
+            copied = self._copy_group(source, target, source_address, target_address, group)
+        except Exception:
+            log.exception("bug in a replication request %s -> %s", source, target)
+        finally:  # whatever happened, the ids are examined again and the slot is free
+            with self._lock:
+                self._running[source] -= 1
+                self._finished(group, copied, target)
+            self.wakeup.set()
+
+    def _copy_group(self, source: str, target: str, source_address: str,
+                    target_address: str, group: list[tuple[bytes, int]]) -> list[bool]:
+        """Ask SOURCE to push GROUP to TARGET and record the copies made; copied[i]."""
         ids = [cid for cid, _ in group]
-        nbytes = sum(n for _, n in group)
         copied, problem = [False] * len(ids), ""
         try:
             copied, problem = self._copy(source_address, target_address, ids,
-                                         copy_deadline(nbytes))
+                                         copy_deadline(sum(n for _, n in group)))
         except (Unavailable, DeadlineExceeded) as exc:
             log.info("replication %s -> %s: source unreachable: %s", source, target, exc)
             self._registry.avoid(source)
@@ -443,24 +456,19 @@ class Replicator:
             problem = "full"
         except MosafsError as exc:
             log.info("replication %s -> %s failed: %s", source, target, exc)
-        except Exception:
-            log.exception("bug in a replication request %s -> %s", source, target)
         if problem == "full":
             metrics.MANAGER_REPLICATION_FAILURES.labels("target-full").inc()
             self._registry.mark_full(target)
         elif problem == "unreachable":
             metrics.MANAGER_REPLICATION_FAILURES.labels("target-unreachable").inc()
             self._registry.avoid(target)
-        done = [(cid, n) for (cid, n), ok in zip(group, copied, strict=True) if ok]
+        done = [cid for cid, ok in zip(ids, copied, strict=True) if ok]
         try:
-            self._store.add_chunk_locations((cid, target) for cid, _ in done)
+            self._store.add_chunk_locations((cid, target) for cid in done)
         except MosafsError as exc:
             log.warning("recording %d copies on %s failed: %s", len(done), target, exc)
-            copied = [False] * len(group)
-        with self._lock:
-            self._running[source] -= 1
-            self._finished(group, copied, target)
-        self.wakeup.set()
+            return [False] * len(ids)
+        return copied
 
     def _finished(self, group: list[tuple[bytes, int]], copied: list[bool],
                   target: str) -> None:

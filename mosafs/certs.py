@@ -185,6 +185,20 @@ def role_of(cert_pem: bytes) -> tuple[str, str]:
     return role, str(names[0].value) if names else ""
 
 
+def _missing(path: Path, directory: Path, name: str) -> str:
+    """What to do about PATH of the identity NAME, missing from DIRECTORY."""
+    if not directory.is_dir():
+        return (f"no TLS directory {directory}: make one with `mosafs certs init --dir "
+                f"{directory}`, then `mosafs certs issue {name} --dir {directory} --role ROLE`")
+    if path.name == "ca.crt":
+        # Without the CA nothing can be issued or checked: `issue` would fail the same way.
+        return (f"{path} is missing: copy ca.crt from where the cluster's CA was made, or "
+                f"make a new CA with `mosafs certs init --dir {directory}` (and then every "
+                f"certificate with `mosafs certs issue`)")
+    return (f"{path} is missing (make it with `mosafs certs issue {name} --dir {directory} "
+            f"--role ROLE`)")
+
+
 def load(directory: Path, name: str) -> Identity:
     """The identity NAME of TLS directory DIRECTORY; clear errors for what is missing."""
     paths = [directory / "ca.crt", directory / f"{name}.crt", directory / f"{name}.key"]
@@ -193,8 +207,7 @@ def load(directory: Path, name: str) -> Identity:
         try:
             data.append(path.read_bytes())
         except FileNotFoundError:
-            raise NotFound(f"{path} is missing (make it with `mosafs certs issue {name} "
-                           f"--dir {directory} --role ROLE`)") from None
+            raise NotFound(_missing(path, directory, name)) from None
         except PermissionError:
             raise ConfigError(f"cannot read {path}: permission denied") from None
     role, common = role_of(data[1])

@@ -5,7 +5,8 @@ Each subcommand lives in the module that owns it and exposes `add_arguments(pars
 (`policy set`, `pool create`, ...) names them in GROUPS, each with its own help and
 examples. This file only wires them up. A MosafsError ends the command with its exit code
 and a one-line message, as does a bad argument (exit code 2) or an operating-system error
-(exit code 1); anything else is a bug and keeps its traceback.
+(exit code 1); output into a pipe whose reader has gone ends quietly with exit code 141;
+anything else is a bug and keeps its traceback.
 """
 
 from __future__ import annotations
@@ -37,7 +38,7 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
                    "  mosafs benefactor --data-dir /srv/chunks --manager mgr:7070 "
                    "--listen 0.0.0.0:7071\n"
                    "  mosafs benefactor --data-dir /srv/ssd --manager mgr:7070 --pool fast\n"
-                   "  mosafs benefactor list\n  mosafs benefactor drain b-3f2a"),
+                   "  mosafs benefactor list\n  mosafs benefactor drain 3f2a9c"),
     "mount": ("mosafs.client.main", "mount a mosafs cluster with FUSE",
               "  mosafs mount /mnt/ckpt --manager mgr:7070"),
     "stats": ("mosafs.admin.cluster", "dedupe figures of the newest version of a file",
@@ -74,7 +75,7 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
               "  mosafs bench write --memory --keep /tmp/bench-run\n"
               "  mosafs bench hash --json\n  mosafs bench hash --backend cpu --quick\n"
               "  mosafs bench hash --backend gpu --json\n"
-              "  mosafs bench backends --backends cpu,gpu --json\n"
+              "  mosafs bench backends --json\n"
               "  mosafs bench series --json --plot /tmp/figures\n"
               "  mosafs bench stripe --quick\n  mosafs bench clients --links none --json"),
 }
@@ -134,7 +135,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"mosafs {__version__}")
     parser.add_argument("--config", metavar="FILE",
-                        help="TOML configuration of the daemons (default $MOSAFS_CONFIG; "
+                        help="TOML configuration of the daemons, and the [admin] section of the "
+                             "admin commands (default $MOSAFS_CONFIG; "
                              "docs/operations.md)")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for name, (module_name, help_text, examples) in COMMANDS.items():
@@ -171,7 +173,27 @@ def _configure(parser: argparse.ArgumentParser, argv: list[str]) -> None:
         config.apply(COMMAND_PARSERS[command], command, Path(path) if path else None)
 
 
+# The exit status of a command whose reader went away (`mosafs versions F | head`): that
+# of a program killed by SIGPIPE (128 + 13), as `seq` or `cat` would end in the same pipe.
+# Not 0: the output was cut short, which `set -o pipefail` then sees as for any program.
+EXIT_BROKEN_PIPE = 128 + 13
+
+
 def main(argv: list[str] | None = None) -> None:
+    try:
+        try:
+            _main(argv)
+        finally:
+            sys.stdout.flush()  # a closed pipe raises here, inside the try, not at exit
+    except BrokenPipeError:
+        # No message, no traceback: the reader stopped reading on purpose. What is left
+        # to flush goes to /dev/null, so that Python's own flush at exit fails no more.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        sys.exit(EXIT_BROKEN_PIPE)
+
+
+def _main(argv: list[str] | None) -> None:
     argv = sys.argv[1:] if argv is None else argv
     parser = build_parser()
     try:
@@ -180,12 +202,15 @@ def main(argv: list[str] | None = None) -> None:
         print(f"mosafs: {exc.message}", file=sys.stderr)
         sys.exit(exc.exit_code)
     args = parser.parse_args(argv)
-    name = " ".join(filter(None, (args.command, getattr(args, "action", None))))
+    name = " ".join(filter(None, (args.command, getattr(args, "action", None),
+                                  getattr(args, "benchmark", None))))
     try:
         code: Any = args.run(args)
     except MosafsError as exc:
         print(f"mosafs {name}: {exc.message}", file=sys.stderr)
         sys.exit(exc.exit_code)
+    except BrokenPipeError:
+        raise  # the reader of our output went away: main() ends quietly
     except OSError as exc:  # the local system refused (a full disk, a permission)
         print(f"mosafs {name}: {exc}", file=sys.stderr)
         sys.exit(1)

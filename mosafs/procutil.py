@@ -30,6 +30,17 @@ _JSON_FIELDS = "%(asctime)s %(levelname)s %(name)s %(process)d %(message)s"
 _JSON_RENAMES = {"asctime": "time", "levelname": "level", "name": "logger", "process": "pid"}
 
 
+def python_command(module: str = "mosafs", *args: str) -> list[str]:
+    """`python -P -m MODULE ARGS` with this interpreter: how every mosafs process starts
+    another one (`mosafs up`'s children, the benchmarks' processes).
+
+    -P (Python 3.11): the child's current directory is not put first on sys.path. Without
+    it a folder named `mosafs` there (the directory a user cloned into, say) would be
+    imported instead of the installed package. The package must be importable without the
+    current directory: installed (scripts/setup.sh), or on PYTHONPATH."""
+    return [sys.executable, "-P", "-m", module, *args]
+
+
 def setup_logging(level: str = "INFO", fmt: str = "text") -> None:
     """Log records at LEVEL and above to stderr, as text lines or JSON lines (FMT)."""
     handler = logging.StreamHandler(sys.stderr)

@@ -6,8 +6,8 @@
 #                  --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 -d .whl \
 #                  blake3 trio outcome sniffio sortedcontainers attrs idna lmdb cachetools \
 #                  platformdirs grpcio protobuf humanfriendly tqdm   (versions of .venv)
-#                mkdir -p .devcarry/vectors && cp ../shared/vectors/chunking-v1.json .devcarry/vectors/
-#   There:       bash scripts/device_bench.sh        (carry: .whl .devcarry)
+#   There:       bash scripts/device_bench.sh        (carry: .whl; the test vectors travel
+#                with the repository, tests/vectors/)
 #
 # Emulated links: network namespaces where the machine lets us make them (root, iproute2),
 # else the benefactors' ingest limit (the JSON says which); the series also on loopback.
@@ -21,9 +21,6 @@ if [ -d .whl ]; then  # ours shadow the machine's (the generated code needs this
     $PY -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site \
         .whl/*.whl || exit 1
     export PYTHONPATH=/tmp/site:$PWD
-fi
-if [ ! -f ../shared/vectors/chunking-v1.json ] && [ -f .devcarry/vectors/chunking-v1.json ]; then
-    mkdir -p ../shared/vectors && cp .devcarry/vectors/chunking-v1.json ../shared/vectors/
 fi
 PLOT=(--plot "$OUT")
 $PY -c "import matplotlib" 2>/dev/null || PLOT=()

@@ -7,9 +7,9 @@
 #                (pinned to the versions of .venv), a pyfuse3 wheel built with Python 3.12
 #                (`python3.12 -m pip wheel --no-deps -w .whl pyfuse3`), the FUSE library and
 #                tools as Debian packages (`cd .devcarry/debs && apt-get download libfuse3-3
-#                fuse3`) for the mount tests, and
-#                mkdir -p .devcarry/vectors && cp ../shared/vectors/chunking-v1.json .devcarry/vectors/
-#                (both folders ignored by git: .whl in .gitignore, .devcarry in .git/info/exclude)
+#                fuse3`) for the mount tests (both folders ignored by git: .whl in
+#                .gitignore, .devcarry in .git/info/exclude); the test vectors travel with
+#                the repository (tests/vectors/)
 #   There:       bash scripts/device_gpu_check.sh        (carry: .whl .devcarry)
 #
 # Steps, each with its own time limit so that one hang does not cost the others:
@@ -39,9 +39,6 @@ if [ -d .whl ] && ! $PY -c "import blake3" 2>/dev/null; then
     export PYTHONPATH=/tmp/site:$PWD
 else
     export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
-fi
-if [ ! -f ../shared/vectors/chunking-v1.json ] && [ -f .devcarry/vectors/chunking-v1.json ]; then
-    mkdir -p ../shared/vectors && cp .devcarry/vectors/chunking-v1.json ../shared/vectors/
 fi
 
 if [ -d .devcarry/debs ]; then  # libfuse3 and fusermount3 for the mount tests

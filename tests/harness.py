@@ -1,8 +1,10 @@
 """Starting real mosafs processes for tests, and failing on noise in their output.
 
-Every process is started with `python -m mosafs ...`, on loopback port 0, with --ready-file;
-its stderr goes to a log file. `stop()` sends SIGTERM, waits, and asserts the log holds no
-traceback and no WARNING/ERROR/CRITICAL line except those a test declares expected.
+Every process is started with `python -P -m mosafs ...` (as mosafs starts its own children,
+mosafs.procutil.python_command: no folder of the current directory can stand in for the
+package), on loopback port 0, with --ready-file; its stderr goes to a log file. `stop()`
+sends SIGTERM, waits, and asserts the log holds no traceback and no WARNING/ERROR/CRITICAL
+line (nor a gRPC GOAWAY) except those a test declares expected.
 """
 
 from __future__ import annotations
@@ -19,8 +21,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-# Ours (logging's level names), and gRPC C-core's own error lines ("E1124 06:03:43.5 ...").
-NOISE = re.compile(r"Traceback|\b(WARNING|ERROR|CRITICAL)\b|^[EF]\d{4} \d\d:\d\d:\d\d")
+# Ours (logging's level names), gRPC C-core's own error lines ("E1124 06:03:43.5 ..."), and
+# a server hanging up on a client for pinging too often ("too_many_pings": keepalive
+# settings that disagree) or any GOAWAY gRPC C-core itself logs, at whatever verbosity. A
+# line of ours that quotes an RPC's failure ("GOAWAY received" from a peer stopping, which
+# a test may do on purpose) is judged by its level, as any other.
+NOISE = re.compile(r"Traceback|\b(WARNING|ERROR|CRITICAL)\b|^[EF]\d{4} \d\d:\d\d:\d\d"
+                   r"|too_many_pings|ENHANCE_YOUR_CALM|^[DIWEF]\d{4} \d\d:\d\d:\d\d.*GOAWAY")
 
 
 @dataclass
@@ -75,8 +82,9 @@ class Proc:
 
 
 def start(name: str, args: Iterable[str], workdir: Path, *, timeout: float = 60,
-          env: dict[str, str] | None = None) -> Proc:
-    """Start `python -m mosafs ARGS --ready-file ...` and wait until it is ready."""
+          env: dict[str, str] | None = None, cwd: Path | None = None) -> Proc:
+    """Start `python -P -m mosafs ARGS --ready-file ...` (in CWD, default this process's
+    current directory) and wait until it is ready."""
     workdir.mkdir(parents=True, exist_ok=True)
     ready_file = workdir / f"{name}.ready.json"
     ready_file.unlink(missing_ok=True)
@@ -84,11 +92,11 @@ def start(name: str, args: Iterable[str], workdir: Path, *, timeout: float = 60,
     args = list(args)
     if args and args[0] in ("manager", "benefactor", "mount") and "--tls-dir" not in args:
         args.append("--insecure")  # processes started on their own: plaintext unless told
-    cmd = [sys.executable, "-m", "mosafs", *args, "--ready-file", str(ready_file)]
+    cmd = [sys.executable, "-P", "-m", "mosafs", *args, "--ready-file", str(ready_file)]
     full_env = {**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})}
     with open(log_path, "wb") as log:
         popen = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=full_env,
-                                 start_new_session=True)
+                                 start_new_session=True, cwd=cwd)
     proc = Proc(name, popen, log_path)
     deadline = time.monotonic() + timeout
     while not ready_file.exists():
@@ -104,9 +112,9 @@ def start(name: str, args: Iterable[str], workdir: Path, *, timeout: float = 60,
 
 def cli(*args: str, timeout: float = 120,
         env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    """Run `python -m mosafs ARGS` to the end; its output as text."""
+    """Run `python -P -m mosafs ARGS` to the end; its output as text."""
     full_env = {**os.environ, **(env or {})}
-    return subprocess.run([sys.executable, "-m", "mosafs", *args], capture_output=True,
+    return subprocess.run([sys.executable, "-P", "-m", "mosafs", *args], capture_output=True,
                           text=True, timeout=timeout, env=full_env)
 
 

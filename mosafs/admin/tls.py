@@ -68,8 +68,13 @@ def run_issue(args: argparse.Namespace) -> int:
 
 def run_list(args: argparse.Namespace) -> int:
     from mosafs.certs import role_of
-    from mosafs.errors import ConfigError
+    from mosafs.errors import ConfigError, NotFound
 
+    if not args.dir.exists():
+        raise NotFound(f"no TLS directory {args.dir} (make one with `mosafs certs init --dir "
+                       f"{args.dir}`)")
+    if not args.dir.is_dir():
+        raise ConfigError(f"{args.dir} is not a directory")
     out: list[dict[str, Any]] = []
     for path in sorted(args.dir.glob("*.crt")):
         if path.name == "ca.crt":
@@ -83,5 +88,7 @@ def run_list(args: argparse.Namespace) -> int:
 
 
 def _print_list(report: dict[str, Any]) -> None:
+    if not report["certificates"]:
+        print(f"no certificates in {report['dir']} (`mosafs certs issue` makes them)")
     for cert in report["certificates"]:
         print(f"{cert['file']:<24} {cert['role']}")

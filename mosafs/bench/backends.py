@@ -110,3 +110,23 @@ def _check_same_chunks(results: dict[str, Any]) -> None:
             for r in results.values()}
     if len(seen) > 1:
         raise BenchError(f"backends cut the same bytes differently: {results}")
+
+
+def format_table(result: dict[str, Any]) -> str:
+    """RESULT for people: a row per backend and checkpoint (`--json` gives every figure)."""
+    size = result["params"]["size_bytes"]
+    lines = [f"{result['benchmark']}: two checkpoints of {size / (1 << 20):.0f} MiB each "
+             f"(new bytes, then {EDITS} small edits), 1 MiB writes", "",
+             f"{'backend':<8}  {'checkpoint':<10}  {'mount CPU s/GiB':>15}  {'wall s':>7}  "
+             f"{'ASB MB/s':>8}  {'chunks':>6}  {'deduped':>7}"]
+    for backend, figures in result["backends"].items():
+        for name in ("new", "checkpoint"):
+            f = figures[name]
+            lines.append(f"{backend:<8}  {name:<10}  {f['cpu_s_per_gib']:>15.3f}  "
+                         f"{f['wall_s']:>7.2f}  {f['asb_mb_s']:>8.0f}  {f['chunks']:>6}  "
+                         f"{f['shared_chunks']:>7}")
+    for backend, reason in result.get("skipped", {}).items():
+        lines.append(f"{backend:<8}  skipped: {reason}")
+    if len(result["backends"]) > 1:
+        lines.append("every backend made the same chunks (checked)")
+    return "\n".join(lines)

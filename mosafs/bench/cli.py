@@ -3,15 +3,19 @@
     mosafs bench write [--quick] [--json] [--size-mib N] [--memory] [--keep DIR]
     mosafs bench hash [--backend auto|cpu|gpu|oracle|all] [--quick] [--json] [--spec SPEC]
     mosafs bench backends [--backends cpu,gpu] [--size-mib N] [--json]
+    mosafs bench durability [--files N] [--file-mib N] [--kill-mib N] [--json]
     mosafs bench series|stripe|clients [--quick] [--json] [--plot DIR]
-                                       [--links netns|none]
+                                       [--links auto|netns|ratelimit|none]
 
 `write` starts real processes (a cluster and a null FUSE file system) and measures the
 mount; `series`, `stripe` and `clients` reproduce the stdchk and MosaStore evaluations
 (mosafs/bench/storage.py) on a testbed of their own, behind emulated links; `hash`
 measures content addressing (cut points + BLAKE3 ids) in-process on the CPU and the GPU
 (mosafs/bench/hash.py says what each figure means). `--backend gpu` where no GPU is usable
-is an error with the reason (exit code 2), never a CPU run.
+is an error with the reason (exit code 2), never a CPU run; `backends` compares cpu, and
+gpu where one is usable, unless told which. Each prints a table for people, or one JSON
+object with every figure with --json. Sizes and counts are checked as they are parsed
+(>= 1, a one-line error with exit code 2), so no value silently means "the default".
 
 Imports stay light here: the benchmark modules load only when a benchmark runs
 (mosafs.bench.hash imports numpy and mosafs.chunking only in its functions).
@@ -22,11 +26,14 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from mosafs.argtypes import bounded_int
 from mosafs.bench import hash as hash_bench
+
+MAX_MIB = 1 << 20  # the largest size in MiB a benchmark takes (1 TiB)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -45,13 +52,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         "mean little")
     w.add_argument("--json", action="store_true", help="print only the JSON object on stdout")
     w.add_argument("--plot", type=Path, metavar="DIR", help="write a PNG figure into DIR")
-    w.add_argument("--size-mib", type=int,
+    w.add_argument("--size-mib", type=bounded_int(1, MAX_MIB),
                    help="file size for the writes and reads (default 1024; --quick: 64)")
     w.add_argument("--memory", action="store_true",
                    help="also write a large file for the mount's peak RSS "
                         "(default 4096 MiB; --quick: 256)")
-    w.add_argument("--memory-mib", type=int, help="size of the --memory file")
-    w.add_argument("--repeat", type=int,
+    w.add_argument("--memory-mib", type=bounded_int(1, MAX_MIB),
+                   help="size of the --memory file")
+    w.add_argument("--repeat", type=bounded_int(1, 1000),
                    help="null file system runs per figure, best reported (default 3; --quick: 1)")
     w.add_argument("--keep", type=Path, metavar="DIR",
                    help="run in DIR (empty or absent) and keep data, logs and result.json there")
@@ -85,12 +93,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                     "with a few edits (1 MiB writes); reports the mount process's CPU "
                     "seconds per GiB, wall time and bandwidth, and checks every backend "
                     "made the same chunks. Prints one JSON object with --json.",
-        epilog="examples:\n  mosafs bench backends --backends cpu,gpu --json\n"
-               "  mosafs bench backends --backends cpu --size-mib 256",
+        epilog="examples:\n  mosafs bench backends\n  mosafs bench backends --json\n"
+               "  mosafs bench backends --backends cpu,gpu --size-mib 256",
         formatter_class=argparse.RawDescriptionHelpFormatter)
-    b.add_argument("--backends", default="cpu,gpu",
-                   help="comma-separated hash backends to compare (default: cpu,gpu)")
-    b.add_argument("--size-mib", type=int, default=2048,
+    b.add_argument("--backends",
+                   help="comma-separated hash backends to compare (default: cpu, and gpu "
+                        "where one is usable; gpu named here without one is an error)")
+    b.add_argument("--size-mib", type=bounded_int(1, MAX_MIB), default=2048,
                    help="bytes of each written file, MiB (default 2048)")
     b.add_argument("--json", action="store_true", help="print only the JSON object on stdout")
     b.add_argument("--keep", type=Path, metavar="DIR",
@@ -186,7 +195,8 @@ def _add_storage_benchmarks(sub: Any) -> None:
         "  mosafs bench stripe --quick --widths 1,2")
     t.add_argument("--size-mib", type=bounded_int(1, 1024),
                    help="file size (default 1024; --quick: 32)")
-    t.add_argument("--widths", default="1,2,3,4", help="stripe widths (default 1,2,3,4)")
+    t.add_argument("--widths", type=_numbers(1, 16), default="1,2,3,4",
+                   help="stripe widths, 1..16 each (default 1,2,3,4)")
     c = _storage_parser(
         sub, "clients", "N concurrent writers (1 to 8) of 100 MiB files: aggregate "
         "throughput, manager transactions per second, errors",
@@ -194,20 +204,22 @@ def _add_storage_benchmarks(sub: Any) -> None:
         "  mosafs bench clients --quick --writers 1,2")
     c.add_argument("--size-mib", type=bounded_int(1, 1024),
                    help="file size (default 100; --quick: 16)")
-    c.add_argument("--writers", default="1,2,4,8", help="writer counts (default 1,2,4,8)")
+    c.add_argument("--writers", type=_numbers(1, 64), default="1,2,4,8",
+                   help="writer counts, 1..64 each (default 1,2,4,8)")
 
 
-def _numbers(text: str, low: int, high: int, what: str) -> tuple[int, ...]:
-    from mosafs.errors import ConfigError
-
-    try:
-        values = tuple(int(v) for v in text.split(",") if v.strip())
-    except ValueError:
-        raise ConfigError(f"{what}: a comma-separated list of whole numbers, "
-                          f"got {text!r}") from None
-    if not values or any(not low <= v <= high for v in values):
-        raise ConfigError(f"{what}: numbers {low}..{high}, got {text!r}")
-    return values
+def _numbers(low: int, high: int) -> Callable[[str], tuple[int, ...]]:
+    """An argparse type: a comma-separated list of whole numbers in LOW..HIGH."""
+    def parse(text: str) -> tuple[int, ...]:
+        try:
+            values = tuple(int(v) for v in text.split(",") if v.strip())
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"a comma-separated list of whole numbers, "
+                                             f"got {text!r}") from None
+        if not values or any(not low <= v <= high for v in values):
+            raise argparse.ArgumentTypeError(f"numbers {low}..{high}, got {text!r}")
+        return values
+    return parse
 
 
 def _run_storage(args: argparse.Namespace) -> int:
@@ -232,9 +244,9 @@ def _run_storage(args: argparse.Namespace) -> int:
         keep=args.keep, command=" ".join(["mosafs", "bench", *sys.argv[2:]]))
     mib = 1 << 20
     if args.storage == "series":
-        workload = Workload(args.workload, (args.size_mib or (16 if args.quick else 256)) * mib,
-                            args.steps or (3 if args.quick else 5), args.change, args.regions,
-                            args.insertions).check()
+        workload = Workload(args.workload, _given(args.size_mib, 16 if args.quick else 256)
+                            * mib, _given(args.steps, 3 if args.quick else 5), args.change,
+                            args.regions, args.insertions).check()
         configs = None
         if args.configs:
             wanted = [c.strip() for c in args.configs.split(",") if c.strip()]
@@ -251,17 +263,20 @@ def _run_storage(args: argparse.Namespace) -> int:
         result = storage.run_series(options, workload, stripe_width=args.stripe_width,
                                     configs=configs)
     elif args.storage == "stripe":
-        result = storage.run_stripe(options, (args.size_mib or (32 if args.quick else 1024))
-                                    * mib, _numbers(args.widths, 1, 16, "--widths"))
+        result = storage.run_stripe(options, _given(args.size_mib, 32 if args.quick else 1024)
+                                    * mib, args.widths)
     else:
-        result = storage.run_clients(options, (args.size_mib or (16 if args.quick else 100))
-                                     * mib, _numbers(args.writers, 1, 64, "--writers"))
+        result = storage.run_clients(options, _given(args.size_mib, 16 if args.quick else 100)
+                                     * mib, args.writers)
     if args.plot:
         from mosafs.bench.plots import plot
 
         result["figures"] = [str(p) for p in plot(result, args.plot)]
-    json.dump(result, sys.stdout, indent=None if args.json else 2)
-    print()
+    if args.json:
+        json.dump(result, sys.stdout)
+        print()
+    else:
+        print(storage.format_table(result))
     return 0  # a missed target is a figure, not a failure: see "targets" in the JSON
 
 
@@ -269,20 +284,22 @@ def run(args: argparse.Namespace) -> int:
     return int(args.bench_run(args))
 
 
+def _given(value: int | None, default: int) -> int:
+    return default if value is None else value
+
+
 def _run_write(args: argparse.Namespace) -> int:
     from mosafs.bench.write import Options, format_table, run_benchmark
-    from mosafs.errors import ConfigError
     from mosafs.procutil import setup_logging
 
     setup_logging(args.log_level)
     mib = 1 << 20
-    size = (args.size_mib or (64 if args.quick else 1024)) * mib
+    # Sizes and counts given are >= 1 (their argparse types); None: the default.
+    size = _given(args.size_mib, 64 if args.quick else 1024) * mib
     memory = None
-    if args.memory or args.memory_mib:
-        memory = (args.memory_mib or (256 if args.quick else 4096)) * mib
-    repeat = args.repeat or (1 if args.quick else 3)
-    if size < mib or repeat < 1 or (memory is not None and memory < mib):
-        raise ConfigError("--size-mib and --memory-mib must be >= 1, --repeat >= 1")
+    if args.memory or args.memory_mib is not None:
+        memory = _given(args.memory_mib, 256 if args.quick else 4096) * mib
+    repeat = _given(args.repeat, 1 if args.quick else 3)
     options = Options(size=size, memory_size=memory, repeat=repeat, keep=args.keep,
                       quick=args.quick, tls=not args.insecure)
     result = run_benchmark(options, command=" ".join(["mosafs", *sys.argv[1:]])
@@ -311,22 +328,38 @@ def _run_durability(args: argparse.Namespace) -> int:
 
 
 def _run_backends(args: argparse.Namespace) -> int:
-    from mosafs.bench.backends import run_benchmark
-    from mosafs.chunking import BACKEND_CHOICES, resolve_backend
-    from mosafs.errors import ConfigError
+    from mosafs.bench.backends import format_table, run_benchmark
     from mosafs.procutil import setup_logging
 
     setup_logging(args.log_level)
-    backends = [b.strip() for b in args.backends.split(",") if b.strip()]
+    backends, skipped = _backends(args.backends)
+    result = run_benchmark(backends, args.size_mib << 20, args.keep,
+                           command=" ".join(["mosafs", "bench", *sys.argv[2:]]))
+    result["skipped"] = skipped
+    if args.json:
+        json.dump(result, sys.stdout)
+        print()
+    else:
+        print(format_table(result))
+    return 0
+
+
+def _backends(text: str | None) -> tuple[list[str], dict[str, str]]:
+    """The hash backends to compare, and those left out with the reason. Named ones must
+    all run here (gpu without one: the reason, before anything starts); by default cpu,
+    and gpu where one is usable, as `bench hash` does."""
+    from mosafs.chunking import BACKEND_CHOICES, resolve_backend
+    from mosafs.errors import ConfigError
+
+    if text is None:
+        from mosafs.chunking.gpu import GpuBackend
+
+        reason = GpuBackend.unavailable_reason()
+        return (["cpu"], {"gpu": reason}) if reason else (["cpu", "gpu"], {})
+    backends = [b.strip() for b in text.split(",") if b.strip()]
     if not backends or any(b not in BACKEND_CHOICES for b in backends):
         raise ConfigError("--backends takes a comma-separated list of "
                           + ", ".join(BACKEND_CHOICES))
     for backend in backends:
-        resolve_backend(backend)  # gpu without one: the reason, before anything starts
-    if args.size_mib < 1:
-        raise ConfigError("--size-mib must be >= 1")
-    result = run_benchmark(backends, args.size_mib << 20, args.keep,
-                           command=" ".join(["mosafs", "bench", *sys.argv[2:]]))
-    json.dump(result, sys.stdout, indent=None if args.json else 2)
-    print()
-    return 0
+        resolve_backend(backend)
+    return backends, {}

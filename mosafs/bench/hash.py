@@ -76,11 +76,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help="print only the JSON object")
     parser.add_argument("--plot", type=Path, metavar="DIR", help="write a PNG figure into DIR")
     parser.add_argument("--spec", help="chunker spec (default cdc:262144:1048576:4194304)")
-    parser.add_argument("--cpu-mib", type=int, help="CPU input size (default 512; quick 64)")
-    parser.add_argument("--gpu-gib", type=int, help="GPU end-to-end input (default 8; quick 1)")
-    parser.add_argument("--kernel-mib", type=int,
+    from mosafs.argtypes import bounded_int
+
+    parser.add_argument("--cpu-mib", type=bounded_int(1, 1 << 20),
+                        help="CPU input size (default 512; quick 64)")
+    parser.add_argument("--gpu-gib", type=bounded_int(1, 1 << 10),
+                        help="GPU end-to-end input (default 8; quick 1)")
+    parser.add_argument("--kernel-mib", type=bounded_int(1, 1 << 20),
                         help="kernels-alone buffer size (default 1024; quick 256)")
-    parser.add_argument("--repeat", type=int, help="runs per figure (default 3; quick 1)")
+    parser.add_argument("--repeat", type=bounded_int(1, 1000),
+                        help="runs per figure (default 3; quick 1)")
 
 
 def run(args: argparse.Namespace) -> int:

@@ -15,13 +15,13 @@ import os
 import shutil
 import signal
 import subprocess
-import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from mosafs.errors import MosafsError
+from mosafs.procutil import python_command
 
 log = logging.getLogger("mosafs.bench")
 
@@ -222,8 +222,8 @@ class NullFs:
         self.path = self.mountpoint / "data"
         self.daemon = Daemon(
             "nullfs",
-            [sys.executable, "-m", "mosafs.bench.nullfs", str(self.mountpoint),
-             "--ready-file", str(workdir / "nullfs.ready.json")],
+            python_command("mosafs.bench.nullfs", str(self.mountpoint),
+                           "--ready-file", str(workdir / "nullfs.ready.json")),
             workdir / "nullfs.ready.json", workdir / "nullfs.log")
 
     def start(self) -> None:
@@ -257,9 +257,9 @@ class UpCluster:
         self.starts += 1
         self.daemon = Daemon(
             "up",
-            [sys.executable, "-m", "mosafs", "up", str(self.mountpoint),
-             "--data-dir", str(self.data_dir), "--ready-file",
-             str(self.workdir / "up.ready.json"), *self.up_args],
+            python_command("mosafs", "up", str(self.mountpoint),
+                           "--data-dir", str(self.data_dir), "--ready-file",
+                           str(self.workdir / "up.ready.json"), *self.up_args),
             self.workdir / "up.ready.json", self.workdir / "up.log")
         try:
             ready = self.daemon.start()

@@ -22,7 +22,6 @@ import datetime
 import json
 import statistics
 import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -35,6 +34,7 @@ from mosafs.bench.testbed import Links, Testbed
 from mosafs.bench.workloads import Workload
 from mosafs.bench.write import _work_dir, git_info, machine_info, progress
 from mosafs.chunking.spec import DEFAULT_SPEC
+from mosafs.procutil import python_command
 
 MiB = 1 << 20
 AVERAGES = (256 * 1024, MiB, 4 * MiB)
@@ -102,8 +102,8 @@ class Writers:
         log_path = self.workdir / f"writer-{self.count}.log"
         with open(log_path, "wb") as log_file:
             popen = subprocess.Popen(
-                [*self.bed.prefix(self.bed.client_ns), sys.executable, "-m",
-                 "mosafs.bench.writer", str(job_path), str(out_path)],
+                [*self.bed.prefix(self.bed.client_ns),
+                 *python_command("mosafs.bench.writer", str(job_path), str(out_path))],
                 stdout=log_file, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                 start_new_session=True)
         _record(f"writer-{self.count}", popen.pid)
@@ -336,3 +336,91 @@ def _concurrent(bed: Testbed, writers: Writers, count: int, size: int) -> dict[s
         "client_cpu_s": round(sum(f["cpu_s"] for f in files), 2),
         "errors": errors,
     }
+
+
+# --- the table printed without --json --------------------------------------------------------
+
+def format_table(result: dict[str, Any]) -> str:
+    """RESULT of series, stripe or clients for people: what was run, a row per run, and
+    the targets (`--json` gives every figure, steps included)."""
+    name = result["benchmark"].rsplit(" ", 1)[-1]
+    headers, rows = {"series": _series_rows, "stripe": _stripe_rows,
+                     "clients": _clients_rows}[name](result["runs"])
+    lines = [_setting(result), "", *_columns(headers, rows), "", *_targets(result)]
+    if result.get("figures"):
+        lines.append("figures: " + ", ".join(result["figures"]))
+    lines.append("MB/s = 10^6 bytes/s; --json prints every figure (each step, CPU, bytes)")
+    return "\n".join(lines)
+
+
+def _setting(result: dict[str, Any]) -> str:
+    params = result["params"]
+    links = params.get("links")
+    where = (f"{links['rate_bit_s'] / 1e9:g} Gbit/s links per benefactor ({links['mode']})"
+             if links else "loopback")
+    workload = params.get("workload")
+    what = (f"{workload['kind']} workload, {workload['steps']} x {_mib(workload['size'])}"
+            if isinstance(workload, dict) else f"files of {_mib(params['file_bytes'])}")
+    gpu = f"; GPU {params['gpu']}" if "gpu" in params else ""
+    return f"{result['benchmark']}: {what}, {where}{'; quick' if params['quick'] else ''}{gpu}"
+
+
+def _series_rows(runs: list[dict[str, Any]]) -> tuple[list[str], list[list[str]]]:
+    headers = ["configuration", "chunker", "step 1 ASB", "later ASB", "later OAB",
+               "similarity", "sent", "stored", "errors"]
+    rows = [[r["config"], r["chunker"], _rate(r["first"]["asb_mb_s"]),
+             _rate(r["later"]["asb_mb_s"]) if r["later"]["files"] else "-",
+             _rate(r["later"]["oab_mb_s"]) if r["later"]["files"] else "-",
+             f"{r['later']['similarity']:.0%}" if r["later"]["files"] else "-",
+             _mib(r["bytes_sent"]), _mib(r["bytes_stored"]), str(len(r["errors"]))]
+            for r in runs]
+    return headers, rows
+
+
+def _stripe_rows(runs: list[dict[str, Any]]) -> tuple[list[str], list[list[str]]]:
+    headers = ["stripe width", "files", "OAB", "ASB", "client CPU s", "errors"]
+    rows = [[str(r["stripe_width"]), str(r["files"]), _rate(r["oab_mb_s"]),
+             _rate(r["asb_mb_s"]), f"{r['client_cpu_s']:.1f}", str(len(r["errors"]))]
+            for r in runs]
+    return headers, rows
+
+
+def _clients_rows(runs: list[dict[str, Any]]) -> tuple[list[str], list[list[str]]]:
+    headers = ["writers", "aggregate", "per writer ASB", "manager tx/s", "errors"]
+    rows = []
+    for r in runs:
+        each = r.get("per_writer_asb_mb_s") or []
+        spread = f"{min(each):.0f}..{max(each):.0f} MB/s" if each else "-"
+        rows.append([str(r["writers"]), _rate(r["aggregate_mb_s"]), spread,
+                     f"{r.get('manager_transactions_per_s', 0):.1f}", str(len(r["errors"]))])
+    return headers, rows
+
+
+def _columns(headers: list[str], rows: list[list[str]]) -> list[str]:
+    """Aligned columns: the first left-aligned, the figures right-aligned."""
+    widths = [max(len(row[i]) for row in [headers, *rows]) for i in range(len(headers))]
+
+    def line(cells: list[str]) -> str:
+        return "  ".join(c.ljust(w) if i == 0 else c.rjust(w)
+                         for i, (c, w) in enumerate(zip(cells, widths, strict=True))).rstrip()
+    return [line(headers), *map(line, rows)]
+
+
+def _targets(result: dict[str, Any]) -> list[str]:
+    targets = result.get("targets") or {}
+    if not targets:
+        return ["targets: none measured (the runs they compare were not all made)"]
+    lines = ["targets:"]
+    for name, figures in targets.items():
+        shown = ", ".join(f"{k} {v}" for k, v in figures.items() if k != "pass")
+        verdict = ("  PASS" if figures["pass"] else "  FAIL") if "pass" in figures else ""
+        lines.append(f"  {name}: {shown}{verdict}")
+    return lines
+
+
+def _rate(mb_s: float) -> str:
+    return f"{mb_s:.0f} MB/s"
+
+
+def _mib(n: int) -> str:
+    return f"{n / MiB:.0f} MiB" if n >= MiB else f"{n} bytes"

@@ -30,13 +30,13 @@ import os
 import re
 import shutil
 import subprocess
-import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from mosafs.bench.procs import BenchError, Daemon, alive, kill_pids, log
+from mosafs.procutil import python_command
 
 PREFIX = "mbench-"
 SUBNET = "10.213"
@@ -140,9 +140,9 @@ class Testbed:
     def _daemon(self, name: str, ns: str | None, args: list[str]) -> Daemon:
         ready = self.workdir / f"{name}.ready.json"
         # Plaintext: the benchmarks measure the storage path (docs/benchmarks.md).
-        return Daemon(name, [*self.prefix(ns), sys.executable, "-m", "mosafs", *args,
-                             "--ready-file", str(ready), "--log-level", "WARNING",
-                             "--insecure"],
+        return Daemon(name, [*self.prefix(ns), *python_command(
+                                 "mosafs", *args, "--ready-file", str(ready),
+                                 "--log-level", "WARNING", "--insecure")],
                       ready, self.workdir / f"{name}.log")
 
     def start(self) -> Testbed:
@@ -182,8 +182,8 @@ class Testbed:
 
     def admin(self, *args: str) -> Any:
         """`mosafs ARGS --manager ADDRESS --json` run where the writers run."""
-        cmd = [*self.prefix(self.client_ns), sys.executable, "-m", "mosafs", *args,
-               "--manager", self.address, "--json", "--insecure"]
+        cmd = [*self.prefix(self.client_ns), *python_command(
+            "mosafs", *args, "--manager", self.address, "--json", "--insecure")]
         done = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
         if done.returncode != 0:
             raise BenchError(f"mosafs {' '.join(args)}: {done.stderr.strip()}")

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import time
 from collections.abc import Callable
 from concurrent import futures
@@ -14,6 +15,7 @@ import grpc
 
 from mosafs import metrics
 from mosafs.certs import SERVER_NAME
+from mosafs.errors import ConfigError
 from mosafs.rpc import security
 
 log = logging.getLogger(__name__)
@@ -22,12 +24,28 @@ MiB = 1 << 20
 # The largest chunk a chunker spec may ask for is 64 MiB (mosafs.chunking.spec.MAX_CHUNK);
 # a message carries one chunk plus a little framing.
 MAX_MESSAGE_BYTES = 64 * MiB + 64 * 1024
+KEEPALIVE_ENV = "MOSAFS_GRPC_KEEPALIVE_MS"
+
+
+def _keepalive_ms() -> int:
+    """How often each end pings a connection: 30 s, or $MOSAFS_GRPC_KEEPALIVE_MS (for
+    tests, which must see in seconds what a deployment sees after minutes; it must then be
+    the same for every process, as servers accept pings by it too)."""
+    raw = os.environ.get(KEEPALIVE_ENV, "30000")
+    if not raw.isdigit() or not 100 <= int(raw) <= 3_600_000:
+        raise ConfigError(f"{KEEPALIVE_ENV} must be 100..3600000 milliseconds, got {raw!r}")
+    return int(raw)
+
+
+KEEPALIVE_MS = _keepalive_ms()
 
 _OPTIONS = [
     ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
     ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
     ("grpc.so_reuseport", 0),
-    ("grpc.keepalive_time_ms", 30_000),
+    # Both ends ping a connection every KEEPALIVE_MS, with calls or without, so that a
+    # peer that vanished (a host down, a NAT that forgot the flow) is noticed.
+    ("grpc.keepalive_time_ms", KEEPALIVE_MS),
     ("grpc.keepalive_permit_without_calls", 1),
     ("grpc.http2.max_pings_without_data", 0),
     # A peer that went away (a restarted manager) is tried again every 2 s at most, not
@@ -58,6 +76,15 @@ SERVICE_CONFIG = json.dumps({"methodConfig": [{
                     "retryableStatusCodes": ["UNAVAILABLE", "RESOURCE_EXHAUSTED"]},
 }]})
 _CHANNEL_OPTIONS = [*_OPTIONS, ("grpc.service_config", SERVICE_CONFIG)]
+# What a server accepts of those pings. By default a gRPC server wants no more than one
+# ping every 5 minutes on a connection without data (every 2 hours without calls, unless
+# keepalive_permit_without_calls, above, is set on the server too), counts each earlier
+# one as a strike, and after 2 strikes hangs up with GOAWAY ENHANCE_YOUR_CALM
+# "too_many_pings", which every idle client logged about 2 minutes after it connected.
+# Accept a ping every half keepalive interval: ours, even one that arrives a little
+# early, and not much more (a peer pinging faster still gets the strikes).
+_SERVER_OPTIONS = [*_OPTIONS,
+                   ("grpc.http2.min_ping_interval_without_data_ms", KEEPALIVE_MS // 2)]
 
 
 class _Timed(grpc.UnaryUnaryClientInterceptor, grpc.UnaryStreamClientInterceptor):  # type: ignore[misc]
@@ -112,7 +139,7 @@ def server(
     service in the RPC metrics; MAX_CONCURRENT_RPCS answers calls beyond it with
     RESOURCE_EXHAUSTED at once (None: no limit)."""
     identity = security.current()
-    srv = grpc.server(futures.ThreadPoolExecutor(max_workers=threads), options=_OPTIONS,
+    srv = grpc.server(futures.ThreadPoolExecutor(max_workers=threads), options=_SERVER_OPTIONS,
                       interceptors=[security.Policy(label, secure=identity is not None)],
                       maximum_concurrent_rpcs=max_concurrent_rpcs)
     add_servicer(srv)

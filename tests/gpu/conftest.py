@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 import random
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -17,6 +16,7 @@ import pytest
 
 from mosafs.chunking import Chunk
 from mosafs.chunking.gpu import probe_gpu
+from tests.conftest import VECTORS
 from tests.unit.test_chunking import triples as triples  # shared with the unit tests
 from tests.unit.test_chunking import vector_input as vector_input
 
@@ -25,18 +25,12 @@ GPU = [pytest.mark.gpu,
        pytest.mark.skipif(REASON is not None, reason=f"no usable GPU here: {REASON}")]
 
 MiB = 1 << 20
-_ROOT = Path(__file__).resolve().parents[2]
-VECTOR_PATHS = [_ROOT.parent / "shared" / "vectors" / "chunking-v1.json",
-                _ROOT / "shared" / "vectors" / "chunking-v1.json"]
 
 
 def load_vectors() -> list[dict[str, Any]]:
-    for path in VECTOR_PATHS:
-        if path.is_file():
-            cases: list[dict[str, Any]] = json.loads(path.read_text())["cases"]
-            assert cases
-            return cases
-    raise FileNotFoundError(f"chunking test vectors not found at {VECTOR_PATHS[0]} (DESIGN §5)")
+    cases: list[dict[str, Any]] = json.loads(VECTORS.read_text())["cases"]
+    assert cases, f"{VECTORS} holds no cases"
+    return cases
 
 
 def random_sizes(total: int, rng: random.Random, largest: int) -> Iterator[int]:

@@ -68,14 +68,15 @@ def test_cli_gpu_without_a_gpu_fails_with_one_line_naming_cupy() -> None:
     assert proc.stdout == ""  # nothing measured, not even the CPU
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1, proc.stderr
-    assert lines[0].startswith("mosafs bench: GPU hash backend requested but ")
+    assert lines[0].startswith("mosafs bench hash: GPU hash backend requested but ")
     assert "CuPy" in lines[0]
 
 
 def test_cli_bad_size_is_a_one_line_error() -> None:
     proc = mosafs("bench", "hash", "--backend", "cpu", "--cpu-mib", "0")
     assert proc.returncode == ConfigError.exit_code
-    assert proc.stderr.strip() == "mosafs bench: --cpu-mib must be >= 1, got 0"
+    assert proc.stderr.strip() == ("mosafs bench hash: argument --cpu-mib: must be "
+                                   "1..1048576, got '0' (see mosafs bench hash --help)")
 
 
 def test_cli_parser_stays_light() -> None:

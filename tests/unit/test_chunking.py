@@ -6,7 +6,6 @@ import itertools
 import json
 import random
 from collections.abc import Callable, Iterator
-from pathlib import Path
 from typing import Any
 
 import blake3
@@ -25,8 +24,8 @@ from mosafs.chunking import (
 )
 from mosafs.errors import ConfigError
 from mosafs.ids import chunk_id
+from tests.conftest import VECTORS
 
-VECTORS = Path(__file__).resolve().parents[3] / "shared" / "vectors" / "chunking-v1.json"
 MiB = 1 << 20
 
 
@@ -34,8 +33,8 @@ def _load_vectors() -> list[dict[str, Any]]:
     # Never skip: without the vectors nothing proves the chunker matches the contract.
     if not VECTORS.is_file():
         raise FileNotFoundError(
-            f"chunking test vectors not found at {VECTORS}: the shared/ folder (DESIGN §5) "
-            "must sit beside the repository checkout"
+            f"chunking test vectors not found at {VECTORS}: the repository carries them "
+            "(DESIGN §5, docs/design.md)"
         )
     cases: list[dict[str, Any]] = json.loads(VECTORS.read_text())["cases"]
     assert cases, f"{VECTORS} holds no cases"

@@ -7,6 +7,7 @@ reads the same in `--map-size 2M`, `map-size = "2M"` and MOSAFS_MANAGER_MAP_SIZE
 from __future__ import annotations
 
 import argparse
+import math
 import re
 from collections.abc import Callable
 from fractions import Fraction
@@ -81,3 +82,65 @@ def _name(size: int) -> str:
         if size >= unit and size % unit == 0:
             return f"{size // unit} {suffix}"
     return f"{size} bytes" if size != 1 else "1 byte"
+
+
+def named_int(what: str, low: int, high: int) -> Callable[[str], int]:
+    """An argparse type: a whole number in LOW..HIGH, refused in the words the manager uses
+    for the same bound ("replication must be 1..16, got '99'"), so that a value is refused
+    alike whichever side sees it first (a flag here, a request from another client)."""
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{what} must be a whole number "
+                                             f"{low}..{high}, got {text!r}") from None
+        if not low <= value <= high:
+            raise argparse.ArgumentTypeError(f"{what} must be {low}..{high}, got {text!r}")
+        return value
+    return parse
+
+
+def bounded_float(low: float, high: float = math.inf) -> Callable[[str], float]:
+    """An argparse type: a finite number (fractions allowed) in LOW..HIGH."""
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+        if not math.isfinite(value):
+            raise argparse.ArgumentTypeError(f"not a finite number: {text!r}")
+        if value < low:
+            raise argparse.ArgumentTypeError(f"must be at least {low:g}, got {text!r}")
+        if value > high:
+            raise argparse.ArgumentTypeError(f"must be at most {high:g}, got {text!r}")
+        return value
+    return parse
+
+
+# A minus sign, then a digit (or a point and a digit): -5, -1.5, -.5, and also -5d, -2G.
+_NEGATIVE_VALUE = re.compile(r"^-\.?\d")
+
+
+def take_negative_values(parser: argparse.ArgumentParser) -> None:
+    """Let PARSER's option values that start with a minus sign and a digit (-5d, -1.5G)
+    reach their option's type, which says what is wrong with them ("durations are
+    positive"). argparse takes only plain negative numbers (-5, -1.5) as values: it reads
+    '-5d' as an unknown option and says "expected one argument", which hides the mistake.
+    PARSER must have no option that itself looks like a negative number."""
+    parser._negative_number_matcher = _NEGATIVE_VALUE  # argparse has no public setting
+
+
+def at_least(low: int) -> Callable[[str], int]:
+    """An argparse type: a whole number of at least LOW (a version, a count), and at most
+    what a signed 64-bit field holds, so that no request field overflows."""
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
+        if value < low:
+            raise argparse.ArgumentTypeError(f"must be at least {low}, got {text!r}")
+        if value > MAX_SIZE:
+            raise argparse.ArgumentTypeError(f"too large: {text!r} (at most {MAX_SIZE})")
+        return value
+    return parse

@@ -42,7 +42,7 @@ from mosafs.client.main import (
     check_stop_timeout,
 )
 from mosafs.errors import ConfigError, Unavailable
-from mosafs.procutil import LOG_LEVELS
+from mosafs.procutil import LOG_LEVELS, python_command
 
 log = logging.getLogger("mosafs.up")
 START_TIMEOUT = 120.0
@@ -116,25 +116,52 @@ def run(args: argparse.Namespace) -> int:
         resolve_backend(args.hash_backend)
     data_dir = Path(args.data_dir) if args.data_dir else default_data_dir()
     mountpoint = Path(args.mountpoint).absolute()
-    _check_mountpoint(mountpoint)
-    args.log_dir = Path(args.log_dir).absolute() if args.log_dir else data_dir / "logs"
-    for sub in (args.log_dir, data_dir / "run", data_dir / "benefactors"):
-        sub.mkdir(parents=True, exist_ok=True)
-    from mosafs.procutil import exclusive
+    made = _check_mountpoint(mountpoint)
+    cluster: Cluster | None = None
+    try:
+        args.log_dir = Path(args.log_dir).absolute() if args.log_dir else data_dir / "logs"
+        for sub in (args.log_dir, data_dir / "run", data_dir / "benefactors"):
+            sub.mkdir(parents=True, exist_ok=True)
+        from mosafs.procutil import exclusive
 
-    with exclusive(data_dir / "up.lock", f"another mosafs up is running on {data_dir}"):
-        return Cluster(args, data_dir, mountpoint).run()
+        with exclusive(data_dir / "up.lock", f"another mosafs up is running on {data_dir}"):
+            cluster = Cluster(args, data_dir, mountpoint)
+            return cluster.run()
+    finally:
+        if cluster is None or not cluster.started:
+            # A start that failed leaves the file system as it found it: no empty
+            # mount point directory for the user to find and remove.
+            _remove_made(made)
 
 
-def _check_mountpoint(mountpoint: Path) -> None:
+def _check_mountpoint(mountpoint: Path) -> list[Path]:
+    """Make MOUNTPOINT usable (created if missing, with its parents); the directories it
+    made, outermost first."""
     if _is_dead_mount(mountpoint):
         _recover_dead_mount(mountpoint)
+    missing = []
+    path = mountpoint
+    while not path.exists() and path != path.parent:
+        missing.append(path)
+        path = path.parent
     mountpoint.mkdir(parents=True, exist_ok=True)
+    made = missing[::-1]
     if os.path.ismount(mountpoint):
         hint = " (of a mosafs that is still running)" if _is_mosafs_mount(mountpoint) else ""
         raise ConfigError(f"{mountpoint} is already a mount point{hint}")
     if any(mountpoint.iterdir()):
         raise ConfigError(f"mount point {mountpoint} is not empty")
+    return made
+
+
+def _remove_made(made: list[Path]) -> None:
+    """Remove the directories _check_mountpoint made, innermost first, as long as they are
+    empty (something put there since, or a mount still on it, stays)."""
+    for path in reversed(made):
+        try:
+            path.rmdir()
+        except OSError:
+            return
 
 
 class Cluster:
@@ -147,6 +174,7 @@ class Cluster:
         self.abort = threading.Event()  # a second one: stop without waiting for writers
         self.tls_dir: Path | None = None
         self.mount_status = data_dir / "run" / "mount.status.json"
+        self.started = False  # every process up and the cluster announced
 
     def run(self) -> int:
         for sig in (signal.SIGINT, signal.SIGTERM):
@@ -155,7 +183,9 @@ class Cluster:
         try:
             self._start_all()
             self._write_cluster_file()
+            record_running(self.data_dir)
             self._announce()
+            self.started = True
             return self._supervise()
         finally:
             self._stop_all()
@@ -192,10 +222,11 @@ class Cluster:
     def _spawn(self, name: str, args: list[str]) -> Child:
         ready_file = self.data_dir / "run" / f"{name}.ready.json"
         ready_file.unlink(missing_ok=True)
-        cmd = [sys.executable, "-m", "mosafs", *args, "--ready-file", str(ready_file),
-               "--log-level", self.args.log_level, "--log-format", self.args.log_format,
-               *self._tls_args(name if name.startswith("benefactor") else
-                               "client" if name == "mount" else name)]
+        cmd = python_command("mosafs", *args, "--ready-file", str(ready_file),
+                             "--log-level", self.args.log_level,
+                             "--log-format", self.args.log_format,
+                             *self._tls_args(name if name.startswith("benefactor") else
+                                             "client" if name == "mount" else name))
         # Own process group: a Ctrl-C at the terminal reaches `up` alone, which then stops
         # the children in order (the mount first).
         with open(self.args.log_dir / f"{name}.log", "ab") as log_file:
@@ -346,6 +377,7 @@ class Cluster:
             _lazy_unmount(self.mountpoint)
         (self.data_dir / "cluster.json").unlink(missing_ok=True)
         self.mount_status.unlink(missing_ok=True)
+        forget_running()
 
     def _stop_mount(self, child: Child) -> None:
         """SIGTERM, then wait while the mount waits for the files open for writing to be
@@ -460,6 +492,40 @@ def _size(n: int) -> str:
         return f"{n} bytes"
     power = min(3, (n.bit_length() - 1) // 10)
     return f"{n / (1 << 10 * power):.1f} {('KiB', 'MiB', 'GiB')[power - 1]}"
+
+
+# -- the per-user list of running clusters ------------------------------------------------------
+
+def running_dir() -> Path:
+    """Where every running `mosafs up` of this user leaves a record of its data directory
+    (PID.json: {"data_dir", "pid"}), so that admin commands find a cluster started with
+    --data-dir without being told (mosafs.admin.common)."""
+    import platformdirs
+
+    return Path(platformdirs.user_state_dir("mosafs")) / "running"
+
+
+def record_running(data_dir: Path) -> None:
+    """Record this `up` as running on DATA_DIR (after cluster.json is written, which the
+    record's readers check it against). One that cannot be written costs only the look-up:
+    admin commands then need --data-dir."""
+    from mosafs.procutil import write_json_atomic
+
+    path = running_dir() / f"{os.getpid()}.json"
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        write_json_atomic(path, {"data_dir": str(data_dir.absolute()), "pid": os.getpid()})
+    except OSError as exc:
+        log.info("cannot record the cluster in %s (%s): admin commands need --data-dir %s",
+                 path.parent, exc.strerror, data_dir)
+
+
+def forget_running() -> None:
+    import contextlib
+
+    # A record left behind is recognised as stale by its readers (its pid is gone).
+    with contextlib.suppress(OSError):
+        (running_dir() / f"{os.getpid()}.json").unlink(missing_ok=True)
 
 
 # -- mount points left by a mount process that died --------------------------------------------

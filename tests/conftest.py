@@ -13,7 +13,11 @@ import pytest
 
 from tests import harness
 
-VECTORS = Path(__file__).resolve().parents[2] / "shared" / "vectors" / "chunking-v1.json"
+# The test vectors of the design contract (docs/design.md), kept in the repository so that
+# a clone tests itself; scripts/check_shared.sh checks them against a shared/ folder beside.
+VECTORS_DIR = Path(__file__).resolve().parent / "vectors"
+VECTORS = VECTORS_DIR / "chunking-v1.json"
+ERASURE_VECTORS = VECTORS_DIR / "erasure-v1.json"
 
 
 def fuse_available() -> str | None:
@@ -58,12 +62,13 @@ class UpCluster:
 
 
 def launch_up(tmp: Path, *args: str, data_dir: Path | None = None, name: str = "up",
-              expected_noise: list[str] | None = None) -> UpCluster:
-    """`mosafs up TMP/mnt --data-dir DATA ARGS` (DATA: TMP/data), ready to use."""
+              expected_noise: list[str] | None = None, cwd: Path | None = None) -> UpCluster:
+    """`mosafs up TMP/mnt --data-dir DATA ARGS` (DATA: TMP/data), ready to use; run in CWD
+    (default the tests' current directory)."""
     data = data_dir or tmp / "data"
     mnt = tmp / "mnt"
     proc = harness.start(name, ["up", str(mnt), "--data-dir", str(data), *args],
-                         tmp / "procs", timeout=180)
+                         tmp / "procs", timeout=180, cwd=cwd)
     proc.expected_noise = list(expected_noise or [])
     logs = Path(args[args.index("--log-dir") + 1]) if "--log-dir" in args else data / "logs"
     proc.extra_logs = lambda: sorted(logs.glob("*.log"))
@@ -85,9 +90,23 @@ def stop_all(clusters: list[UpCluster]) -> None:
     assert not failures, "\n".join(failures)
 
 
+@pytest.fixture(scope="session", autouse=True)
+def private_state_dir(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """Every process the tests start keeps its per-user state (the records of running
+    `mosafs up`s) in a directory of the test session, never in the real user's."""
+    state = tmp_path_factory.mktemp("xdg-state")
+    before = os.environ.get("XDG_STATE_HOME")
+    os.environ["XDG_STATE_HOME"] = str(state)
+    yield state
+    if before is None:
+        os.environ.pop("XDG_STATE_HOME", None)
+    else:
+        os.environ["XDG_STATE_HOME"] = before
+
+
 @pytest.fixture
 def start_cluster(tmp_path: Path) -> Iterator[Callable[..., UpCluster]]:
-    """start_cluster(*up_args, data_dir=..., expected_noise=[...]) -> UpCluster.
+    """start_cluster(*up_args, data_dir=..., expected_noise=[...], cwd=...) -> UpCluster.
 
     Every cluster started is stopped at the end of the test; the test fails if `mosafs up`
     or any of its children logged a warning, an error or a traceback it did not expect.

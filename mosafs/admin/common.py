@@ -35,7 +35,8 @@ def add_manager_arguments(parser: argparse.ArgumentParser, *, json_flag: bool = 
                              f"PATH given, else the cluster.json of `mosafs up`)")
     parser.add_argument("--data-dir", metavar="DIR",
                         help="data directory of a `mosafs up` cluster whose cluster.json names "
-                             "the manager (default: the per-user data directory)")
+                             "the manager (default: the one `mosafs up` of this user that is "
+                             "running, else the per-user data directory)")
     if json_flag:
         parser.add_argument("--json", action="store_true", help="print one JSON object")
     from mosafs.procutil import add_tls_arguments
@@ -92,23 +93,27 @@ def _mount_tls(path: str) -> str:
 
 def find_manager(args: argparse.Namespace, path: str | None = None) -> Manager:
     """--manager, $MOSAFS_MANAGER, the mount of PATH, else the cluster.json of `mosafs up`
-    (--data-dir; without it, the mount the current directory is in, else the per-user data
-    directory), else a clear error."""
+    (--data-dir; without it, the mount the current directory is in, else the one `mosafs
+    up` of this user that is running, else the per-user data directory), else a clear
+    error. (Each flag may also come from the [admin] section of `mosafs --config`.)"""
     if path:
         return resolve(path, args).manager
     explicit = args.manager or os.environ.get(MANAGER_ENV)
-    address, tls_dir = _cluster(args)
+    # With the manager given, cluster.json is only asked for its TLS directory: several
+    # clusters running is then no reason to stop.
+    address, tls_dir = _cluster(args, strict=not explicit)
     if not (explicit or address):
-        raise ConfigError("no manager found: no mount here and no readable cluster.json of "
-                          "`mosafs up`; pass --manager HOST:PORT, a PATH inside a mount, or "
-                          "--data-dir")
+        raise ConfigError("no manager found: no mount here, no running `mosafs up` and no "
+                          "readable cluster.json; pass --manager HOST:PORT, a PATH inside a "
+                          "mount, or --data-dir")
     return Manager(explicit or address, identity(args, tls_dir))
 
 
-def _cluster(args: argparse.Namespace) -> tuple[str, str]:
+def _cluster(args: argparse.Namespace, *, strict: bool) -> tuple[str, str]:
     """(manager address, TLS directory) of the mount the current directory is in, else of
-    the cluster.json of `mosafs up` (--data-dir, else the per-user data directory); "" for
-    what is not found."""
+    the cluster.json of `mosafs up` (--data-dir, else the one running `up`, else the
+    per-user data directory); "" for what is not found. STRICT: several running `up`s are
+    a ConfigError that lists them."""
     if not getattr(args, "data_dir", None):
         try:
             return os.getxattr(".", XATTR_MANAGER).decode(), _mount_tls(".")
@@ -116,12 +121,71 @@ def _cluster(args: argparse.Namespace) -> tuple[str, str]:
             pass  # not inside a mount
     from mosafs.up import default_data_dir
 
-    cluster = Path(args.data_dir) if getattr(args, "data_dir", None) else default_data_dir()
+    cluster = Path(args.data_dir) if getattr(args, "data_dir", None) else \
+        _running_cluster(strict) or default_data_dir()
     try:
         info = json.loads((cluster / "cluster.json").read_text())
         return str(info["manager"]), str((info.get("tls") or {}).get("dir") or "")
     except (OSError, ValueError, KeyError, TypeError, AttributeError):
         return "", ""
+
+
+def _running_cluster(strict: bool) -> Path | None:
+    """The data directory of the one `mosafs up` of this user that is running (its record
+    in the per-user state directory, mosafs.up.record_running); None for none."""
+    running = running_clusters()
+    if len(running) <= 1 or not strict:
+        return running[0] if len(running) == 1 else None
+    raise ConfigError(f"{len(running)} mosafs clusters are running (data directories "
+                      f"{', '.join(map(str, running))}): pass --data-dir DIR to pick one")
+
+
+def running_clusters() -> list[Path]:
+    """The data directories of this user's running `mosafs up`s, sorted. A record whose
+    `up` is gone (killed before it could remove it) is dropped, and removed."""
+    from mosafs.up import running_dir
+
+    found = []
+    for record in sorted(running_dir().glob("*.json")):
+        data_dir = _live_record(record)
+        if data_dir is None:
+            record.unlink(missing_ok=True)
+        else:
+            found.append(data_dir)
+    return sorted(set(found))
+
+
+def _live_record(record: Path) -> Path | None:
+    """The data directory RECORD names if its `up` still runs: the pid is alive and is the
+    one in the cluster.json of that directory (a pid used again by another process is not
+    the `up`, and cluster.json is removed when `up` stops)."""
+    try:
+        info = json.loads(record.read_text())
+        data_dir, pid = Path(info["data_dir"]), int(info["pid"])
+        cluster = json.loads((data_dir / "cluster.json").read_text())
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    if cluster.get("pid") != pid or not _alive(pid):
+        return None
+    return data_dir
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # alive, another user's
+    return True
+
+
+def warn(args: argparse.Namespace, text: str) -> None:
+    """One line on stderr, `mosafs COMMAND ACTION: warning: TEXT`: the command did what it
+    was asked (exit code 0), but what it set up will not work as one would expect."""
+    name = " ".join(filter(None, (getattr(args, "command", None),
+                                  getattr(args, "action", None))))
+    print(f"mosafs {name}: warning: {text}", file=sys.stderr)
 
 
 def identity(args: argparse.Namespace, found_tls: str) -> Any:

@@ -16,7 +16,7 @@ from mosafs.admin.common import (
     size,
     when,
 )
-from mosafs.argtypes import bounded_int
+from mosafs.argtypes import bounded_int, take_negative_values
 from mosafs.errors import ConfigError, NotADirectory
 
 SUBCOMMANDS: dict[str, tuple[str, str]] = {
@@ -41,6 +41,8 @@ def duration_ms(text: str) -> int:
     """A duration such as 90s, 30m, 12h, 7d, 2w (humanfriendly's parser) in ms."""
     import humanfriendly
 
+    if text.strip().startswith("-"):
+        raise argparse.ArgumentTypeError(f"durations are positive, like 7d: got {text!r}")
     try:
         seconds = humanfriendly.parse_timespan(text)
     except humanfriendly.InvalidTimespan:
@@ -57,6 +59,7 @@ _count = bounded_int(1, 1_000_000)
 
 
 def add_set_arguments(parser: argparse.ArgumentParser) -> None:
+    take_negative_values(parser)  # --purge-after -5d: "durations are positive", not a usage
     parser.add_argument("folder", help="a directory inside a mounted mosafs")
     rules = parser.add_argument_group("policy (applied per series; subfolders inherit)")
     rules.add_argument("--keep-all", action="store_true",

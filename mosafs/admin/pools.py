@@ -15,8 +15,11 @@ from mosafs.admin.common import (
     find_manager,
     progress,
     size,
+    warn,
 )
 from mosafs.admin.policy import folder, folder_report
+from mosafs.argtypes import bounded_float, named_int
+from mosafs.errors import ConfigError, MosafsError, NotFound
 
 POOL_SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "create": ("create a pool (settings not given take the defaults)",
@@ -36,34 +39,52 @@ POOL_SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "unassign": ("drop a folder's own pool: it inherits its parent's again",
                  "  mosafs pool unassign /mnt/ckpt/fast-runs"),
 }
+# An id as `benefactor list` prints it, and a prefix of it as people type one.
+_ID, _PREFIX = "3f2a9c0e5b7d41c8a6e2f0b9d4c7e1a5", "3f2a9c"
 BENEFACTOR_SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "list": ("list the benefactors (pool, liveness, space, draining)",
              "  mosafs benefactor list\n  mosafs benefactor list --json"),
     "drain": ("move every chunk off a benefactor (it takes no new ones), with progress",
-              "  mosafs benefactor drain b-3f2a\n  mosafs benefactor drain b-3f2a --no-wait\n"
-              "  mosafs benefactor drain b-3f2a --cancel"),
+              f"  mosafs benefactor drain {_ID}\n  mosafs benefactor drain {_PREFIX} --no-wait\n"
+              f"  mosafs benefactor drain {_PREFIX} --cancel"),
     "remove": ("forget a stopped benefactor (drain it first)",
-               "  mosafs benefactor remove b-3f2a\n  mosafs benefactor remove b-3f2a --force"),
+               f"  mosafs benefactor remove {_PREFIX}\n"
+               f"  mosafs benefactor remove {_PREFIX} --force"),
     "move": ("move a benefactor to another pool (its copies are re-replicated in the old one)",
-             "  mosafs benefactor move b-3f2a fast"),
+             f"  mosafs benefactor move {_PREFIX} fast"),
 }
 DRAIN_POLL_S = 0.5
+MIN_PREFIX = 4  # characters of an id given in part, as git takes a commit's
 
 
 # --- pools -----------------------------------------------------------------------------------
 
 def _settings_arguments(parser: argparse.ArgumentParser) -> None:
     from mosafs.chunking.registry import BACKEND_CHOICES
+    from mosafs.manager.pools import MAX_REPLICATION, MAX_STRIPE_WIDTH
 
-    parser.add_argument("--replication", type=int, metavar="R", help="copies of every chunk")
-    parser.add_argument("--stripe-width", type=int, metavar="W",
-                        help="benefactors one write stripes over")
-    parser.add_argument("--chunker", metavar="SPEC",
+    parser.add_argument("--replication", type=named_int("replication", 1, MAX_REPLICATION),
+                        metavar="R", help=f"copies of every chunk (1..{MAX_REPLICATION})")
+    parser.add_argument("--stripe-width", metavar="W",
+                        type=named_int("stripe width", 1, MAX_STRIPE_WIDTH),
+                        help=f"benefactors one write stripes over (1..{MAX_STRIPE_WIDTH})")
+    parser.add_argument("--chunker", metavar="SPEC", type=_chunker,
                         help="fixed:SIZE or cdc:MIN:AVG:MAX (bytes)")
     parser.add_argument("--write-semantics", choices=["optimistic", "pessimistic"],
                         help="close returns after one copy (optimistic) or R copies")
     parser.add_argument("--hash-backend", choices=list(BACKEND_CHOICES),
                         help="preferred hash backend of mounts started with auto")
+
+
+def _chunker(text: str) -> str:
+    """A chunker spec, checked here as the manager would check it."""
+    from mosafs.chunking.spec import parse_spec
+
+    try:
+        parse_spec(text)
+    except ConfigError as exc:
+        raise argparse.ArgumentTypeError(exc.message) from None
+    return text
 
 
 def add_create_arguments(parser: argparse.ArgumentParser) -> None:
@@ -125,13 +146,57 @@ def _print_pool(report: dict[str, Any]) -> None:
 
 
 def run_create(args: argparse.Namespace) -> int:
-    info = ask(find_manager(args), "CreatePool", _pool_request(args))
+    manager = find_manager(args)
+    info = ask(manager, "CreatePool", _pool_request(args))
+    _warn_short(args, manager, info.settings.name, info.settings.replication)
     return emit(pool_report(info), args.json, _print_pool)
 
 
 def run_set(args: argparse.Namespace) -> int:
-    info = ask(find_manager(args), "UpdatePool", _pool_request(args))
+    manager = find_manager(args)
+    info = ask(manager, "UpdatePool", _pool_request(args))
+    if args.replication is not None:
+        _warn_short(args, manager, info.settings.name, info.settings.replication)
     return emit(pool_report(info), args.json, _print_pool)
+
+
+def _live(manager: Manager) -> dict[str, int] | None:
+    """Pool -> how many of its benefactors are live and take new chunks (not draining);
+    None if the manager could not say: a warning is not worth failing a command that did
+    what it was asked."""
+    from mosafs._proto import manager_pb2 as mpb
+
+    try:
+        reply = ask(manager, "ListBenefactors", mpb.ListBenefactorsRequest())
+    except MosafsError:
+        return None
+    counts: dict[str, int] = {}
+    for b in reply.benefactors:
+        if b.alive and not b.draining:
+            counts[b.info.pool] = counts.get(b.info.pool, 0) + 1
+    return counts
+
+
+def _join_hint(pool: str) -> str:
+    return (f"add benefactors to it: `mosafs benefactor move ID {pool}`, or start one with "
+            f"`mosafs benefactor --pool {pool}`")
+
+
+def _warn_short(args: argparse.Namespace, manager: Manager, pool: str, replication: int) -> None:
+    """Warn when POOL has fewer live benefactors than its R: writes there store fewer
+    copies than asked, or fail with ENOSPC when it has none."""
+    live = _live(manager)
+    if live is None or live.get(pool, 0) >= replication:
+        return
+    have, everywhere = live.get(pool, 0), sum(live.values())
+    if have == 0:
+        state = "has no live benefactor: writes in its folders fail until one joins"
+    else:
+        state = (f"has {have} live benefactor{'' if have == 1 else 's'}: chunks get "
+                 f"{have} cop{'y' if have == 1 else 'ies'} until more join")
+    cluster = f" (the whole cluster has {everywhere} live)" if everywhere < replication else ""
+    warn(args, f"pool {pool!r} keeps R={replication} copies{cluster} but {state}; "
+               f"{_join_hint(pool)}")
 
 
 def run_show(args: argparse.Namespace) -> int:
@@ -172,7 +237,12 @@ def _assign(args: argparse.Namespace, pool: str) -> int:
 
 
 def run_assign(args: argparse.Namespace) -> int:
-    return _assign(args, args.pool)
+    code = _assign(args, args.pool)
+    live = _live(find_manager(args, args.folder))
+    if live is not None and not live.get(args.pool):
+        warn(args, f"pool {args.pool!r} has no live benefactor: writes in {args.folder} fail "
+                   f"until one joins; {_join_hint(args.pool)}")
+    return code
 
 
 def run_unassign(args: argparse.Namespace) -> int:
@@ -182,8 +252,36 @@ def run_unassign(args: argparse.Namespace) -> int:
 # --- benefactors -----------------------------------------------------------------------------
 
 def add_id_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("id", help="the benefactor's id (`mosafs benefactor list`)")
+    parser.add_argument("id", help=f"the benefactor's id (`mosafs benefactor list`), or its "
+                                   f"first {MIN_PREFIX} or more characters if no other id "
+                                   f"starts with them")
     add_manager_arguments(parser)
+
+
+def benefactor_id(manager: Manager, given: str) -> str:
+    """The id of the benefactor GIVEN names: its id, or a unique prefix of at least
+    MIN_PREFIX characters (hex ids are compared in any case)."""
+    from mosafs._proto import manager_pb2 as mpb
+
+    reply = ask(manager, "ListBenefactors", mpb.ListBenefactorsRequest())
+    return match_id(given, [b.info.id for b in reply.benefactors])
+
+
+def match_id(given: str, ids: list[str]) -> str:
+    """GIVEN among IDS: itself, else the one id it is a prefix of (at least MIN_PREFIX
+    characters). NotFound for none, ConfigError for several or too short a prefix."""
+    if given in ids:
+        return given
+    matches = sorted(i for i in ids if i.lower().startswith(given.lower()))
+    if matches and len(given) < MIN_PREFIX:
+        raise ConfigError(f"benefactor id {given!r} is too short: give at least {MIN_PREFIX} "
+                          f"characters of it")
+    if len(matches) > 1:
+        raise ConfigError(f"benefactor id {given!r} is ambiguous: {len(matches)} ids start "
+                          f"with it ({', '.join(matches)}); give more characters")
+    if not matches:
+        raise NotFound(f"no benefactor {given!r} (`mosafs benefactor list` lists them)")
+    return matches[0]
 
 
 def add_drain_arguments(parser: argparse.ArgumentParser) -> None:
@@ -192,7 +290,7 @@ def add_drain_arguments(parser: argparse.ArgumentParser) -> None:
                         help="start draining and return (`mosafs benefactor drain ID` again "
                              "shows the progress)")
     parser.add_argument("--cancel", action="store_true", help="take new chunks again")
-    parser.add_argument("--timeout", type=float, default=0, metavar="SECONDS",
+    parser.add_argument("--timeout", type=bounded_float(0), default=0, metavar="SECONDS",
                         help="give up waiting after this long (exit 1); default: no limit")
 
 
@@ -241,10 +339,11 @@ def run_drain(args: argparse.Namespace) -> int:
     from mosafs._proto import manager_pb2 as mpb
 
     manager = find_manager(args)
+    bid = benefactor_id(manager, args.id)
     status = ask(manager, "DrainBenefactor",
-                 mpb.DrainBenefactorRequest(id=args.id, cancel=args.cancel))
+                 mpb.DrainBenefactorRequest(id=bid, cancel=args.cancel))
     if not (args.cancel or args.no_wait or status.done):
-        status = _wait_drained(manager, args.id, status, args.timeout)
+        status = _wait_drained(manager, bid, status, args.timeout)
     report = drain_report(status)
     emit(report, args.json, _print_drain)
     return 0 if args.cancel or args.no_wait or status.done else 1
@@ -281,16 +380,18 @@ def _print_drain(report: dict[str, Any]) -> None:
 def run_remove(args: argparse.Namespace) -> int:
     from mosafs._proto import manager_pb2 as mpb
 
-    ask(find_manager(args), "RemoveBenefactor",
-        mpb.RemoveBenefactorRequest(id=args.id, force=args.force))
-    return emit({"removed": args.id}, args.json,
+    manager = find_manager(args)
+    bid = benefactor_id(manager, args.id)
+    ask(manager, "RemoveBenefactor", mpb.RemoveBenefactorRequest(id=bid, force=args.force))
+    return emit({"removed": bid}, args.json,
                 lambda r: print(f"removed benefactor {r['removed']}"))
 
 
 def run_move(args: argparse.Namespace) -> int:
     from mosafs._proto import manager_pb2 as mpb
 
-    status = ask(find_manager(args), "MoveBenefactor",
-                 mpb.MoveBenefactorRequest(id=args.id, pool=args.pool))
+    manager = find_manager(args)
+    status = ask(manager, "MoveBenefactor",
+                 mpb.MoveBenefactorRequest(id=benefactor_id(manager, args.id), pool=args.pool))
     return emit(benefactor_report(status), args.json,
                 lambda r: print(f"{r['id']} is in pool {r['pool']}"))

@@ -6,7 +6,10 @@ the choice of a file's pool is made in one place (core.Manager.open_write)."""
 
 from __future__ import annotations
 
+import logging
 import re
+import threading
+import time
 
 from mosafs._proto import common_pb2
 from mosafs.chunking.registry import BACKEND_CHOICES
@@ -21,6 +24,11 @@ MAX_CHUNK_BYTES = MAX_CHUNK  # the largest chunk a spec (and a commit) may name
 MAX_REPLICATION = 16
 MAX_STRIPE_WIDTH = 1024
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
+UNWRITABLE_WARN_EVERY_S = 60.0
+
+log = logging.getLogger(__name__)
+_warned: dict[str, float] = {}  # pool -> time.monotonic() of its last unwritable warning
+_warned_lock = threading.Lock()
 
 
 def check_name(name: str) -> str:
@@ -83,3 +91,18 @@ def with_overrides(
     if hash_backend is not None:
         out.hash_backend = hash_backend
     return check_settings(out)
+
+
+def warn_unwritable(pool: str, reason: str, *, now: float | None = None) -> bool:
+    """Log REASON, why no write to POOL can be placed (no benefactor, all draining, all
+    full), as a WARNING at most once a minute per pool; whether it was logged. Every open
+    for writing in the pool's folders fails the same way until an administrator acts, and
+    a job or a shell loop retrying would otherwise fill the log with one line per open."""
+    now = time.monotonic() if now is None else now
+    with _warned_lock:
+        last = _warned.get(pool)
+        if last is not None and now - last < UNWRITABLE_WARN_EVERY_S:
+            return False
+        _warned[pool] = now
+    log.warning("opens for writing fail with ENOSPC: %s", reason)  # REASON names the pool
+    return True

@@ -192,13 +192,26 @@ class Registry:
 
     def pick_targets(self, pool: str, width: int) -> list[common_pb2.BenefactorAddress]:
         """WIDTH (capped at what is available) live benefactors of POOL with free space
-        that are not draining."""
+        that are not draining.
+
+        NoSpace where waiting changes nothing, so that a write fails at once with ENOSPC
+        and the reason: POOL has no benefactor while others are registered, every one of
+        it is draining, or every live one is full. Unavailable (clients retry) where its
+        benefactors are registered but none is live: a restart, a paused manager, or a
+        cluster whose first benefactors have not registered yet."""
         with self._lock:
-            live = [s for _, s in sorted(self._soft.items())
-                    if self._alive(s) and s.info.pool == pool and not s.draining]
+            members = [s for _, s in sorted(self._soft.items()) if s.info.pool == pool]
+            live = [s for s in members if self._alive(s) and not s.draining]
             usable = [s.info for s in live if s.takes()]
+            if not members and self._soft:
+                raise NoSpace(f"pool {pool!r} has no benefactors: move one into it (`mosafs "
+                              f"benefactor move ID {pool}`) or assign the folder to another "
+                              f"pool (`mosafs pool assign FOLDER POOL`)")
+            if members and all(s.draining for s in members):
+                raise NoSpace(f"every benefactor of pool {pool!r} is draining: cancel a drain "
+                              f"(`mosafs benefactor drain ID --cancel`) or move one into it "
+                              f"(`mosafs benefactor move ID {pool}`)")
             if not live:
-                # Often passing (a restart, a manager that was paused): clients retry.
                 raise Unavailable(f"no live benefactor in pool {pool!r} takes new chunks")
             if not usable:
                 raise NoSpace(f"pool {pool!r} is full: none of its {len(live)} live "

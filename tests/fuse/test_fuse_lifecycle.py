@@ -377,7 +377,10 @@ def test_fuse_cli_errors_are_one_line_with_meaningful_codes(
             for key, value in fill.items():
                 arg = arg.replace(key, value)
             argv.append(arg)
-    done = cli(*argv)
+    # Each command names its cluster (or none, on purpose): the record of the running `up`
+    # must not supply one (nor its certificates).
+    nothing_running = cluster.data_dir.parent / "no-running-up"
+    done = cli(*argv, env={"XDG_STATE_HOME": str(nothing_running)})
     assert done.returncode == code, done.stderr
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("mosafs "), done.stderr

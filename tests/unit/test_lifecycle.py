@@ -13,10 +13,10 @@ from mosafs.errors import (
     ConfigError,
     FailedPrecondition,
     InvalidArgument,
+    NoSpace,
     NotADirectory,
     NotFound,
     NotPermitted,
-    Unavailable,
 )
 from mosafs.manager import pools
 from mosafs.manager.core import Manager
@@ -462,7 +462,7 @@ def test_unit_registration_keeps_a_moved_pool_and_draining(mgr: Manager) -> None
     rec = store.benefactor("b1")
     assert rec is not None and (rec.pool, rec.draining) == ("fast", True)
     assert [s.draining for s in mgr.registry.statuses()] == [True]
-    with pytest.raises(Unavailable, match="pool 'default'"):
+    with pytest.raises(NoSpace, match="pool 'default' has no benefactors"):
         mgr.open_write(new_file(store, "f"), "t")  # b1 moved away: none left in default
 
 

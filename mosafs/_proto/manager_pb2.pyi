@@ -17,19 +17,23 @@ class FileKind(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     FILE_KIND_SYMLINK: _ClassVar[FileKind]
     FILE_KIND_FIFO: _ClassVar[FileKind]
     FILE_KIND_SOCKET: _ClassVar[FileKind]
+    FILE_KIND_BLOCK_DEVICE: _ClassVar[FileKind]
+    FILE_KIND_CHAR_DEVICE: _ClassVar[FileKind]
 FILE_KIND_UNSPECIFIED: FileKind
 FILE_KIND_DIRECTORY: FileKind
 FILE_KIND_REGULAR: FileKind
 FILE_KIND_SYMLINK: FileKind
 FILE_KIND_FIFO: FileKind
 FILE_KIND_SOCKET: FileKind
+FILE_KIND_BLOCK_DEVICE: FileKind
+FILE_KIND_CHAR_DEVICE: FileKind
 
 class Empty(_message.Message):
     __slots__ = ()
     def __init__(self) -> None: ...
 
 class Attr(_message.Message):
-    __slots__ = ("inode", "kind", "mode", "nlink", "uid", "gid", "size", "atime_ns", "mtime_ns", "ctime_ns", "version")
+    __slots__ = ("inode", "kind", "mode", "nlink", "uid", "gid", "size", "atime_ns", "mtime_ns", "ctime_ns", "version", "rdev")
     INODE_FIELD_NUMBER: _ClassVar[int]
     KIND_FIELD_NUMBER: _ClassVar[int]
     MODE_FIELD_NUMBER: _ClassVar[int]
@@ -41,6 +45,7 @@ class Attr(_message.Message):
     MTIME_NS_FIELD_NUMBER: _ClassVar[int]
     CTIME_NS_FIELD_NUMBER: _ClassVar[int]
     VERSION_FIELD_NUMBER: _ClassVar[int]
+    RDEV_FIELD_NUMBER: _ClassVar[int]
     inode: int
     kind: FileKind
     mode: int
@@ -52,7 +57,8 @@ class Attr(_message.Message):
     mtime_ns: int
     ctime_ns: int
     version: int
-    def __init__(self, inode: _Optional[int] = ..., kind: _Optional[_Union[FileKind, str]] = ..., mode: _Optional[int] = ..., nlink: _Optional[int] = ..., uid: _Optional[int] = ..., gid: _Optional[int] = ..., size: _Optional[int] = ..., atime_ns: _Optional[int] = ..., mtime_ns: _Optional[int] = ..., ctime_ns: _Optional[int] = ..., version: _Optional[int] = ...) -> None: ...
+    rdev: int
+    def __init__(self, inode: _Optional[int] = ..., kind: _Optional[_Union[FileKind, str]] = ..., mode: _Optional[int] = ..., nlink: _Optional[int] = ..., uid: _Optional[int] = ..., gid: _Optional[int] = ..., size: _Optional[int] = ..., atime_ns: _Optional[int] = ..., mtime_ns: _Optional[int] = ..., ctime_ns: _Optional[int] = ..., version: _Optional[int] = ..., rdev: _Optional[int] = ...) -> None: ...
 
 class LookupRequest(_message.Message):
     __slots__ = ("parent", "name")
@@ -199,20 +205,22 @@ class ReadlinkResponse(_message.Message):
     def __init__(self, target: _Optional[bytes] = ...) -> None: ...
 
 class MknodRequest(_message.Message):
-    __slots__ = ("parent", "name", "kind", "mode", "uid", "gid")
+    __slots__ = ("parent", "name", "kind", "mode", "uid", "gid", "rdev")
     PARENT_FIELD_NUMBER: _ClassVar[int]
     NAME_FIELD_NUMBER: _ClassVar[int]
     KIND_FIELD_NUMBER: _ClassVar[int]
     MODE_FIELD_NUMBER: _ClassVar[int]
     UID_FIELD_NUMBER: _ClassVar[int]
     GID_FIELD_NUMBER: _ClassVar[int]
+    RDEV_FIELD_NUMBER: _ClassVar[int]
     parent: int
     name: str
     kind: FileKind
     mode: int
     uid: int
     gid: int
-    def __init__(self, parent: _Optional[int] = ..., name: _Optional[str] = ..., kind: _Optional[_Union[FileKind, str]] = ..., mode: _Optional[int] = ..., uid: _Optional[int] = ..., gid: _Optional[int] = ...) -> None: ...
+    rdev: int
+    def __init__(self, parent: _Optional[int] = ..., name: _Optional[str] = ..., kind: _Optional[_Union[FileKind, str]] = ..., mode: _Optional[int] = ..., uid: _Optional[int] = ..., gid: _Optional[int] = ..., rdev: _Optional[int] = ...) -> None: ...
 
 class LinkRequest(_message.Message):
     __slots__ = ("inode", "new_parent", "new_name")
@@ -335,20 +343,26 @@ class ChunkPlacement(_message.Message):
     def __init__(self, id: _Optional[bytes] = ..., benefactor_ids: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class CommitVersionRequest(_message.Message):
-    __slots__ = ("lease_id", "inode", "chunks", "placements", "mtime_ns", "new_bytes")
+    __slots__ = ("lease_id", "inode", "chunks", "placements", "mtime_ns", "new_bytes", "provisional", "replaces_version", "session")
     LEASE_ID_FIELD_NUMBER: _ClassVar[int]
     INODE_FIELD_NUMBER: _ClassVar[int]
     CHUNKS_FIELD_NUMBER: _ClassVar[int]
     PLACEMENTS_FIELD_NUMBER: _ClassVar[int]
     MTIME_NS_FIELD_NUMBER: _ClassVar[int]
     NEW_BYTES_FIELD_NUMBER: _ClassVar[int]
+    PROVISIONAL_FIELD_NUMBER: _ClassVar[int]
+    REPLACES_VERSION_FIELD_NUMBER: _ClassVar[int]
+    SESSION_FIELD_NUMBER: _ClassVar[int]
     lease_id: int
     inode: int
     chunks: _containers.RepeatedCompositeFieldContainer[_common_pb2.ChunkRef]
     placements: _containers.RepeatedCompositeFieldContainer[ChunkPlacement]
     mtime_ns: int
     new_bytes: int
-    def __init__(self, lease_id: _Optional[int] = ..., inode: _Optional[int] = ..., chunks: _Optional[_Iterable[_Union[_common_pb2.ChunkRef, _Mapping]]] = ..., placements: _Optional[_Iterable[_Union[ChunkPlacement, _Mapping]]] = ..., mtime_ns: _Optional[int] = ..., new_bytes: _Optional[int] = ...) -> None: ...
+    provisional: bool
+    replaces_version: int
+    session: bytes
+    def __init__(self, lease_id: _Optional[int] = ..., inode: _Optional[int] = ..., chunks: _Optional[_Iterable[_Union[_common_pb2.ChunkRef, _Mapping]]] = ..., placements: _Optional[_Iterable[_Union[ChunkPlacement, _Mapping]]] = ..., mtime_ns: _Optional[int] = ..., new_bytes: _Optional[int] = ..., provisional: _Optional[bool] = ..., replaces_version: _Optional[int] = ..., session: _Optional[bytes] = ...) -> None: ...
 
 class CommitVersionResponse(_message.Message):
     __slots__ = ("version", "attr")
@@ -431,7 +445,7 @@ class GetVersionStatsRequest(_message.Message):
     def __init__(self, inode: _Optional[int] = ..., version: _Optional[int] = ...) -> None: ...
 
 class VersionStats(_message.Message):
-    __slots__ = ("inode", "version", "size", "chunks", "shared_chunks", "base_inode", "base_version", "new_bytes", "commit_time_ns", "mtime_ns", "shared_bytes", "fully_redundant", "short_chunks", "lost_chunks")
+    __slots__ = ("inode", "version", "size", "chunks", "shared_chunks", "base_inode", "base_version", "new_bytes", "commit_time_ns", "mtime_ns", "shared_bytes", "fully_redundant", "short_chunks", "lost_chunks", "stored_chunks", "stored_bytes", "indexed_chunks", "indexed_bytes", "repeated_chunks", "repeated_bytes", "sources_known", "base_path", "base_removed", "base_version_kept", "provisional", "replaced_versions")
     INODE_FIELD_NUMBER: _ClassVar[int]
     VERSION_FIELD_NUMBER: _ClassVar[int]
     SIZE_FIELD_NUMBER: _ClassVar[int]
@@ -446,6 +460,18 @@ class VersionStats(_message.Message):
     FULLY_REDUNDANT_FIELD_NUMBER: _ClassVar[int]
     SHORT_CHUNKS_FIELD_NUMBER: _ClassVar[int]
     LOST_CHUNKS_FIELD_NUMBER: _ClassVar[int]
+    STORED_CHUNKS_FIELD_NUMBER: _ClassVar[int]
+    STORED_BYTES_FIELD_NUMBER: _ClassVar[int]
+    INDEXED_CHUNKS_FIELD_NUMBER: _ClassVar[int]
+    INDEXED_BYTES_FIELD_NUMBER: _ClassVar[int]
+    REPEATED_CHUNKS_FIELD_NUMBER: _ClassVar[int]
+    REPEATED_BYTES_FIELD_NUMBER: _ClassVar[int]
+    SOURCES_KNOWN_FIELD_NUMBER: _ClassVar[int]
+    BASE_PATH_FIELD_NUMBER: _ClassVar[int]
+    BASE_REMOVED_FIELD_NUMBER: _ClassVar[int]
+    BASE_VERSION_KEPT_FIELD_NUMBER: _ClassVar[int]
+    PROVISIONAL_FIELD_NUMBER: _ClassVar[int]
+    REPLACED_VERSIONS_FIELD_NUMBER: _ClassVar[int]
     inode: int
     version: int
     size: int
@@ -460,7 +486,19 @@ class VersionStats(_message.Message):
     fully_redundant: bool
     short_chunks: int
     lost_chunks: int
-    def __init__(self, inode: _Optional[int] = ..., version: _Optional[int] = ..., size: _Optional[int] = ..., chunks: _Optional[int] = ..., shared_chunks: _Optional[int] = ..., base_inode: _Optional[int] = ..., base_version: _Optional[int] = ..., new_bytes: _Optional[int] = ..., commit_time_ns: _Optional[int] = ..., mtime_ns: _Optional[int] = ..., shared_bytes: _Optional[int] = ..., fully_redundant: _Optional[bool] = ..., short_chunks: _Optional[int] = ..., lost_chunks: _Optional[int] = ...) -> None: ...
+    stored_chunks: int
+    stored_bytes: int
+    indexed_chunks: int
+    indexed_bytes: int
+    repeated_chunks: int
+    repeated_bytes: int
+    sources_known: bool
+    base_path: str
+    base_removed: bool
+    base_version_kept: bool
+    provisional: bool
+    replaced_versions: int
+    def __init__(self, inode: _Optional[int] = ..., version: _Optional[int] = ..., size: _Optional[int] = ..., chunks: _Optional[int] = ..., shared_chunks: _Optional[int] = ..., base_inode: _Optional[int] = ..., base_version: _Optional[int] = ..., new_bytes: _Optional[int] = ..., commit_time_ns: _Optional[int] = ..., mtime_ns: _Optional[int] = ..., shared_bytes: _Optional[int] = ..., fully_redundant: _Optional[bool] = ..., short_chunks: _Optional[int] = ..., lost_chunks: _Optional[int] = ..., stored_chunks: _Optional[int] = ..., stored_bytes: _Optional[int] = ..., indexed_chunks: _Optional[int] = ..., indexed_bytes: _Optional[int] = ..., repeated_chunks: _Optional[int] = ..., repeated_bytes: _Optional[int] = ..., sources_known: _Optional[bool] = ..., base_path: _Optional[str] = ..., base_removed: _Optional[bool] = ..., base_version_kept: _Optional[bool] = ..., provisional: _Optional[bool] = ..., replaced_versions: _Optional[int] = ...) -> None: ...
 
 class RegisterBenefactorRequest(_message.Message):
     __slots__ = ("info",)

@@ -363,14 +363,14 @@ class ManagerServicer:
         raise NotImplementedError('Method not implemented!')
 
     def Mknod(self, request, context):
-        """FIFOs and sockets (metadata only); device nodes are refused.
+        """FIFOs, sockets and block and character device nodes (metadata only).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
     def Link(self, request, context):
-        """A hard link: another name for a regular file, symlink, FIFO or socket.
+        """A hard link: another name for any inode but a directory.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

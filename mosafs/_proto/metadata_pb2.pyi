@@ -9,7 +9,7 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class InodeRecord(_message.Message):
-    __slots__ = ("kind", "mode", "nlink", "uid", "gid", "atime_ns", "mtime_ns", "ctime_ns", "newest_version", "size", "parent", "symlink_target", "name")
+    __slots__ = ("kind", "mode", "nlink", "uid", "gid", "atime_ns", "mtime_ns", "ctime_ns", "newest_version", "size", "parent", "symlink_target", "name", "rdev")
     KIND_FIELD_NUMBER: _ClassVar[int]
     MODE_FIELD_NUMBER: _ClassVar[int]
     NLINK_FIELD_NUMBER: _ClassVar[int]
@@ -23,6 +23,7 @@ class InodeRecord(_message.Message):
     PARENT_FIELD_NUMBER: _ClassVar[int]
     SYMLINK_TARGET_FIELD_NUMBER: _ClassVar[int]
     NAME_FIELD_NUMBER: _ClassVar[int]
+    RDEV_FIELD_NUMBER: _ClassVar[int]
     kind: _manager_pb2.FileKind
     mode: int
     nlink: int
@@ -36,10 +37,11 @@ class InodeRecord(_message.Message):
     parent: int
     symlink_target: bytes
     name: bytes
-    def __init__(self, kind: _Optional[_Union[_manager_pb2.FileKind, str]] = ..., mode: _Optional[int] = ..., nlink: _Optional[int] = ..., uid: _Optional[int] = ..., gid: _Optional[int] = ..., atime_ns: _Optional[int] = ..., mtime_ns: _Optional[int] = ..., ctime_ns: _Optional[int] = ..., newest_version: _Optional[int] = ..., size: _Optional[int] = ..., parent: _Optional[int] = ..., symlink_target: _Optional[bytes] = ..., name: _Optional[bytes] = ...) -> None: ...
+    rdev: int
+    def __init__(self, kind: _Optional[_Union[_manager_pb2.FileKind, str]] = ..., mode: _Optional[int] = ..., nlink: _Optional[int] = ..., uid: _Optional[int] = ..., gid: _Optional[int] = ..., atime_ns: _Optional[int] = ..., mtime_ns: _Optional[int] = ..., ctime_ns: _Optional[int] = ..., newest_version: _Optional[int] = ..., size: _Optional[int] = ..., parent: _Optional[int] = ..., symlink_target: _Optional[bytes] = ..., name: _Optional[bytes] = ..., rdev: _Optional[int] = ...) -> None: ...
 
 class VersionRecord(_message.Message):
-    __slots__ = ("size", "chunks", "shared_chunks", "base_inode", "base_version", "new_bytes", "commit_time_ns", "mtime_ns", "shared_bytes")
+    __slots__ = ("size", "chunks", "shared_chunks", "base_inode", "base_version", "new_bytes", "commit_time_ns", "mtime_ns", "shared_bytes", "stored_chunks", "stored_bytes", "indexed_chunks", "indexed_bytes", "repeated_chunks", "repeated_bytes", "provisional", "session", "stored_entries", "replaced_versions")
     SIZE_FIELD_NUMBER: _ClassVar[int]
     CHUNKS_FIELD_NUMBER: _ClassVar[int]
     SHARED_CHUNKS_FIELD_NUMBER: _ClassVar[int]
@@ -49,6 +51,16 @@ class VersionRecord(_message.Message):
     COMMIT_TIME_NS_FIELD_NUMBER: _ClassVar[int]
     MTIME_NS_FIELD_NUMBER: _ClassVar[int]
     SHARED_BYTES_FIELD_NUMBER: _ClassVar[int]
+    STORED_CHUNKS_FIELD_NUMBER: _ClassVar[int]
+    STORED_BYTES_FIELD_NUMBER: _ClassVar[int]
+    INDEXED_CHUNKS_FIELD_NUMBER: _ClassVar[int]
+    INDEXED_BYTES_FIELD_NUMBER: _ClassVar[int]
+    REPEATED_CHUNKS_FIELD_NUMBER: _ClassVar[int]
+    REPEATED_BYTES_FIELD_NUMBER: _ClassVar[int]
+    PROVISIONAL_FIELD_NUMBER: _ClassVar[int]
+    SESSION_FIELD_NUMBER: _ClassVar[int]
+    STORED_ENTRIES_FIELD_NUMBER: _ClassVar[int]
+    REPLACED_VERSIONS_FIELD_NUMBER: _ClassVar[int]
     size: int
     chunks: int
     shared_chunks: int
@@ -58,7 +70,17 @@ class VersionRecord(_message.Message):
     commit_time_ns: int
     mtime_ns: int
     shared_bytes: int
-    def __init__(self, size: _Optional[int] = ..., chunks: _Optional[int] = ..., shared_chunks: _Optional[int] = ..., base_inode: _Optional[int] = ..., base_version: _Optional[int] = ..., new_bytes: _Optional[int] = ..., commit_time_ns: _Optional[int] = ..., mtime_ns: _Optional[int] = ..., shared_bytes: _Optional[int] = ...) -> None: ...
+    stored_chunks: int
+    stored_bytes: int
+    indexed_chunks: int
+    indexed_bytes: int
+    repeated_chunks: int
+    repeated_bytes: int
+    provisional: bool
+    session: bytes
+    stored_entries: bytes
+    replaced_versions: int
+    def __init__(self, size: _Optional[int] = ..., chunks: _Optional[int] = ..., shared_chunks: _Optional[int] = ..., base_inode: _Optional[int] = ..., base_version: _Optional[int] = ..., new_bytes: _Optional[int] = ..., commit_time_ns: _Optional[int] = ..., mtime_ns: _Optional[int] = ..., shared_bytes: _Optional[int] = ..., stored_chunks: _Optional[int] = ..., stored_bytes: _Optional[int] = ..., indexed_chunks: _Optional[int] = ..., indexed_bytes: _Optional[int] = ..., repeated_chunks: _Optional[int] = ..., repeated_bytes: _Optional[int] = ..., provisional: _Optional[bool] = ..., session: _Optional[bytes] = ..., stored_entries: _Optional[bytes] = ..., replaced_versions: _Optional[int] = ...) -> None: ...
 
 class ChunkRecord(_message.Message):
     __slots__ = ("length", "refcount", "benefactor_ids", "pool")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 from typing import Any
 
 from mosafs.admin.common import (
@@ -130,6 +131,10 @@ def run_stats(args: argparse.Namespace) -> int:
 
 
 def _stats_report(path: str, stats: Any) -> dict[str, Any]:
+    """The `mosafs stats --json` object. `sources` says where each block-map entry came
+    from (null for a version committed before mosafs counted that): the base version,
+    chunks this write stored, chunks found elsewhere in the cluster's index, and repeats
+    of a chunk earlier in the file."""
     return {
         "path": path,
         "inode": stats.inode,
@@ -137,29 +142,99 @@ def _stats_report(path: str, stats: Any) -> dict[str, Any]:
         "size": stats.size,
         "chunks": stats.chunks,
         "shared_chunks": stats.shared_chunks,
+        # Kept as it was for scripts; `base` names the same version by its path.
         "deduped_against": ({"inode": stats.base_inode, "version": stats.base_version}
                             if stats.base_version else None),
+        "base": base_report(path, stats),
         "shared_bytes": stats.shared_bytes,
+        "sources": sources_report(stats),
         "new_bytes": stats.new_bytes,
+        "committed_by": "fsync" if stats.provisional else "close",
+        "replaced_versions": stats.replaced_versions,
         "fully_redundant": stats.fully_redundant,
         "short_chunks": stats.short_chunks,
         "lost_chunks": stats.lost_chunks,
     }
 
 
+def sources_report(stats: Any) -> dict[str, Any] | None:
+    """Where a version's block-map entries came from (VersionStats); None when it was
+    committed before mosafs recorded that."""
+    if not stats.sources_known:
+        return None
+    return {
+        "base": {"chunks": stats.shared_chunks, "bytes": stats.shared_bytes},
+        "stored": {"chunks": stats.stored_chunks, "bytes": stats.stored_bytes},
+        "cluster": {"chunks": stats.indexed_chunks, "bytes": stats.indexed_bytes},
+        "repeated": {"chunks": stats.repeated_chunks, "bytes": stats.repeated_bytes},
+    }
+
+
+def base_report(path: str, stats: Any) -> dict[str, Any] | None:
+    """The base version named by its path: as mosafs names it (from the root of the file
+    system) and on this machine (under the mount PATH is in)."""
+    if not stats.base_version:
+        return None
+    local = None
+    if stats.base_path:
+        root = _mount_root(path)
+        local = os.path.join(root, stats.base_path.lstrip("/")) if root else None
+    return {"inode": stats.base_inode, "version": stats.base_version,
+            "same_file": stats.base_inode == stats.inode, "path": stats.base_path or None,
+            "local_path": local, "removed": stats.base_removed,
+            "version_kept": stats.base_version_kept}
+
+
+def _mount_root(path: str) -> str | None:
+    """The mount point above PATH (the mosafs mount it is in), None if none is found."""
+    current = os.path.abspath(path)
+    while not os.path.ismount(current):
+        parent = os.path.dirname(current)
+        if parent == current:
+            return None
+        current = parent
+    return current
+
+
 def _print_stats(report: dict[str, Any]) -> None:
-    base = report["deduped_against"]
-    against = f"version {base['version']} of inode {base['inode']}" if base else "nothing"
     print(f"{report['path']}: version {report['version']}, {report['size']} bytes in "
-          f"{report['chunks']} chunks")
-    print(f"  shared chunks: {report['shared_chunks']}, {report['shared_bytes']} bytes "
-          f"(deduped against {against})")
-    print(f"  new bytes sent: {report['new_bytes']}")
+          f"{report['chunks']} chunks, committed by {report['committed_by']}"
+          + (f" (it replaced {report['replaced_versions']} provisional versions of its "
+             f"write session)" if report["replaced_versions"] else ""))
+    print(f"  base: {base_words(report['base'])}")
+    sources = report["sources"]
+    if sources is None:
+        print(f"  from the base: {report['shared_chunks']} chunks, "
+              f"{_size(report['shared_bytes'])}; the rest is not broken down (committed "
+              f"before mosafs recorded where chunks came from)")
+    else:
+        for key, words in (("base", "found in the base"),
+                           ("cluster", "found elsewhere in the cluster"),
+                           ("repeated", "repeated within the file"),
+                           ("stored", "stored new")):
+            part = sources[key]
+            print(f"  {words}: {part['chunks']} chunks, {_size(part['bytes'])}")
+    print(f"  new bytes sent: {report['new_bytes']} ({_size(report['new_bytes'])})")
     if report["fully_redundant"]:
         print("  redundancy: full (every chunk has its pool's copies)")
     else:
         lost = f", {report['lost_chunks']} with no live copy" if report["lost_chunks"] else ""
         print(f"  redundancy: NOT full: {report['short_chunks']} chunks short of copies{lost}")
+
+
+def base_words(base: dict[str, Any] | None) -> str:
+    """The base version for people, by its path."""
+    if base is None:
+        return "none (nothing earlier of this file or its series to dedupe against)"
+    pruned = "" if base["version_kept"] else ", pruned since"
+    if base["removed"]:
+        return f"version {base['version']} of a file removed since (inode {base['inode']})"
+    if base["same_file"]:
+        return f"version {base['version']} of this file{pruned}"
+    if base["path"] is None:
+        return (f"version {base['version']} of inode {base['inode']}, which has no path now "
+                f"(its name was removed; other hard links remain){pruned}")
+    return f"{base['local_path'] or base['path']}, version {base['version']}{pruned}"
 
 
 def add_scrub_arguments(parser: argparse.ArgumentParser) -> None:

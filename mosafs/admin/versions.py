@@ -15,6 +15,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from mosafs.admin.cluster import base_report, base_words, sources_report
 from mosafs.admin.common import (
     VERSIONS,
     MountPath,
@@ -26,6 +27,7 @@ from mosafs.admin.common import (
     size,
     when,
 )
+from mosafs.argtypes import at_least
 from mosafs.errors import AlreadyExists, ConfigError, NotFound
 
 COPY_BLOCK = 4 << 20
@@ -60,6 +62,10 @@ def run_versions(args: argparse.Namespace) -> int:
         "shared_chunks": v.shared_chunks,
         "deduped_against": ({"inode": v.base_inode, "version": v.base_version}
                             if v.base_version else None),
+        "base": base_report(args.path, v),
+        "sources": sources_report(v),
+        "committed_by": "fsync" if v.provisional else "close",
+        "replaced_versions": v.replaced_versions,
     } for v in versions]}
     return emit(report, args.json, _print_versions)
 
@@ -68,15 +74,19 @@ def _print_versions(report: dict[str, Any]) -> None:
     if not report["versions"]:
         print(f"{report['path']}: no committed version")
         return
-    print(f"{'version':>7}  {'committed':<19}  {'size':>10}  {'new':>10}  {'shared':>10}")
+    print(f"{'version':>7}  {'committed':<19}  {'by':<5}  {'size':>10}  {'new':>10}  "
+          f"{'shared':>10}  {'found':>10}  base")
     for v in report["versions"]:
-        print(f"{v['version']:>7}  {v['commit_time']:<19}  {size(v['size']):>10}  "
-              f"{size(v['new_bytes']):>10}  {size(v['shared_bytes']):>10}")
+        found = size(v["sources"]["cluster"]["bytes"]) if v["sources"] else "?"
+        replaced = f" (replaced {v['replaced_versions']})" if v["replaced_versions"] else ""
+        print(f"{v['version']:>7}  {v['commit_time']:<19}  {v['committed_by']:<5}  "
+              f"{size(v['size']):>10}  {size(v['new_bytes']):>10}  "
+              f"{size(v['shared_bytes']):>10}  {found:>10}  {base_words(v['base'])}{replaced}")
 
 
 def add_restore_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("path", help="a file inside a mounted mosafs")
-    parser.add_argument("--version", type=int, required=True, metavar="N",
+    parser.add_argument("--version", type=at_least(1), required=True, metavar="N",
                         help="the version to restore (`mosafs versions PATH` lists them)")
     where = parser.add_mutually_exclusive_group(required=True)
     where.add_argument("--to", metavar="DEST",

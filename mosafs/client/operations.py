@@ -35,6 +35,8 @@ _KINDS = {
     mpb.FILE_KIND_SYMLINK: stat.S_IFLNK,
     mpb.FILE_KIND_FIFO: stat.S_IFIFO,
     mpb.FILE_KIND_SOCKET: stat.S_IFSOCK,
+    mpb.FILE_KIND_BLOCK_DEVICE: stat.S_IFBLK,
+    mpb.FILE_KIND_CHAR_DEVICE: stat.S_IFCHR,
 }
 _KIND_OF = {mode: kind for kind, mode in _KINDS.items() if kind != mpb.FILE_KIND_DIRECTORY}
 
@@ -118,6 +120,7 @@ class Operations(pyfuse3.Operations):
         entry.st_uid = attr.uid
         entry.st_gid = attr.gid
         entry.st_size = attr.size
+        entry.st_rdev = attr.rdev
         entry.st_blksize = 1 << 17
         entry.st_blocks = (attr.size + BLOCK - 1) // BLOCK
         entry.st_atime_ns = attr.atime_ns
@@ -296,11 +299,14 @@ class Operations(pyfuse3.Operations):
     @_errno_mapped
     async def mknod(self, parent_inode: int, name: bytes, mode: int, rdev: int,
                     ctx: Any) -> pyfuse3.EntryAttributes:
+        # Device nodes too: root-run tools (tar, rsync, image unpacking) make them, and
+        # the kernel checked CAP_MKNOD before asking; they are metadata here, opened by the
+        # kernel on the machine that opens them.
         kind = _KIND_OF.get(stat.S_IFMT(mode))
-        if kind is None:  # device nodes mean nothing on a distributed file system
-            raise pyfuse3.FUSEError(errno.EPERM)
+        if kind is None:  # no such file type (the kernel refuses these itself)
+            raise pyfuse3.FUSEError(errno.EINVAL)
         return self._entry(await self.fs.mknod(parent_inode, _decode(name), kind,
-                                               mode & 0o7777, ctx.uid, ctx.gid))
+                                               mode & 0o7777, ctx.uid, ctx.gid, rdev))
 
     @_errno_mapped
     async def link(self, inode: int, new_parent_inode: int, new_name: bytes,

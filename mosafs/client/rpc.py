@@ -116,10 +116,10 @@ class ManagerClient:
         return bytes(reply.target)
 
     async def mknod(self, parent: int, name: str, kind: int, mode: int, uid: int,
-                    gid: int) -> mpb.Attr:
+                    gid: int, rdev: int = 0) -> mpb.Attr:
         return await self._call("Mknod", mpb.MknodRequest(
             parent=parent, name=name, kind=kind, mode=mode, uid=uid,  # type: ignore[arg-type]
-            gid=gid))
+            gid=gid, rdev=rdev))
 
     async def link(self, inode: int, new_parent: int, new_name: str) -> mpb.Attr:
         return await self._call("Link", mpb.LinkRequest(

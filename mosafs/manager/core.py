@@ -18,17 +18,20 @@ from mosafs.errors import (
     FailedPrecondition,
     InvalidArgument,
     MosafsError,
+    NoSpace,
     NotFound,
     Unavailable,
 )
-from mosafs.manager import pruning
+from mosafs.manager import pools, pruning
 from mosafs.manager.folders import Folders, PruneResult
 from mosafs.manager.fsck import FsckResult, fsck
 from mosafs.manager.garbage import GarbageCollector, check_report
 from mosafs.manager.leases import Committed, LeaseTable, content_key
 from mosafs.manager.metadata import (
+    FINAL_COMMIT,
     ChunkEntry,
     MetadataStore,
+    SessionCommit,
     check_benefactor_id,
     check_chunks,
     check_ids,
@@ -96,9 +99,13 @@ class Manager:
         context = self.folders.write_context(inode)  # NotFound / IsADirectory first
         base = context.base
         pool = self.store.pool(context.pool)
-        # R targets at least: a pessimistic write stores every chunk on R of them.
-        targets = self.registry.pick_targets(pool.name,
-                                             max(pool.stripe_width, pool.replication))
+        try:
+            # R targets at least: a pessimistic write stores every chunk on R of them.
+            targets = self.registry.pick_targets(pool.name,
+                                                 max(pool.stripe_width, pool.replication))
+        except NoSpace as exc:
+            pools.warn_unwritable(pool.name, exc.message)  # the writer only sees ENOSPC
+            raise
         lease = self.leases.open(inode, client_id, base_inode=base.inode,
                                  base_version=base.version, pool=pool.name,
                                  folder=context.folder)
@@ -117,9 +124,12 @@ class Manager:
     def commit_version(
         self, lease_id: int, inode: int, chunks: Iterable[ChunkEntry],
         placements: Iterable[tuple[bytes, Sequence[str]]], *, mtime_ns: int = 0,
-        new_bytes: int = 0,
+        new_bytes: int = 0, session: SessionCommit = FINAL_COMMIT,
     ) -> tuple[int, manager_pb2.Attr]:
+        """Store the block-map of write lease LEASE_ID as a new version (SESSION: whether
+        it is provisional, and the provisional version it replaces: docs/lifecycle.md)."""
         chunks = check_chunks(chunks)
+        session.check()
         claimed = self.leases.claim(lease_id, inode, content_key(chunks))
         if isinstance(claimed, Committed):
             # A repeat of a stored commit (its reply was lost): the same version again,
@@ -131,7 +141,7 @@ class Manager:
             result = self.store.commit_version(
                 inode, chunks, placements, base_inode=lease.base_inode,
                 base_version=lease.base_version, mtime_ns=mtime_ns, new_bytes=new_bytes,
-                pool=lease.pool)
+                pool=lease.pool, session=session)
         except BaseException:
             # The client may fix its request (e.g. store a missing chunk) and retry.
             self.leases.restore(lease)

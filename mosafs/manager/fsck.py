@@ -23,6 +23,8 @@ What is checked, and the repair of each finding (docs/metadata.md has the table)
                         and attributes (a directory only when empty; else not repairable)
   directory_parent      a directory whose parent field (or name, where kept) is not the
                         entry naming it: set
+  bad_kind              an inode of a kind mosafs does not know: not repairable
+  rdev                  a device number on an inode that is not a device node: cleared
   file_folder           a regular file whose parent/name is not one of its entries: cleared
                         (a file of no known folder; its next rename gives it one again)
   orphan_xattr          extended attributes of a missing inode: deleted
@@ -56,7 +58,9 @@ from mosafs._proto import metadata_pb2
 from mosafs.manager import pools
 from mosafs.manager.metadata import (
     BLOCKMAP_ENTRY,
+    DEVICES,
     DIRECTORY,
+    KINDS,
     REGULAR,
     ROOT_INODE,
     MetadataStore,
@@ -120,6 +124,7 @@ class _Check:
 
     def run(self) -> FsckResult:
         inodes = self._inodes()
+        self._kinds(inodes)
         names, subdirs, parents = self._dirents(inodes)
         self._orphans_and_nlinks(inodes, names, subdirs, parents)
         self._file_folders(inodes)
@@ -144,6 +149,18 @@ class _Check:
             self.out.add("root", "inode 1 is not a directory: the store is not usable",
                          False)
         return inodes
+
+    def _kinds(self, inodes: dict[int, metadata_pb2.InodeRecord]) -> None:
+        """Every inode is of a known kind (FIFOs, sockets and device nodes included), and
+        only device nodes carry a device number."""
+        for ino, rec in sorted(inodes.items()):
+            if rec.kind not in KINDS:
+                self.out.add("bad_kind", f"inode {ino} is {kind_name(rec.kind)}", False)
+            elif rec.rdev and rec.kind not in DEVICES:
+                self.out.add("rdev", f"inode {ino} ({kind_name(rec.kind)}) has device number "
+                             f"{rec.rdev:#x}; only device nodes have one")
+                rec.rdev = 0
+                self._put_inode(ino, rec)
 
     def _dirents(self, inodes: dict[int, metadata_pb2.InodeRecord],
                  ) -> tuple[Counter[int], Counter[int], dict[int, int]]:

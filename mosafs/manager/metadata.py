@@ -31,8 +31,8 @@ Packed block-map: the concatenation, in file order, of one 40-byte record per ch
 of N chunks is 40*N bytes; it parses with struct.iter_unpack without copying.
 
 Inode kinds: directories, regular files, symbolic links (the target in
-InodeRecord.symlink_target, size = its length), FIFOs and sockets (metadata only, size 0).
-Device nodes are refused (EPERM, as on a nodev mount).
+InodeRecord.symlink_target, size = its length), FIFOs, sockets and block and character
+device nodes (metadata only, size 0; a device node's number in InodeRecord.rdev).
 
 Invariants (every write transaction keeps them):
   - Inode 1 is the root directory; its parent is itself. Inode numbers are never reused:
@@ -47,7 +47,8 @@ Invariants (every write transaction keeps them):
   - nlink: a directory has 2 + its number of subdirectories; a non-directory has the
     number of dirents naming it (nlink_mismatches() checks both).
   - A regular file has a VersionRecord and a block-map for each version it keeps: a
-    subset of 1..newest_version that holds newest_version (pruning removes older ones);
+    subset of 1..newest_version that holds newest_version (pruning removes older ones, and
+    a commit removes the provisional version it replaces);
     InodeRecord.size is the newest version's size (0 with no version). Other kinds have
     no versions.
   - ChunkRecord.refcount equals the number of block-map entries naming the id, over every
@@ -126,6 +127,7 @@ XATTR_NAME_MAX = 255  # Linux's limits
 XATTR_SIZE_MAX = 64 * 1024
 XATTR_LIST_MAX = 64 * 1024  # the names of one inode, each with its NUL, as listxattr(2)
 XATTR_TOTAL_MAX = 1 << 20  # names + values of one inode
+MAX_SESSION_BYTES = 64  # a client's write session id (CommitVersionRequest.session)
 _MAX_U64 = (1 << 64) - 1
 _MAX_U32 = (1 << 32) - 1
 _MIN_I64, _MAX_I64 = -(1 << 63), (1 << 63) - 1
@@ -135,15 +137,22 @@ REGULAR = manager_pb2.FILE_KIND_REGULAR
 SYMLINK = manager_pb2.FILE_KIND_SYMLINK
 FIFO = manager_pb2.FILE_KIND_FIFO
 SOCKET = manager_pb2.FILE_KIND_SOCKET
+BLOCK_DEVICE = manager_pb2.FILE_KIND_BLOCK_DEVICE
+CHAR_DEVICE = manager_pb2.FILE_KIND_CHAR_DEVICE
+DEVICES = (BLOCK_DEVICE, CHAR_DEVICE)
+# What Mknod makes: inodes with nothing but metadata (the kernel does the rest).
+MKNOD_KINDS = (FIFO, SOCKET, *DEVICES)
 # The S_IF* file-type bits of each kind, as FUSE passes them in a mode.
 _TYPE_BITS: dict[int, int] = {
     DIRECTORY: 0o040000, REGULAR: 0o100000, SYMLINK: 0o120000, FIFO: 0o010000,
-    SOCKET: 0o140000,
+    SOCKET: 0o140000, BLOCK_DEVICE: 0o060000, CHAR_DEVICE: 0o020000,
 }
 _KIND_NAMES: dict[int, str] = {
     DIRECTORY: "a directory", REGULAR: "a regular file", SYMLINK: "a symbolic link",
-    FIFO: "a FIFO", SOCKET: "a socket",
+    FIFO: "a FIFO", SOCKET: "a socket", BLOCK_DEVICE: "a block device",
+    CHAR_DEVICE: "a character device",
 }
+KINDS = frozenset(_KIND_NAMES)  # every kind an inode may have
 
 _U64 = struct.Struct(">Q")
 _VKEY = struct.Struct(">QQ")
@@ -274,6 +283,19 @@ def kind_name(kind: int) -> str:
     return _KIND_NAMES.get(kind, f"of unknown kind {kind}")
 
 
+def _check_mknod_kind(name: str, kind: int) -> None:
+    """NotPermitted for a kind Mknod does not make, with the call that makes it."""
+    if kind in MKNOD_KINDS:
+        return
+    hints: dict[int, str] = {
+        REGULAR: "regular files are made with Create",
+        DIRECTORY: "directories are made with Mkdir",
+        SYMLINK: "symbolic links are made with Symlink"}
+    what = hints.get(kind, f"kind {kind} is none of them")
+    raise NotPermitted(f"mknod {name[:80]!r}: only FIFOs, sockets and device nodes can be "
+                       f"made with mknod; {what}")
+
+
 def check_symlink_target(target: bytes) -> bytes:
     """A symlink target as stored: 1..4095 bytes, any but NUL (symlink(2)'s rules)."""
     target = bytes(target)
@@ -315,18 +337,61 @@ def check_xattr_name(name: str, *, writing: bool) -> bytes:
 
 def _version_stats(inode: int, version: int,
                    v: metadata_pb2.VersionRecord) -> manager_pb2.VersionStats:
+    """A version's figures as recorded (the base's name is filled in by _name_base)."""
     return manager_pb2.VersionStats(
         inode=inode, version=version, size=v.size, chunks=v.chunks,
         shared_chunks=v.shared_chunks, base_inode=v.base_inode, base_version=v.base_version,
         new_bytes=v.new_bytes, commit_time_ns=v.commit_time_ns, mtime_ns=v.mtime_ns,
-        shared_bytes=v.shared_bytes)
+        shared_bytes=v.shared_bytes, stored_chunks=v.stored_chunks,
+        stored_bytes=v.stored_bytes, indexed_chunks=v.indexed_chunks,
+        indexed_bytes=v.indexed_bytes, repeated_chunks=v.repeated_chunks,
+        repeated_bytes=v.repeated_bytes, provisional=v.provisional,
+        replaced_versions=v.replaced_versions,
+        # A record from before the sources were counted has them all 0: they add up only
+        # when every entry was shared with the base (then that is the whole story).
+        sources_known=(v.shared_chunks + v.stored_chunks + v.indexed_chunks
+                       + v.repeated_chunks == v.chunks))
+
+
+def _count_sources(vrec: metadata_pb2.VersionRecord, entries: list[ChunkEntry],
+                   base_ids: set[bytes], stored: set[bytes]) -> list[bool]:
+    """Count where each entry of a new version came from into VREC: the base (shared_*),
+    else the first entry of a chunk this write STORED (stored_*) or found in the index
+    (indexed_*), else a repeat of an earlier entry (repeated_*). Returns, per entry,
+    whether it was counted as stored."""
+    seen: set[bytes] = set()
+    counted = []
+    for cid, length in entries:
+        source = "shared" if cid in base_ids else "repeated" if cid in seen else \
+            "stored" if cid in stored else "indexed"
+        seen.add(cid)
+        field_chunks = f"{source}_chunks"
+        setattr(vrec, field_chunks, getattr(vrec, field_chunks) + 1)
+        setattr(vrec, f"{source}_bytes", getattr(vrec, f"{source}_bytes") + length)
+        counted.append(source == "stored")
+    return counted
+
+
+def _bitmap(flags: list[bool]) -> bytes:
+    """FLAGS packed, flag i as bit i % 8 of byte i // 8."""
+    out = bytearray((len(flags) + 7) // 8)
+    for i, flag in enumerate(flags):
+        if flag:
+            out[i >> 3] |= 1 << (i & 7)
+    return bytes(out)
+
+
+def _marked(entries: list[ChunkEntry], bitmap: bytes) -> set[bytes]:
+    """The ids of the ENTRIES whose bit is set in BITMAP (_bitmap's packing)."""
+    return {cid for i, (cid, _) in enumerate(entries)
+            if i >> 3 < len(bitmap) and bitmap[i >> 3] >> (i & 7) & 1}
 
 
 def _attr(inode: int, rec: metadata_pb2.InodeRecord) -> manager_pb2.Attr:
     return manager_pb2.Attr(
         inode=inode, kind=rec.kind, mode=rec.mode, nlink=rec.nlink, uid=rec.uid, gid=rec.gid,
         size=rec.size, atime_ns=rec.atime_ns, mtime_ns=rec.mtime_ns, ctime_ns=rec.ctime_ns,
-        version=rec.newest_version,
+        version=rec.newest_version, rdev=rec.rdev,
     )
 
 
@@ -338,6 +403,32 @@ class WriteBase:
     version: int  # 0: none
     size: int
     chunks: list[ChunkEntry] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class SessionCommit:
+    """How a commit stands in its client's write session (docs/lifecycle.md, Versions).
+
+    PROVISIONAL: committed by fsync, or by a close while the file stays open for writing:
+    the session's next commit may replace it. REPLACES_VERSION: this session's provisional
+    version that the commit replaces if it is still the file's newest. SESSION: the
+    client's random id of its write session, which both need."""
+
+    provisional: bool = False
+    replaces_version: int = 0
+    session: bytes = b""
+
+    def check(self) -> None:
+        _check_u64(self.replaces_version, "replaces_version")
+        if len(self.session) > MAX_SESSION_BYTES:
+            raise InvalidArgument(f"a write session id has at most {MAX_SESSION_BYTES} "
+                                  f"bytes, got {len(self.session)}")
+        if (self.provisional or self.replaces_version) and not self.session:
+            raise InvalidArgument("a provisional commit, or one that replaces a version, "
+                                  "must name its write session")
+
+
+FINAL_COMMIT = SessionCommit()  # final, replaces nothing: every commit before sessions
 
 
 @dataclass(frozen=True)
@@ -487,8 +578,12 @@ class _Tx:
                             metadata_pb2.VersionRecord.FromString(raw)))
         return out
 
+    def has_version(self, ino: int, version: int) -> bool:
+        return self.txn.get(_VKEY.pack(ino, version), db=self.db.versions) is not None
+
     def drop_version(self, ino: int, version: int) -> None:
-        """Delete one version that is not the newest (pruning) and release its chunks."""
+        """Delete one version that is not the newest (pruning, a provisional version
+        replaced) and release its chunks."""
         key = _VKEY.pack(ino, version)
         raw = self.txn.get(key, db=self.db.blockmaps)
         if raw is not None:
@@ -634,6 +729,17 @@ class _Tx:
             if child == ino:
                 return name
         return None
+
+    def file_path(self, ino: int) -> str | None:
+        """/a/b of regular file INO by its folder entry, for people: "" when it has none
+        (that name went while other hard links remain), None when INO is gone."""
+        if self.find_inode(ino) is None:
+            return None
+        origin = self.origin(ino)
+        if origin is None:
+            return ""
+        parent, name = origin
+        return self.path_of(parent).rstrip("/") + "/" + name.decode("utf-8", "replace")
 
     def path_of(self, ino: int) -> str:
         """/a/b of directory INO, for people ("?" where a name cannot be found)."""
@@ -1010,25 +1116,22 @@ class MetadataStore:
             return bytes(rec.symlink_target)
 
     def mknod(self, parent: int, name: str, kind: manager_pb2.FileKind, mode: int,
-              uid: int = 0, gid: int = 0) -> manager_pb2.Attr:
-        """A FIFO or a socket: metadata only (the kernel does the rest), size 0. Anything
-        else is NotPermitted: regular files and directories have Create and Mkdir, and
-        device nodes are refused, as on a nodev mount."""
-        if kind not in (FIFO, SOCKET):
-            hints: dict[int, str] = {
-                REGULAR: "regular files are made with Create",
-                DIRECTORY: "directories are made with Mkdir",
-                SYMLINK: "symbolic links are made with Symlink"}
-            what = hints.get(
-                kind, "device nodes are not supported (mosafs behaves as a nodev mount)")
-            raise NotPermitted(f"mknod {name[:80]!r}: only FIFOs and sockets can be made "
-                               f"with mknod; {what}")
+              uid: int = 0, gid: int = 0, rdev: int = 0) -> manager_pb2.Attr:
+        """A FIFO, a socket or a block or character device node with device number RDEV:
+        metadata only (the kernel does the rest), size 0. Anything else is NotPermitted:
+        regular files, directories and symlinks have calls of their own. Who may make a
+        device node is the kernel's check (CAP_MKNOD) before the request gets here."""
+        _check_mknod_kind(name, kind)
         raw = check_new_name(name)
         perm = _permissions(mode, kind)
         _check_owner(uid, gid)
+        _check_u64(rdev, "rdev")
+        if rdev and kind not in DEVICES:
+            raise InvalidArgument(f"mknod {name[:80]!r}: {kind_name(kind)} has no device "
+                                  f"number (rdev {rdev:#x} given)")
         now = time.time_ns()
         rec = metadata_pb2.InodeRecord(kind=kind, mode=perm, nlink=1, uid=uid, gid=gid,
-                                       atime_ns=now, mtime_ns=now, ctime_ns=now)
+                                       atime_ns=now, mtime_ns=now, ctime_ns=now, rdev=rdev)
         return self._new_entry(parent, name, raw, rec, now)
 
     @_rerun_if_grown
@@ -1203,6 +1306,7 @@ class MetadataStore:
         self, inode: int, chunks: Iterable[ChunkEntry],
         placements: Iterable[tuple[bytes, Sequence[str]]] = (), *, base_inode: int = 0,
         base_version: int = 0, mtime_ns: int = 0, new_bytes: int = 0, pool: str = "",
+        session: SessionCommit = FINAL_COMMIT,
     ) -> tuple[int, manager_pb2.Attr]:
         """Store a new version of INODE with block-map CHUNKS in one write transaction.
 
@@ -1211,10 +1315,14 @@ class MetadataStore:
         validated and ignored: the index only tracks referenced chunks. BASE_* name the
         version the write deduped against (for shared_chunks). MTIME_NS 0: the commit time.
         POOL: the pool the write stored new chunks in (their records keep it: their R).
+        SESSION: whether the version is provisional, and the provisional version of the
+        same write session it replaces (dropped here, with its chunk references, if it is
+        still the newest; docs/lifecycle.md, Versions).
         """
         entries = check_chunks(chunks)
         placed = _merge_placements(placements)
         _check_u64(new_bytes, "new_bytes")
+        session.check()
         occurrences: Counter[bytes] = Counter(cid for cid, _ in entries)
         lengths: dict[bytes, int] = {}
         for cid, length in entries:
@@ -1227,19 +1335,51 @@ class MetadataStore:
             for bid in sorted({bid for bids in placed.values() for bid in bids}):
                 if tx.benefactor(bid) is None:
                     raise InvalidArgument(f"placement names unknown benefactor {bid!r}")
+            replaced = self._replaceable(tx, inode, rec, session)
             for cid, count in occurrences.items():
                 self._reference_chunk(tx, cid, lengths[cid], count, placed.get(cid), pool)
-            shared = shared_bytes = 0
-            if base_version:
-                base_ids = self._base_ids(tx, base_inode, base_version)
-                shared = sum(1 for cid, _ in entries if cid in base_ids)
-                shared_bytes = sum(n for cid, n in entries if cid in base_ids)
-            size = sum(lengths[cid] * count for cid, count in occurrences.items())
+            stored = set(placed)
+            if replaced is not None:
+                # The version replacing a provisional one stands for the whole session:
+                # the base it started from, every byte it sent, every chunk it stored.
+                base_inode, base_version = replaced.base_inode, replaced.base_version
+                new_bytes = min(new_bytes + replaced.new_bytes, _MAX_U64)
+                stored |= _marked(tx.blockmap(inode, session.replaces_version),
+                                  replaced.stored_entries)
+            base_ids = self._base_ids(tx, base_inode, base_version) if base_version else set()
             vrec = metadata_pb2.VersionRecord(
-                size=size, chunks=len(entries), shared_chunks=shared, base_inode=base_inode,
-                base_version=base_version, new_bytes=new_bytes, commit_time_ns=now,
-                mtime_ns=mtime_ns or now, shared_bytes=shared_bytes)
-            return self._add_version(tx, inode, rec, vrec, entries)
+                size=sum(lengths[cid] * count for cid, count in occurrences.items()),
+                chunks=len(entries), base_inode=base_inode, base_version=base_version,
+                new_bytes=new_bytes, commit_time_ns=now, mtime_ns=mtime_ns or now)
+            counted = _count_sources(vrec, entries, base_ids, stored)
+            if session.provisional:
+                vrec.provisional = True
+                vrec.session = session.session
+                vrec.stored_entries = _bitmap(counted)
+            if replaced is not None:
+                vrec.replaced_versions = replaced.replaced_versions + 1
+            result = self._add_version(tx, inode, rec, vrec, entries)
+            if replaced is not None:
+                tx.drop_version(inode, session.replaces_version)
+            return result
+
+    @staticmethod
+    def _replaceable(tx: _Tx, inode: int, rec: metadata_pb2.InodeRecord,
+                     session: SessionCommit) -> metadata_pb2.VersionRecord | None:
+        """The provisional version SESSION replaces, if it may: still the file's newest
+        version, and committed by the same write session. Otherwise None, and the commit
+        only adds its version: another writer committed since (both stay), or the version
+        went (pruned, restored over)."""
+        version = session.replaces_version
+        if not version or rec.newest_version != version:
+            return None
+        try:
+            old = tx.version(inode, version)
+        except NotFound:
+            return None
+        if not old.provisional or old.session != session.session:
+            return None
+        return old
 
     @staticmethod
     def _add_version(tx: _Tx, inode: int, rec: metadata_pb2.InodeRecord,
@@ -1324,13 +1464,33 @@ class MetadataStore:
             version = version or rec.newest_version
             if version == 0:
                 raise NotFound(f"file {inode} has no committed version")
-            return _version_stats(inode, version, tx.version(inode, version))
+            out = _version_stats(inode, version, tx.version(inode, version))
+            self._name_base(tx, out, {})
+            return out
 
     def list_versions(self, inode: int) -> list[manager_pb2.VersionStats]:
         """Every version regular file INODE keeps, oldest first."""
         with self._read() as tx:
             tx.regular_file(inode)
-            return [_version_stats(inode, v, rec) for v, rec in tx.versions_of(inode)]
+            paths: dict[int, str | None] = {}
+            out = [_version_stats(inode, v, rec) for v, rec in tx.versions_of(inode)]
+            for stats in out:
+                self._name_base(tx, stats, paths)
+            return out
+
+    @staticmethod
+    def _name_base(tx: _Tx, out: manager_pb2.VersionStats,
+                   paths: dict[int, str | None]) -> None:
+        """Name OUT's base for people as the store is now: its path, whether the file is
+        gone, whether the version is still kept. PATHS caches file_path per inode."""
+        if not out.base_version:
+            return
+        if out.base_inode not in paths:
+            paths[out.base_inode] = tx.file_path(out.base_inode)
+        path = paths[out.base_inode]
+        out.base_removed = path is None
+        out.base_path = path or ""
+        out.base_version_kept = tx.has_version(out.base_inode, out.base_version)
 
     @_rerun_if_grown
     def restore_version(self, inode: int, version: int) -> tuple[int, manager_pb2.Attr]:

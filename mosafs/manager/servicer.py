@@ -13,6 +13,7 @@ from mosafs._proto import manager_pb2 as pb
 from mosafs._proto import manager_pb2_grpc
 from mosafs.manager.core import Manager
 from mosafs.manager.folders import policy_of
+from mosafs.manager.metadata import SessionCommit
 from mosafs.rpc.errors import servicer
 from mosafs.rpc.handlers import add_decoding_in_handlers
 
@@ -82,7 +83,7 @@ class ManagerServicer(manager_pb2_grpc.ManagerServicer):
 
     def Mknod(self, request: pb.MknodRequest, context: Ctx) -> pb.Attr:
         return self._store.mknod(request.parent, request.name, request.kind, request.mode,
-                                 request.uid, request.gid)
+                                 request.uid, request.gid, request.rdev)
 
     def Link(self, request: pb.LinkRequest, context: Ctx) -> pb.Attr:
         return self._store.link(request.inode, request.new_parent, request.new_name)
@@ -118,7 +119,10 @@ class ManagerServicer(manager_pb2_grpc.ManagerServicer):
             request.lease_id, request.inode,
             [(c.id, c.length) for c in request.chunks],
             [(p.id, list(p.benefactor_ids)) for p in request.placements],
-            mtime_ns=request.mtime_ns, new_bytes=request.new_bytes)
+            mtime_ns=request.mtime_ns, new_bytes=request.new_bytes,
+            session=SessionCommit(provisional=request.provisional,
+                                  replaces_version=request.replaces_version,
+                                  session=request.session))
         return pb.CommitVersionResponse(version=version, attr=attr)
 
     def AbortWrite(self, request: pb.AbortWriteRequest, context: Ctx) -> pb.Empty:

@@ -1,7 +1,8 @@
 """POSIX semantics and errnos through a real mount, as Linux programs see them on a local
-file system: open flags, holes, truncation, rename and its errors, directories, symlinks,
-FIFOs and sockets, hard links, chmod/chown/utimens, permission checks for a non-root
-user, extended attributes, statfs, fsync.
+file system: open flags, holes, truncation (EFBIG past the largest file), rename and its
+errors, directories, symlinks, FIFOs, sockets and device nodes, hard links,
+chmod/chown/utimens, permission checks for a non-root user, extended attributes, statfs,
+fsync.
 
 One cluster (`mosafs up`, default chunker) serves the whole module; each test works in
 its own directory and fails if a process logged a warning, an error or a traceback while
@@ -17,6 +18,7 @@ import os
 import re
 import socket
 import stat
+import subprocess
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -24,6 +26,7 @@ from typing import Any
 
 import pytest
 
+from mosafs.client.files.writer import MAX_FILE_SIZE
 from tests import harness
 from tests.conftest import UpCluster, fuse_available
 
@@ -206,6 +209,32 @@ def test_fuse_posix_truncate_down_and_up(d: Path) -> None:
     os.truncate(p, 0)
     assert p.read_bytes() == b""
     assert os.stat(p).st_size == 0
+
+
+def test_fuse_posix_sizes_past_the_largest_file_are_efbig(d: Path,
+                                                          cluster: UpCluster) -> None:
+    """pjdfstest's truncate of 999999999999999 bytes (and writes past the largest file):
+    EFBIG, the file unchanged, and no bug in the mount's log."""
+    p = d / "f"
+    p.write_bytes(b"keep")
+    done = subprocess.run(["truncate", "-s", "999999999999999", str(p)],
+                          capture_output=True, text=True, timeout=30)
+    assert done.returncode != 0 and "File too large" in done.stderr, done
+    raises_errno(errno.EFBIG, os.truncate, p, 999_999_999_999_999)
+    (d / "empty").write_bytes(b"")
+    raises_errno(errno.EFBIG, os.truncate, d / "empty", MAX_FILE_SIZE + 1)
+    assert os.stat(d / "empty").st_size == 0
+    fd = os.open(p, os.O_RDWR)
+    try:
+        raises_errno(errno.EFBIG, os.ftruncate, fd, 999_999_999_999_999)
+        raises_errno(errno.EFBIG, os.pwrite, fd, b"x", MAX_FILE_SIZE)
+        raises_errno(errno.EFBIG, os.pwrite, fd, b"x", 999_999_999_999_999)
+        assert os.fstat(fd).st_size == 4
+        os.pwrite(fd, b"!", 4)  # the descriptor still works
+    finally:
+        os.close(fd)
+    assert p.read_bytes() == b"keep!"
+    assert "bug in" not in cluster.proc.log()
 
 
 def test_fuse_posix_fsync_then_read_back(d: Path) -> None:
@@ -463,14 +492,76 @@ def test_fuse_posix_socket_nodes(d: Path) -> None:
     os.unlink(path)
 
 
-def test_fuse_posix_device_nodes_are_refused(d: Path) -> None:
-    raises_errno(errno.EPERM, os.mknod, d / "null", stat.S_IFCHR | 0o666, os.makedev(1, 3))
-    raises_errno(errno.EPERM, os.mknod, d / "blk", stat.S_IFBLK | 0o600, os.makedev(7, 0))
+def _device(path: Path) -> tuple[str, int, int, int]:
+    """(type, major, minor, permission bits) of a device node, as lstat shows it."""
+    st = os.lstat(path)
+    kind = "b" if stat.S_ISBLK(st.st_mode) else "c" if stat.S_ISCHR(st.st_mode) else "?"
+    return kind, os.major(st.st_rdev), os.minor(st.st_rdev), stat.S_IMODE(st.st_mode)
+
+
+def test_fuse_posix_device_nodes(d: Path) -> None:
+    """Block and character device nodes are metadata, as FIFOs and sockets are: root-run
+    tools make them (tar and rsync of a root file system, image unpacking)."""
+    os.mknod(d / "null", stat.S_IFCHR | 0o644, os.makedev(1, 3))  # modes the umask keeps
+    os.mknod(d / "loop0", stat.S_IFBLK | 0o640, os.makedev(7, 0))
+    done = subprocess.run(["mknod", str(d / "f"), "b", "1", "2"], capture_output=True,
+                          text=True, timeout=30)
+    assert done.returncode == 0, done.stderr
+    # The largest numbers FUSE carries (12-bit major, 20-bit minor), and 0/0 (a whiteout).
+    os.mknod(d / "big", stat.S_IFCHR | 0o600, os.makedev(4095, (1 << 20) - 1))
+    os.mknod(d / "whiteout", stat.S_IFCHR, 0)
+    assert _device(d / "null") == ("c", 1, 3, 0o644)
+    assert _device(d / "loop0") == ("b", 7, 0, 0o640)
+    assert _device(d / "f")[:3] == ("b", 1, 2)
+    assert _device(d / "big")[:3] == ("c", 4095, (1 << 20) - 1)
+    assert _device(d / "whiteout")[:3] == ("c", 0, 0)
+    assert os.lstat(d / "null").st_size == 0
+    listing = subprocess.run(["ls", "-l", str(d / "f")], capture_output=True, text=True,
+                             timeout=30).stdout
+    assert listing.startswith("b") and "1, 2" in listing
+    raises_errno(errno.EEXIST, os.mknod, d / "null", stat.S_IFCHR | 0o666, os.makedev(1, 3))
+    # Links, renames, chmod and chown work as for any inode; the number stays.
+    os.link(d / "null", d / "null2")
+    os.rename(d / "loop0", d / "loop-renamed")
+    os.chmod(d / "null", 0o600)
+    os.chown(d / "null", NOBODY, NOBODY)
+    assert _device(d / "null2") == ("c", 1, 3, 0o600)
+    assert os.lstat(d / "null2").st_nlink == 2
+    assert _device(d / "loop-renamed") == ("b", 7, 0, 0o640)
+    # Only a process with CAP_MKNOD makes one: the kernel refuses others before mosafs
+    # (in a directory where they may make a FIFO).
+    os.chmod(d, 0o777)
+    got = _as_nobody(d, lambda: {
+        "mknod": _errno_of(lambda: os.mknod("mine", stat.S_IFCHR | 0o600,
+                                            os.makedev(1, 3))),
+        "mkfifo": _errno_of(lambda: os.mkfifo("fifo", 0o600))})
+    assert got == {"mknod": "EPERM", "mkfifo": "ok"}
+    for name in ("null", "null2", "loop-renamed", "f", "big", "whiteout", "fifo"):
+        os.unlink(d / name)
     assert os.listdir(d) == []
     # mknod of a regular file is an empty regular file.
     os.mknod(d / "plain", stat.S_IFREG | 0o644)
     assert stat.S_ISREG(os.stat(d / "plain").st_mode)
     assert (d / "plain").read_bytes() == b""
+
+
+def test_fuse_posix_tar_keeps_device_nodes(d: Path, tmp_path: Path) -> None:
+    """Unpacking an archive of a root file system (as root): its device nodes come out."""
+    src = tmp_path / "rootfs"
+    (src / "dev").mkdir(parents=True)
+    os.mknod(src / "dev" / "null", stat.S_IFCHR | 0o666, os.makedev(1, 3))
+    os.mknod(src / "dev" / "sda", stat.S_IFBLK | 0o660, os.makedev(8, 0))
+    (src / "etc").mkdir()
+    (src / "etc" / "hostname").write_text("box\n")
+    archive = tmp_path / "rootfs.tar"
+    for args in (["tar", "-C", str(src), "-cf", str(archive), "."],
+                 ["tar", "-C", str(d), "-xpf", str(archive)]):
+        done = subprocess.run(args, capture_output=True, text=True, timeout=60)
+        assert done.returncode == 0, done.stderr
+    for name, numbers in (("null", ("c", 1, 3)), ("sda", ("b", 8, 0))):
+        assert _device(d / "dev" / name) == _device(src / "dev" / name)
+        assert _device(d / "dev" / name)[:3] == numbers
+    assert (d / "etc" / "hostname").read_text() == "box\n"
 
 
 def test_fuse_posix_hard_links(d: Path) -> None:

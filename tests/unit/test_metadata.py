@@ -4,6 +4,7 @@ liveness comes from a test clock so expiry is exact and instant."""
 
 from __future__ import annotations
 
+import os
 import stat
 import struct
 from functools import partial
@@ -33,6 +34,7 @@ from mosafs.errors import (
 )
 from mosafs.manager import metadata, pools
 from mosafs.manager.core import MAX_FIND_CHUNKS, Manager, ManagerConfig
+from mosafs.manager.fsck import fsck
 from mosafs.manager.metadata import ROOT_INODE, MetadataStore
 from tests.unit.managers import Clock, cid, commit, consistent, new_file, refcount, register
 
@@ -41,6 +43,8 @@ REG = manager_pb2.FILE_KIND_REGULAR
 LNK = manager_pb2.FILE_KIND_SYMLINK
 FIFO = manager_pb2.FILE_KIND_FIFO
 SOCK = manager_pb2.FILE_KIND_SOCKET
+BLK = manager_pb2.FILE_KIND_BLOCK_DEVICE
+CHR = manager_pb2.FILE_KIND_CHAR_DEVICE
 MiB = 1 << 20
 
 
@@ -819,7 +823,7 @@ def test_readlink_of_anything_but_a_symlink(store: MetadataStore) -> None:
         store.readlink(999)
 
 
-# --- FIFOs, sockets, refused kinds --------------------------------------------------------
+# --- FIFOs, sockets, device nodes, refused kinds ------------------------------------------
 
 @pytest.mark.parametrize("kind, type_bits", [(FIFO, stat.S_IFIFO), (SOCK, stat.S_IFSOCK)])
 def test_mknod_fifo_and_socket(store: MetadataStore, kind: int, type_bits: int) -> None:
@@ -836,6 +840,63 @@ def test_mknod_fifo_and_socket(store: MetadataStore, kind: int, type_bits: int) 
         store.mknod(ROOT_INODE, "n", kind, 0o640)  # type: ignore[arg-type]
     assert [a.kind for _, a in store.readdir(ROOT_INODE)[0]] == [kind, kind]
     assert consistent(store)
+
+
+@pytest.mark.parametrize("kind, type_bits, rdev", [
+    (BLK, stat.S_IFBLK, os.makedev(8, 1)), (CHR, stat.S_IFCHR, os.makedev(1, 3)),
+    (CHR, stat.S_IFCHR, 0),  # 0/0: overlayfs's whiteout
+    (BLK, stat.S_IFBLK, os.makedev(4095, 1048575)),  # the largest FUSE carries
+])
+def test_mknod_device_nodes_keep_their_number(tmp_path: Path, kind: int, type_bits: int,
+                                              rdev: int) -> None:
+    path = tmp_path / "metadata.lmdb"
+    with MetadataStore(path, map_size=64 * MiB) as store:
+        attr = store.mknod(ROOT_INODE, "dev", kind, type_bits | 0o660,  # type: ignore[arg-type]
+                           uid=0, gid=6, rdev=rdev)
+        assert (attr.kind, attr.mode, attr.nlink, attr.size, attr.rdev, attr.gid) == (
+            kind, 0o660, 1, 0, rdev, 6)
+        assert store.lookup(ROOT_INODE, "dev") == attr
+        with pytest.raises(InvalidArgument, match="permission bits"):
+            store.mknod(ROOT_INODE, "x", kind, stat.S_IFIFO | 0o600,  # type: ignore[arg-type]
+                        rdev=rdev)
+        store.link(attr.inode, ROOT_INODE, "again")
+    with MetadataStore(path, map_size=64 * MiB) as store:  # kept across a restart
+        assert store.getattr(attr.inode).rdev == rdev
+        assert [(n, a.kind, a.rdev) for n, a in store.readdir(ROOT_INODE)[0]] == [
+            ("again", kind, rdev), ("dev", kind, rdev)]
+        assert fsck(store).findings == []
+        store.unlink(ROOT_INODE, "dev")
+        store.unlink(ROOT_INODE, "again")
+        with pytest.raises(NotFound):
+            store.getattr(attr.inode)
+        assert consistent(store)
+
+
+def test_mknod_rdev_is_for_device_nodes_only(store: MetadataStore) -> None:
+    for kind in (FIFO, SOCK):
+        with pytest.raises(InvalidArgument, match="has no device number"):
+            store.mknod(ROOT_INODE, "n", kind, 0o600, rdev=os.makedev(1, 3))  # type: ignore[arg-type]
+    with pytest.raises(InvalidArgument, match="unsigned 64-bit"):
+        store.mknod(ROOT_INODE, "n", BLK, 0o600, rdev=1 << 64)  # type: ignore[arg-type]
+    assert store.readdir(ROOT_INODE) == ([], False)
+
+
+def test_fsck_checks_kinds_and_device_numbers(store: MetadataStore) -> None:
+    fifo = store.mknod(ROOT_INODE, "p", FIFO, 0o600).inode
+    odd = store.mknod(ROOT_INODE, "c", CHR, 0o600, rdev=5).inode
+    with store.transaction(write=True) as tx:  # damage: a FIFO with a number, a bad kind
+        rec = tx.inode(fifo)
+        rec.rdev = 7
+        tx.put_inode(fifo, rec)
+        rec = tx.inode(odd)
+        rec.kind = 99  # type: ignore[assignment]
+        tx.put_inode(odd, rec)
+    found = fsck(store).findings
+    assert sorted((f.kind, f.repairable) for f in found) == [("bad_kind", False),
+                                                           ("rdev", True)]
+    assert fsck(store, repair=True).findings == found
+    assert store.getattr(fifo).rdev == 0
+    assert [f.kind for f in fsck(store).findings] == ["bad_kind"]
 
 
 @pytest.mark.parametrize("kind, match", [

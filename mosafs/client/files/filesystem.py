@@ -16,7 +16,7 @@ from mosafs.client.files.attrcache import AttrCache
 from mosafs.client.files.blockmap import BlockMapView
 from mosafs.client.files.context import ClientContext
 from mosafs.client.files.versions import VERSIONS, VersionView, is_virtual
-from mosafs.client.files.writer import WriteSession
+from mosafs.client.files.writer import WriteSession, check_size
 
 log = logging.getLogger(__name__)
 
@@ -186,12 +186,14 @@ class FileSystem:
         return await self.manager.readlink(inode)
 
     async def mknod(self, parent: int, name: str, kind: int, mode: int, uid: int,
-                    gid: int) -> Attr:
+                    gid: int, rdev: int = 0) -> Attr:
+        """A FIFO, socket or device node (RDEV: its device number), or an empty regular
+        file (mknod(2) may make one)."""
         self._writable(parent)
-        if kind == mpb.FILE_KIND_REGULAR:  # mknod(2) may make an empty regular file
+        if kind == mpb.FILE_KIND_REGULAR:
             attr = await self.manager.create(parent, name, mode, uid, gid, exclusive=True)
         else:
-            attr = await self.manager.mknod(parent, name, kind, mode, uid, gid)
+            attr = await self.manager.mknod(parent, name, kind, mode, uid, gid, rdev)
         return self._created(parent, name, attr)
 
     async def link(self, inode: int, new_parent: int, new_name: str) -> Attr:
@@ -419,6 +421,7 @@ class FileSystem:
     async def truncate(self, inode: int, size: int) -> None:
         """truncate(2)/ftruncate(2): through the open session, or a short-lived one."""
         self._writable(inode)
+        check_size(size)  # before a short-lived session takes a lease for nothing
         async with self._lock(inode):
             session = self._sessions.get(inode)
             if session is not None:
@@ -431,9 +434,9 @@ class FileSystem:
             finally:
                 await session.close()
 
-    async def _commit(self, session: WriteSession) -> None:
+    async def _commit(self, session: WriteSession, *, provisional: bool = False) -> None:
         try:
-            reply = await session.commit()
+            reply = await session.commit(provisional=provisional)
         except errors.NotFound:
             # Unlinked or renamed over while open: the edits stay with the open handles.
             log.debug("inode %d was removed before its changes were committed", session.inode)
@@ -459,14 +462,22 @@ class FileSystem:
                 handle.view = view
 
     async def flush(self, fh: int, *, fsync: bool = False) -> None:
-        """close(2) and fsync(2): commit this inode's changes (close-to-open semantics)."""
+        """close(2) and fsync(2): commit this inode's changes (close-to-open semantics).
+
+        The commit is provisional when the file stays open for writing: an fsync, or the
+        close of one of several writable handles. The session's next commit replaces it,
+        so a file fsync'ed at every step of one open session (a database, a log) keeps
+        one version, not one per fsync; the close of its last writable handle (flush
+        comes before release, so this handle still counts) makes the version that
+        stays (docs/lifecycle.md, Versions)."""
         handle = self._handle(fh)
         if not handle.writable:
             return
         async with self._lock(handle.inode):
             session = self._sessions.get(handle.inode)
             if session is not None and (fsync or not session.only_emptied):
-                await self._commit(session)
+                still_open = fsync or self._writers.get(handle.inode, 0) > 1
+                await self._commit(session, provisional=still_open)
 
     async def release(self, fh: int) -> None:
         handle = self._handles.pop(fh, None)

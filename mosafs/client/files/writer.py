@@ -20,6 +20,16 @@ costs lands where the GPU copies from.
 A commit (flush/fsync/close) drains the pipeline and stores the block-map with one
 CommitVersion. Concurrency: every public method runs under the session's trio lock.
 
+A commit by fsync, or by a close while the file stays open for writing, is provisional:
+the session's next commit replaces it (CommitVersion names it in `replaces_version`, with
+the session's random id; the manager drops it in the same transaction if it is still the
+newest version and was committed by this session). So a file rewritten and fsync'ed many
+times in one open session (a database) keeps one version, the last one
+(docs/lifecycle.md, Versions).
+
+Files are at most MAX_FILE_SIZE bytes: a write or truncate past it is EFBIG, and so is a
+size the local spill file's file system refuses (docs/client.md, "File size").
+
 A commit whose reply never came (a deadline, a dropped connection) may have been stored:
 its outcome is unknown. The session then keeps its lease and sends the same CommitVersion
 again (once at once, else at the next flush or the last release), and the manager answers
@@ -32,10 +42,12 @@ whether its content was stored, before it takes a new lease.
 from __future__ import annotations
 
 import contextlib
+import errno
 import logging
 import os
 import tempfile
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -51,6 +63,35 @@ log = logging.getLogger(__name__)
 
 # A CommitVersion that failed so may have been stored at the manager.
 _OUTCOME_UNKNOWN = (errors.DeadlineExceeded, errors.Unavailable)
+# The largest file mosafs stores: 4 TiB. It is below what every spill file system in use
+# accepts (ext4 with 4 KiB blocks: 16 TiB - 4 KiB), so the limit is the same on every
+# client, and a file of the default chunker's largest chunks (4 MiB) still commits: 1 Mi
+# block-map entries, 41 MiB of the 64 MiB a CommitVersion may carry (docs/client.md).
+MAX_FILE_SIZE = 4 << 40
+
+
+def check_size(size: int) -> None:
+    """EFBIG (ResourceExhausted) for a file size over MAX_FILE_SIZE."""
+    if size > MAX_FILE_SIZE:
+        raise errors.ResourceExhausted(f"a file size of {size} bytes is over the largest "
+                                       f"mosafs stores ({MAX_FILE_SIZE} bytes, 4 TiB)")
+
+
+@contextlib.contextmanager
+def _local_file_errors(inode: int) -> Iterator[None]:
+    """The spill file's refusals as the application's errors, not bugs: a size its file
+    system cannot hold is EFBIG, a full local disk ENOSPC."""
+    try:
+        yield
+    except OSError as exc:
+        if exc.errno == errno.EFBIG:
+            raise errors.ResourceExhausted(
+                f"inode {inode}: the local spill file cannot hold that size "
+                f"({exc.strerror}); its file system (--spill-dir) limits it") from None
+        if exc.errno == errno.ENOSPC:
+            raise errors.NoSpace(f"inode {inode}: no space left for the local spill file "
+                                 f"(--spill-dir)") from None
+        raise
 
 
 @dataclass
@@ -316,6 +357,11 @@ class WriteSession:
         # the lease is kept (a repeat is answered with the stored version) and never
         # swapped for a new one before the outcome is known.
         self.in_doubt = False
+        # Names this session's provisional versions at the manager: only this session's
+        # next commit may replace them (random, so no other writer can).
+        self.session_id = os.urandom(16)
+        self.provisional_version = 0  # the last commit's version if it was provisional
+        self._provisional_ids: set[bytes] = set()  # the chunk ids that version names
 
     @classmethod
     async def create(cls, ctx: ClientContext, inode: int) -> WriteSession:
@@ -337,6 +383,11 @@ class WriteSession:
             return
         try:
             lease = await self._open_write()
+        except errors.NoSpace as exc:
+            # The application sees only ENOSPC: the manager's reason (which pool, what to
+            # do) goes to the mount's log.
+            log.warning("cannot write inode %d: %s", self.inode, exc)
+            raise
         except errors.NotFound:
             if self.lease is None and not self.prefix and not self.committed_version:
                 raise  # never existed as far as this session knows
@@ -413,6 +464,12 @@ class WriteSession:
     # -- edits -----------------------------------------------------------------------------
 
     async def write(self, offset: int, data: bytes) -> int:
+        """Write DATA at OFFSET; a write that reaches past MAX_FILE_SIZE writes what fits
+        (a short count), and one that starts there is EFBIG, as write(2)."""
+        if offset + len(data) > MAX_FILE_SIZE:
+            if offset >= MAX_FILE_SIZE:
+                check_size(offset + len(data))  # EFBIG: not one byte fits
+            data = data[:MAX_FILE_SIZE - offset]
         if self.lease is None:
             await self._acquire_lease()
         self.dirty = True
@@ -422,7 +479,8 @@ class WriteSession:
             await self._append(data)
         else:
             await self._to_spill()
-            os.pwrite(self._spill.fileno(), data, offset)
+            with _local_file_errors(self.inode):
+                os.pwrite(self._spill.fileno(), data, offset)
             self.size = max(self.size, offset + len(data))
         return len(data)
 
@@ -434,6 +492,7 @@ class WriteSession:
         self.size += len(data)
 
     async def truncate(self, size: int) -> None:
+        check_size(size)
         if size == self.size:
             return
         if self.lease is None:
@@ -445,7 +504,8 @@ class WriteSession:
             await self._drop_content()
             return
         await self._to_spill()
-        os.ftruncate(self._spill.fileno(), size)
+        with _local_file_errors(self.inode):
+            os.ftruncate(self._spill.fileno(), size)
         self.size = size
 
     async def read(self, offset: int, size: int) -> bytes:
@@ -484,8 +544,10 @@ class WriteSession:
         fd = self._spill.fileno()
         for entry, start in zip(view.entries, view.starts, strict=False):
             data = await self.ctx.fetcher.get(entry.id, view.addresses.get(entry.id, []))
-            os.pwrite(fd, data, start)
-        os.ftruncate(fd, self.size)
+            with _local_file_errors(self.inode):
+                os.pwrite(fd, data, start)
+        with _local_file_errors(self.inode):
+            os.ftruncate(fd, self.size)
 
     async def view(self, entries: list[ChunkEntry] | None = None) -> BlockMapView:
         """ENTRIES (default: the committed content) as a readable view, every chunk located."""
@@ -498,8 +560,11 @@ class WriteSession:
 
     # -- commit ----------------------------------------------------------------------------
 
-    async def commit(self) -> mpb.CommitVersionResponse | None:
-        """Store the current content as a new version (no-op when nothing changed)."""
+    async def commit(self, *, provisional: bool = False) -> mpb.CommitVersionResponse | None:
+        """Store the current content as a new version (no-op when nothing changed). It
+        replaces this session's provisional version, if the last commit made one; a
+        PROVISIONAL commit (fsync, a close with other writers open) may be replaced by
+        the next one in turn."""
         if not self.dirty:
             return None
         if self.lease is None:
@@ -511,11 +576,26 @@ class WriteSession:
             entries = self.prefix = await self._drain_stream()
         else:
             entries = await self._rechunk()
-        reply = await self._commit_entries(entries)
+        replacing = self.provisional_version
+        reply = await self._commit_entries(entries, provisional)
+        if replacing:
+            self._forget_replaced(entries)
         self.prefix = entries
         self.committed_version = reply.version
+        self.provisional_version = reply.version if provisional else 0
+        self._provisional_ids = {e.id for e in entries} if provisional else set()
         self.dirty = self.only_emptied = False
         return reply
+
+    def _forget_replaced(self, entries: list[ChunkEntry]) -> None:
+        """The provisional version this commit replaced went with its chunk references, so
+        garbage collection may delete its chunks that ENTRIES do not name while this
+        session goes on: they stop counting as stored here, and a later write of those
+        bytes finds them in the index or stores them again."""
+        kept = {e.id for e in entries}
+        for cid in self._provisional_ids - kept:
+            self.stored.ids.discard(cid)
+            self.stored.addresses.pop(cid, None)
 
     async def _rechunk(self) -> list[ChunkEntry]:
         """Chunk the spill file from the start; unchanged regions dedupe against the base."""
@@ -531,39 +611,49 @@ class WriteSession:
                 break  # finish() reports the pipeline's error
         return await pipeline.finish()
 
-    async def _commit_entries(self, entries: list[ChunkEntry]) -> mpb.CommitVersionResponse:
+    async def _commit_entries(self, entries: list[ChunkEntry],
+                              provisional: bool) -> mpb.CommitVersionResponse:
         stored = self.stored
         wanted = {e.id for e in entries}
         placements = [mpb.ChunkPlacement(id=i, benefactor_ids=b)
                       for i, b in stored.placements.items() if i in wanted]
         try:
-            reply = await self._send_commit(entries, placements)
+            reply = await self._send_commit(entries, placements, provisional)
         except errors.LeaseExpired:
             if not self.in_doubt:
                 self.lease = None  # a later flush takes a new lease and tries again
                 raise
-            reply = await self._settle_doubt(entries, placements)
+            reply = await self._settle_doubt(entries, placements, provisional)
         self.lease = None  # consumed: the next edit takes a new one
         _count_commit(entries, len(placements), stored.new_bytes)
+        # Chunks stored for content that was not committed (overwritten, truncated away)
+        # never reach the index, and garbage collection deletes them: they stop counting
+        # as stored, so the same bytes written later are stored again.
+        for cid in stored.placements.keys() - wanted:
+            stored.ids.discard(cid)
+            stored.addresses.pop(cid, None)
         stored.placements.clear()
         stored.new_bytes = 0
         return reply
 
-    def _request(self, entries: list[ChunkEntry],
-                 placements: list[mpb.ChunkPlacement]) -> mpb.CommitVersionRequest:
+    def _request(self, entries: list[ChunkEntry], placements: list[mpb.ChunkPlacement],
+                 provisional: bool) -> mpb.CommitVersionRequest:
         assert self.lease is not None
         return mpb.CommitVersionRequest(
             lease_id=self.lease.lease_id, inode=self.inode,
             chunks=[cpb.ChunkRef(id=e.id, length=e.length) for e in entries],
-            placements=placements, mtime_ns=self.mtime_ns, new_bytes=self.stored.new_bytes)
+            placements=placements, mtime_ns=self.mtime_ns, new_bytes=self.stored.new_bytes,
+            provisional=provisional, replaces_version=self.provisional_version,
+            session=self.session_id)
 
     async def _send_commit(self, entries: list[ChunkEntry],
-                           placements: list[mpb.ChunkPlacement]) -> mpb.CommitVersionResponse:
+                           placements: list[mpb.ChunkPlacement],
+                           provisional: bool) -> mpb.CommitVersionResponse:
         """CommitVersion with the session's lease. When no answer comes, the same request
         goes once more at once: the manager answers a repeat with the version the first one
         stored, so this never makes a second version. Still no answer: the error stands,
         and the session stays in doubt and keeps its lease for the next commit."""
-        request = self._request(entries, placements)
+        request = self._request(entries, placements, provisional)
         try:
             reply: mpb.CommitVersionResponse = await self.ctx.manager.commit_version(request)
         except _OUTCOME_UNKNOWN as exc:
@@ -575,7 +665,8 @@ class WriteSession:
         return reply
 
     async def _settle_doubt(self, entries: list[ChunkEntry],
-                            placements: list[mpb.ChunkPlacement]) -> mpb.CommitVersionResponse:
+                            placements: list[mpb.ChunkPlacement],
+                            provisional: bool) -> mpb.CommitVersionResponse:
         """A commit in doubt, and the manager no longer knows its lease (it restarted, or
         the lease lived out its TTL): if the file's newest version is exactly this content
         and newer than the one this session started from, that commit was stored: it is
@@ -595,7 +686,7 @@ class WriteSession:
         if self.lease is None:
             raise errors.NotFound(f"inode {self.inode} was removed before its changes "
                                   f"were committed")
-        return await self._send_commit(entries, placements)
+        return await self._send_commit(entries, placements, provisional)
 
     async def close(self) -> None:
         """Drop uncommitted state and the lease (the last writable handle is gone)."""

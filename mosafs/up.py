@@ -137,7 +137,7 @@ def run(args: argparse.Namespace) -> int:
 def _check_mountpoint(mountpoint: Path) -> list[Path]:
     """Make MOUNTPOINT usable (created if missing, with its parents); the directories it
     made, outermost first."""
-    if _is_dead_mount(mountpoint):
+    if is_dead_mount(mountpoint):
         _recover_dead_mount(mountpoint)
     missing = []
     path = mountpoint
@@ -370,7 +370,7 @@ class Cluster:
                 self._stop_mount(child)
             else:
                 self._stop_child(child)
-        if _is_dead_mount(self.mountpoint) or os.path.ismount(self.mountpoint):
+        if is_dead_mount(self.mountpoint) or os.path.ismount(self.mountpoint):
             # The mount process died without unmounting: its mount point would answer
             # ENOTCONN to every access, and refuse the next `up`.
             log.info("unmounting %s, left behind by the mount process", self.mountpoint)
@@ -530,7 +530,7 @@ def forget_running() -> None:
 
 # -- mount points left by a mount process that died --------------------------------------------
 
-def _is_dead_mount(path: Path) -> bool:
+def is_dead_mount(path: Path) -> bool:
     """A FUSE mount whose process is gone: every access fails with ENOTCONN ("Transport
     endpoint is not connected"). os.path.ismount() says False for it."""
     try:
@@ -569,7 +569,7 @@ def _recover_dead_mount(mountpoint: Path) -> None:
                 "connected): unmounting it", mountpoint)
     for _ in range(8):  # mounts of several crashes may lie on top of each other
         _lazy_unmount(mountpoint)
-        if not _is_dead_mount(mountpoint):
+        if not is_dead_mount(mountpoint):
             return
     raise ConfigError(f"{mountpoint} stays a dead mount (Transport endpoint is not "
                       f"connected): try fusermount3 -u -z {mountpoint}")

@@ -24,6 +24,7 @@ from pathlib import Path
 import blake3
 import pytest
 
+from mosafs.up import is_dead_mount
 from tests.harness import cli_json
 
 MiB = 1 << 20
@@ -162,7 +163,7 @@ def test_fuse_up_exits_and_unmounts_when_its_mount_is_killed(start_cluster) -> N
                        expected_noise=[r"ERROR mosafs\.up\S*: mount exited with status"])
     os.kill(up.info["client"]["pid"], signal.SIGKILL)
     assert up.proc.popen.wait(60) == 1
-    assert not is_dead(up.mountpoint), "up left a dead mount point"
+    assert not is_dead_mount(up.mountpoint), "up left a dead mount point"
     assert not in_mount_table(up.mountpoint)
     up.stop()
 
@@ -175,7 +176,7 @@ def test_fuse_next_up_unmounts_a_dead_mount_point_and_says_so(start_cluster,
     children = [pid for pid in children_of(up_pid) if pid != first.info["client"]["pid"]]
     os.kill(up_pid, signal.SIGSTOP)  # `up` must not clean up after its mount: both die
     os.kill(first.info["client"]["pid"], signal.SIGKILL)
-    wait_for(lambda: is_dead(first.mountpoint), 30, "a dead mount point")
+    wait_for(lambda: is_dead_mount(first.mountpoint), 30, "a dead mount point")
     first.proc.kill()
     for pid in children:  # the manager and benefactors `up` left running
         os.kill(pid, signal.SIGTERM)
@@ -189,14 +190,6 @@ def test_fuse_next_up_unmounts_a_dead_mount_point_and_says_so(start_cluster,
 
 
 # -- processes and mounts ------------------------------------------------------------------
-
-def is_dead(path: Path) -> bool:
-    try:
-        os.stat(path)
-    except OSError as exc:
-        return exc.errno == errno.ENOTCONN
-    return False
-
 
 def in_mount_table(path: Path) -> bool:
     table = Path("/proc/self/mounts").read_text()

@@ -26,15 +26,25 @@ _SIZE_HELP = "a number, optionally with a unit K, M, G, T (powers of 1024): " \
 MAX_SIZE = (1 << 63) - 1  # what a signed 64-bit field (and the kernel's off_t) holds
 
 
-def bounded_int(low: int, high: int) -> Callable[[str], int]:
-    """An argparse type: a whole number in LOW..HIGH."""
+def bounded_int(low: int, high: int = MAX_SIZE, *, what: str = "") -> Callable[[str], int]:
+    """An argparse type: a whole number in LOW..HIGH (HIGH left out: at most what a signed
+    64-bit request field holds). WHAT names the value in the refusal, in the words the
+    manager uses for the same bound ("replication must be 1..16, got '99'"), so that a
+    value is refused alike whichever side sees it first."""
+    subject = f"{what} " if what else ""
+    bounds = f"at least {low}" if high == MAX_SIZE else f"{low}..{high}"
+
     def parse(text: str) -> int:
         try:
             value = int(text)
         except ValueError:
-            raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
+            raise argparse.ArgumentTypeError(
+                f"{what} must be a whole number {bounds}, got {text!r}" if what
+                else f"not a whole number: {text!r}") from None
+        if value > high and high == MAX_SIZE:
+            raise argparse.ArgumentTypeError(f"too large: {text!r} (at most {MAX_SIZE})")
         if not low <= value <= high:
-            raise argparse.ArgumentTypeError(f"must be {low}..{high}, got {text!r}")
+            raise argparse.ArgumentTypeError(f"{subject}must be {bounds}, got {text!r}")
         return value
     return parse
 
@@ -84,22 +94,6 @@ def _name(size: int) -> str:
     return f"{size} bytes" if size != 1 else "1 byte"
 
 
-def named_int(what: str, low: int, high: int) -> Callable[[str], int]:
-    """An argparse type: a whole number in LOW..HIGH, refused in the words the manager uses
-    for the same bound ("replication must be 1..16, got '99'"), so that a value is refused
-    alike whichever side sees it first (a flag here, a request from another client)."""
-    def parse(text: str) -> int:
-        try:
-            value = int(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"{what} must be a whole number "
-                                             f"{low}..{high}, got {text!r}") from None
-        if not low <= value <= high:
-            raise argparse.ArgumentTypeError(f"{what} must be {low}..{high}, got {text!r}")
-        return value
-    return parse
-
-
 def bounded_float(low: float, high: float = math.inf) -> Callable[[str], float]:
     """An argparse type: a finite number (fractions allowed) in LOW..HIGH."""
     def parse(text: str) -> float:
@@ -128,19 +122,3 @@ def take_negative_values(parser: argparse.ArgumentParser) -> None:
     '-5d' as an unknown option and says "expected one argument", which hides the mistake.
     PARSER must have no option that itself looks like a negative number."""
     parser._negative_number_matcher = _NEGATIVE_VALUE  # argparse has no public setting
-
-
-def at_least(low: int) -> Callable[[str], int]:
-    """An argparse type: a whole number of at least LOW (a version, a count), and at most
-    what a signed 64-bit field holds, so that no request field overflows."""
-    def parse(text: str) -> int:
-        try:
-            value = int(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
-        if value < low:
-            raise argparse.ArgumentTypeError(f"must be at least {low}, got {text!r}")
-        if value > MAX_SIZE:
-            raise argparse.ArgumentTypeError(f"too large: {text!r} (at most {MAX_SIZE})")
-        return value
-    return parse

@@ -18,7 +18,7 @@ from mosafs.admin.common import (
     warn,
 )
 from mosafs.admin.policy import folder, folder_report
-from mosafs.argtypes import bounded_float, named_int
+from mosafs.argtypes import bounded_float, bounded_int
 from mosafs.errors import ConfigError, MosafsError, NotFound
 
 POOL_SUBCOMMANDS: dict[str, tuple[str, str]] = {
@@ -63,10 +63,10 @@ def _settings_arguments(parser: argparse.ArgumentParser) -> None:
     from mosafs.chunking.registry import BACKEND_CHOICES
     from mosafs.manager.pools import MAX_REPLICATION, MAX_STRIPE_WIDTH
 
-    parser.add_argument("--replication", type=named_int("replication", 1, MAX_REPLICATION),
+    parser.add_argument("--replication", type=bounded_int(1, MAX_REPLICATION, what="replication"),
                         metavar="R", help=f"copies of every chunk (1..{MAX_REPLICATION})")
     parser.add_argument("--stripe-width", metavar="W",
-                        type=named_int("stripe width", 1, MAX_STRIPE_WIDTH),
+                        type=bounded_int(1, MAX_STRIPE_WIDTH, what="stripe width"),
                         help=f"benefactors one write stripes over (1..{MAX_STRIPE_WIDTH})")
     parser.add_argument("--chunker", metavar="SPEC", type=_chunker,
                         help="fixed:SIZE or cdc:MIN:AVG:MAX (bytes)")

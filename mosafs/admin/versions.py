@@ -27,7 +27,7 @@ from mosafs.admin.common import (
     size,
     when,
 )
-from mosafs.argtypes import at_least
+from mosafs.argtypes import bounded_int
 from mosafs.errors import AlreadyExists, ConfigError, NotFound
 
 COPY_BLOCK = 4 << 20
@@ -86,7 +86,7 @@ def _print_versions(report: dict[str, Any]) -> None:
 
 def add_restore_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("path", help="a file inside a mounted mosafs")
-    parser.add_argument("--version", type=at_least(1), required=True, metavar="N",
+    parser.add_argument("--version", type=bounded_int(1), required=True, metavar="N",
                         help="the version to restore (`mosafs versions PATH` lists them)")
     where = parser.add_mutually_exclusive_group(required=True)
     where.add_argument("--to", metavar="DEST",

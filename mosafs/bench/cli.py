@@ -101,10 +101,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         "where one is usable; gpu named here without one is an error)")
     b.add_argument("--size-mib", type=bounded_int(1, MAX_MIB), default=2048,
                    help="bytes of each written file, MiB (default 2048)")
-    b.add_argument("--json", action="store_true", help="print only the JSON object on stdout")
-    b.add_argument("--keep", type=Path, metavar="DIR",
-                   help="run in DIR (empty or absent) and keep data and logs there")
-    b.add_argument("--log-level", default="WARNING")
+    _add_run_options(b)
     b.set_defaults(bench_run=_run_backends)
 
 
@@ -125,13 +122,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                    help="size of each, MiB (default 4)")
     d.add_argument("--kill-mib", type=bounded_int(64, 1 << 20), default=512,
                    help="MiB written before a benefactor is killed (default 512)")
-    d.add_argument("--json", action="store_true", help="print only the JSON object on stdout")
-    d.add_argument("--keep", type=Path, metavar="DIR",
-                   help="run in DIR (empty or absent) and keep data and logs there")
-    d.add_argument("--log-level", default="WARNING")
+    _add_run_options(d)
     d.set_defaults(bench_run=_run_durability)
 
     _add_storage_benchmarks(sub)
+
+
+def _add_run_options(p: argparse.ArgumentParser) -> None:
+    """--json, --keep and --log-level, alike for every benchmark that starts a cluster."""
+    p.add_argument("--json", action="store_true", help="print only the JSON object on stdout")
+    p.add_argument("--keep", type=Path, metavar="DIR",
+                   help="run in DIR (empty or absent) and keep data and logs there")
+    p.add_argument("--log-level", default="WARNING")
 
 
 STORAGE_EPILOG = ("Definitions: OAB = size / (open until the last write returned); ASB = "
@@ -147,7 +149,6 @@ def _storage_parser(sub: Any, name: str, help_text: str, examples: str) -> Any:
                        formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--quick", action="store_true",
                    help="small sizes and fewer configurations: a smoke test")
-    p.add_argument("--json", action="store_true", help="print only the JSON object on stdout")
     p.add_argument("--plot", type=Path, metavar="DIR", help="write PNG figures into DIR")
     p.add_argument("--links", choices=["auto", "netns", "ratelimit", "none"], default="auto",
                    help="each benefactor behind an emulated link: netns (network namespaces "
@@ -157,9 +158,7 @@ def _storage_parser(sub: Any, name: str, help_text: str, examples: str) -> Any:
     p.add_argument("--link-rate", type=bounded_int(1_000_000, 100_000_000_000),
                    default=1_000_000_000, metavar="BITS_PER_S",
                    help="rate of each emulated link (default 1000000000: 1 Gbit/s)")
-    p.add_argument("--keep", type=Path, metavar="DIR",
-                   help="run in DIR (empty or absent) and keep data and logs there")
-    p.add_argument("--log-level", default="WARNING")
+    _add_run_options(p)
     p.set_defaults(bench_run=_run_storage, storage=name)
     return p
 

@@ -103,7 +103,8 @@ class Redundancy:
 
     def __init__(self, store: MetadataStore, registry: Registry) -> None:
         self.replication = {p.name: p.replication or 1 for p in store.pools()}
-        draining = registry.draining()
+        records = store.benefactors()
+        draining = {bid for bid, rec in records.items() if rec.draining}
         live = registry.live()
         self.alive = {b.id for b in live}
         self.usable = registry.usable()
@@ -113,7 +114,6 @@ class Redundancy:
                 self.accepting[b.pool][b.id] = b
         # Presumed alive (not heard from since the start, first lease): copies count.
         self._presumed: dict[str, set[str]] = defaultdict(set)
-        records = store.benefactors()
         for bid in registry.presumed():
             rec = records.get(bid)
             if rec is not None and not rec.draining:

@@ -88,8 +88,12 @@ def add_tls_arguments(parser: Any, *, default_name: str, found: str = "") -> Non
 
 def start_daemon(args: Any, role: str) -> str | None:
     """Logging, the TLS identity (mosafs.rpc.security) and the metrics endpoint of a
-    daemon; the metrics URL (None: off)."""
+    daemon; the metrics URL (None: off). Also tunes malloc for large buffers
+    (mosafs.memtune)."""
     setup_logging(args.log_level, args.log_format)
+    from mosafs.memtune import tune_malloc
+
+    tune_malloc()
     from mosafs.rpc import security
 
     security.configure(tls_identity(args, role))

@@ -24,7 +24,7 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1amosafs/v1/benefactor.proto\x12\tmosafs.v1\"+\n\x0fPutChunkRequest\x12\n\n\x02id\x18\x01 \x01(\x0c\x12\x0c\n\x04\x64\x61ta\x18\x02 \x01(\x0c\"+\n\x10PutChunkResponse\x12\x17\n\x0f\x61lready_present\x18\x01 \x01(\x08\"\x1d\n\x0fGetChunkRequest\x12\n\n\x02id\x18\x01 \x01(\x0c\" \n\x10GetChunkResponse\x12\x0c\n\x04\x64\x61ta\x18\x01 \x01(\x0c\"\x1f\n\x10HasChunksRequest\x12\x0b\n\x03ids\x18\x01 \x03(\x0c\"$\n\x11HasChunksResponse\x12\x0f\n\x07present\x18\x01 \x03(\x08\"\x10\n\x0eGetInfoRequest\"\x8d\x01\n\x0e\x42\x65nefactorInfo\x12\n\n\x02id\x18\x01 \x01(\t\x12\x0f\n\x07\x61\x64\x64ress\x18\x02 \x01(\t\x12\x16\n\x0e\x63\x61pacity_bytes\x18\x03 \x01(\x04\x12\x12\n\nfree_bytes\x18\x04 \x01(\x04\x12\x0e\n\x06\x63hunks\x18\x05 \x01(\x04\x12\x14\n\x0cstored_bytes\x18\x06 \x01(\x04\x12\x0c\n\x04pool\x18\x07 \x01(\t\"=\n\x16ReplicateChunksRequest\x12\x0b\n\x03ids\x18\x01 \x03(\x0c\x12\x16\n\x0etarget_address\x18\x02 \x01(\t\"Q\n\x17ReplicateChunksResponse\x12\x0e\n\x06\x63opied\x18\x01 \x03(\x08\x12\x0e\n\x06\x65rrors\x18\x02 \x03(\t\x12\x16\n\x0etarget_problem\x18\x03 \x01(\t\"\x15\n\x13GarbageRoundRequest\"e\n\x0cGarbageRound\x12\x10\n\x08reported\x18\x01 \x01(\x04\x12\x16\n\x0e\x64\x65leted_chunks\x18\x02 \x01(\x04\x12\x13\n\x0b\x66reed_bytes\x18\x03 \x01(\x04\x12\x16\n\x0ewaiting_chunks\x18\x04 \x01(\x04\"\x0e\n\x0cScrubRequest\"\xa4\x01\n\rScrubProgress\x12\x16\n\x0e\x63hecked_chunks\x18\x01 \x01(\x04\x12\x15\n\rchecked_bytes\x18\x02 \x01(\x04\x12\x14\n\x0ctotal_chunks\x18\x03 \x01(\x04\x12\x13\n\x0btotal_bytes\x18\x04 \x01(\x04\x12\x16\n\x0e\x63orrupt_chunks\x18\x05 \x01(\x04\x12\x0c\n\x04\x64one\x18\x06 \x01(\x08\x12\x13\n\x0b\x63orrupt_ids\x18\x07 \x03(\x0c\x32\x83\x04\n\nBenefactor\x12\x43\n\x08PutChunk\x12\x1a.mosafs.v1.PutChunkRequest\x1a\x1b.mosafs.v1.PutChunkResponse\x12\x43\n\x08GetChunk\x12\x1a.mosafs.v1.GetChunkRequest\x1a\x1b.mosafs.v1.GetChunkResponse\x12\x46\n\tHasChunks\x12\x1b.mosafs.v1.HasChunksRequest\x1a\x1c.mosafs.v1.HasChunksResponse\x12?\n\x07GetInfo\x12\x19.mosafs.v1.GetInfoRequest\x1a\x19.mosafs.v1.BenefactorInfo\x12X\n\x0fReplicateChunks\x12!.mosafs.v1.ReplicateChunksRequest\x1a\".mosafs.v1.ReplicateChunksResponse\x12J\n\x0fRunGarbageRound\x12\x1e.mosafs.v1.GarbageRoundRequest\x1a\x17.mosafs.v1.GarbageRound\x12<\n\x05Scrub\x12\x17.mosafs.v1.ScrubRequest\x1a\x18.mosafs.v1.ScrubProgress0\x01\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1amosafs/v1/benefactor.proto\x12\tmosafs.v1\"+\n\x0fPutChunkRequest\x12\n\n\x02id\x18\x01 \x01(\x0c\x12\x0c\n\x04\x64\x61ta\x18\x02 \x01(\x0c\"+\n\x10PutChunkResponse\x12\x17\n\x0f\x61lready_present\x18\x01 \x01(\x08\"-\n\x0fGetChunkRequest\x12\n\n\x02id\x18\x01 \x01(\x0c\x12\x0e\n\x06verify\x18\x02 \x01(\x08\" \n\x10GetChunkResponse\x12\x0c\n\x04\x64\x61ta\x18\x01 \x01(\x0c\"\x1f\n\x10HasChunksRequest\x12\x0b\n\x03ids\x18\x01 \x03(\x0c\"$\n\x11HasChunksResponse\x12\x0f\n\x07present\x18\x01 \x03(\x08\"\x10\n\x0eGetInfoRequest\"\x8d\x01\n\x0e\x42\x65nefactorInfo\x12\n\n\x02id\x18\x01 \x01(\t\x12\x0f\n\x07\x61\x64\x64ress\x18\x02 \x01(\t\x12\x16\n\x0e\x63\x61pacity_bytes\x18\x03 \x01(\x04\x12\x12\n\nfree_bytes\x18\x04 \x01(\x04\x12\x0e\n\x06\x63hunks\x18\x05 \x01(\x04\x12\x14\n\x0cstored_bytes\x18\x06 \x01(\x04\x12\x0c\n\x04pool\x18\x07 \x01(\t\"=\n\x16ReplicateChunksRequest\x12\x0b\n\x03ids\x18\x01 \x03(\x0c\x12\x16\n\x0etarget_address\x18\x02 \x01(\t\"Q\n\x17ReplicateChunksResponse\x12\x0e\n\x06\x63opied\x18\x01 \x03(\x08\x12\x0e\n\x06\x65rrors\x18\x02 \x03(\t\x12\x16\n\x0etarget_problem\x18\x03 \x01(\t\"\x15\n\x13GarbageRoundRequest\"e\n\x0cGarbageRound\x12\x10\n\x08reported\x18\x01 \x01(\x04\x12\x16\n\x0e\x64\x65leted_chunks\x18\x02 \x01(\x04\x12\x13\n\x0b\x66reed_bytes\x18\x03 \x01(\x04\x12\x16\n\x0ewaiting_chunks\x18\x04 \x01(\x04\"\x0e\n\x0cScrubRequest\"\xa4\x01\n\rScrubProgress\x12\x16\n\x0e\x63hecked_chunks\x18\x01 \x01(\x04\x12\x15\n\rchecked_bytes\x18\x02 \x01(\x04\x12\x14\n\x0ctotal_chunks\x18\x03 \x01(\x04\x12\x13\n\x0btotal_bytes\x18\x04 \x01(\x04\x12\x16\n\x0e\x63orrupt_chunks\x18\x05 \x01(\x04\x12\x0c\n\x04\x64one\x18\x06 \x01(\x08\x12\x13\n\x0b\x63orrupt_ids\x18\x07 \x03(\x0c\x32\x83\x04\n\nBenefactor\x12\x43\n\x08PutChunk\x12\x1a.mosafs.v1.PutChunkRequest\x1a\x1b.mosafs.v1.PutChunkResponse\x12\x43\n\x08GetChunk\x12\x1a.mosafs.v1.GetChunkRequest\x1a\x1b.mosafs.v1.GetChunkResponse\x12\x46\n\tHasChunks\x12\x1b.mosafs.v1.HasChunksRequest\x1a\x1c.mosafs.v1.HasChunksResponse\x12?\n\x07GetInfo\x12\x19.mosafs.v1.GetInfoRequest\x1a\x19.mosafs.v1.BenefactorInfo\x12X\n\x0fReplicateChunks\x12!.mosafs.v1.ReplicateChunksRequest\x1a\".mosafs.v1.ReplicateChunksResponse\x12J\n\x0fRunGarbageRound\x12\x1e.mosafs.v1.GarbageRoundRequest\x1a\x17.mosafs.v1.GarbageRound\x12<\n\x05Scrub\x12\x17.mosafs.v1.ScrubRequest\x1a\x18.mosafs.v1.ScrubProgress0\x01\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -36,29 +36,29 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_PUTCHUNKRESPONSE']._serialized_start=86
   _globals['_PUTCHUNKRESPONSE']._serialized_end=129
   _globals['_GETCHUNKREQUEST']._serialized_start=131
-  _globals['_GETCHUNKREQUEST']._serialized_end=160
-  _globals['_GETCHUNKRESPONSE']._serialized_start=162
-  _globals['_GETCHUNKRESPONSE']._serialized_end=194
-  _globals['_HASCHUNKSREQUEST']._serialized_start=196
-  _globals['_HASCHUNKSREQUEST']._serialized_end=227
-  _globals['_HASCHUNKSRESPONSE']._serialized_start=229
-  _globals['_HASCHUNKSRESPONSE']._serialized_end=265
-  _globals['_GETINFOREQUEST']._serialized_start=267
-  _globals['_GETINFOREQUEST']._serialized_end=283
-  _globals['_BENEFACTORINFO']._serialized_start=286
-  _globals['_BENEFACTORINFO']._serialized_end=427
-  _globals['_REPLICATECHUNKSREQUEST']._serialized_start=429
-  _globals['_REPLICATECHUNKSREQUEST']._serialized_end=490
-  _globals['_REPLICATECHUNKSRESPONSE']._serialized_start=492
-  _globals['_REPLICATECHUNKSRESPONSE']._serialized_end=573
-  _globals['_GARBAGEROUNDREQUEST']._serialized_start=575
-  _globals['_GARBAGEROUNDREQUEST']._serialized_end=596
-  _globals['_GARBAGEROUND']._serialized_start=598
-  _globals['_GARBAGEROUND']._serialized_end=699
-  _globals['_SCRUBREQUEST']._serialized_start=701
-  _globals['_SCRUBREQUEST']._serialized_end=715
-  _globals['_SCRUBPROGRESS']._serialized_start=718
-  _globals['_SCRUBPROGRESS']._serialized_end=882
-  _globals['_BENEFACTOR']._serialized_start=885
-  _globals['_BENEFACTOR']._serialized_end=1400
+  _globals['_GETCHUNKREQUEST']._serialized_end=176
+  _globals['_GETCHUNKRESPONSE']._serialized_start=178
+  _globals['_GETCHUNKRESPONSE']._serialized_end=210
+  _globals['_HASCHUNKSREQUEST']._serialized_start=212
+  _globals['_HASCHUNKSREQUEST']._serialized_end=243
+  _globals['_HASCHUNKSRESPONSE']._serialized_start=245
+  _globals['_HASCHUNKSRESPONSE']._serialized_end=281
+  _globals['_GETINFOREQUEST']._serialized_start=283
+  _globals['_GETINFOREQUEST']._serialized_end=299
+  _globals['_BENEFACTORINFO']._serialized_start=302
+  _globals['_BENEFACTORINFO']._serialized_end=443
+  _globals['_REPLICATECHUNKSREQUEST']._serialized_start=445
+  _globals['_REPLICATECHUNKSREQUEST']._serialized_end=506
+  _globals['_REPLICATECHUNKSRESPONSE']._serialized_start=508
+  _globals['_REPLICATECHUNKSRESPONSE']._serialized_end=589
+  _globals['_GARBAGEROUNDREQUEST']._serialized_start=591
+  _globals['_GARBAGEROUNDREQUEST']._serialized_end=612
+  _globals['_GARBAGEROUND']._serialized_start=614
+  _globals['_GARBAGEROUND']._serialized_end=715
+  _globals['_SCRUBREQUEST']._serialized_start=717
+  _globals['_SCRUBREQUEST']._serialized_end=731
+  _globals['_SCRUBPROGRESS']._serialized_start=734
+  _globals['_SCRUBPROGRESS']._serialized_end=898
+  _globals['_BENEFACTOR']._serialized_start=901
+  _globals['_BENEFACTOR']._serialized_end=1416
 # @@protoc_insertion_point(module_scope)

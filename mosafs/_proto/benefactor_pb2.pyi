@@ -21,10 +21,12 @@ class PutChunkResponse(_message.Message):
     def __init__(self, already_present: _Optional[bool] = ...) -> None: ...
 
 class GetChunkRequest(_message.Message):
-    __slots__ = ("id",)
+    __slots__ = ("id", "verify")
     ID_FIELD_NUMBER: _ClassVar[int]
+    VERIFY_FIELD_NUMBER: _ClassVar[int]
     id: bytes
-    def __init__(self, id: _Optional[bytes] = ...) -> None: ...
+    verify: bool
+    def __init__(self, id: _Optional[bytes] = ..., verify: _Optional[bool] = ...) -> None: ...
 
 class GetChunkResponse(_message.Message):
     __slots__ = ("data",)

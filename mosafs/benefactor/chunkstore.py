@@ -36,8 +36,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Self
 
+from mosafs import ids
 from mosafs.errors import ConfigError, IntegrityError, InvalidArgument, NoSpace, NotFound
-from mosafs.ids import check_id, chunk_id, verify
+from mosafs.ids import check_id, chunk_id
 from mosafs.procutil import write_json_atomic
 
 log = logging.getLogger(__name__)
@@ -86,7 +87,8 @@ class ChunkStore(abc.ABC):
       returns only once the chunk is durable; it returns True when the chunk was already
       stored (nothing rewritten).
     - get() never returns bytes that do not hash to the id (IntegrityError instead);
-      NotFound when absent.
+      NotFound when absent. With verify=False it skips the hash (a reader verifies, DESIGN
+      §3) but still refuses a copy it knows to be corrupt.
     - has() is True only for chunks that get() can serve as far as the store knows.
     """
 
@@ -95,8 +97,8 @@ class ChunkStore(abc.ABC):
         """Store DATA under RAW_ID; True when it was already present."""
 
     @abc.abstractmethod
-    def get(self, raw_id: bytes) -> bytes:
-        """The verified bytes of a chunk."""
+    def get(self, raw_id: bytes, *, verify: bool = True) -> bytes:
+        """The bytes of a chunk, verified unless VERIFY is False."""
 
     @abc.abstractmethod
     def has(self, raw_id: bytes) -> bool:
@@ -444,15 +446,19 @@ class FileChunkStore(ChunkStore):
                 d.mkdir()
                 fsync_dir(d.parent)
 
-    def get(self, raw_id: bytes) -> bytes:
+    def get(self, raw_id: bytes, *, verify: bool = True) -> bytes:
         check_id(raw_id)
         path = self.path_of(raw_id)
         try:
             data = path.read_bytes()
         except FileNotFoundError:
             raise NotFound(f"chunk {raw_id.hex()} is not stored here") from None
+        if not verify:
+            if raw_id in self._corrupt:
+                raise IntegrityError(f"chunk {raw_id.hex()} is corrupt here (needs repair)")
+            return data
         try:
-            verify(raw_id, data)
+            ids.verify(raw_id, data)
         except IntegrityError as exc:
             # Once per chunk: readers retrying a corrupt chunk must not flood the log.
             level = logging.DEBUG if raw_id in self._corrupt else logging.WARNING

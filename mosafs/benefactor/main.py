@@ -133,7 +133,7 @@ def run(args: argparse.Namespace) -> int:
         ingest = IngestLimiter(args.ingest_rate) if args.ingest_rate else None
         _register_metrics(store)
         srv, port = listen(lambda srv: add_to_server(srv, store, info, replicator, rounds.run,
-                                                     scrubber.run, ingest), args.listen,
+                                                     scrubber, ingest), args.listen,
                            label="benefactor", max_concurrent_rpcs=args.max_concurrent_rpcs)
         info.address = advertised_address(listen_host, port, args.advertise)
         inventory = InventoryLoop(registrar, rounds, args.inventory_interval) if registrar else None

@@ -101,6 +101,15 @@ class Scrubber:
                      len(progress.corrupt_ids))
         yield progress
 
+    def check(self, raw_id: bytes) -> str:
+        """Scrub one chunk now (a reader found its copy bad): a corrupt copy is deleted
+        and reported like one a pass finds. The verdict (SOUND, CORRUPT, GONE)."""
+        verdict, _ = self._store.scrub(raw_id)
+        if verdict == CORRUPT:
+            metrics.BENEFACTOR_CORRUPT.inc()  # the store logged it
+            self._send([raw_id])
+        return verdict
+
     def run_pass(self, rate: float = 0, *, wait: WaitFn = _never) -> ScrubProgress | None:
         """A whole pass; its final figures (None when WAIT said stop)."""
         final = None

@@ -15,11 +15,14 @@ import grpc
 from mosafs import metrics
 from mosafs._proto import benefactor_pb2 as pb
 from mosafs._proto import benefactor_pb2_grpc as pb_grpc
-from mosafs.benefactor.chunkstore import ChunkStore
+from mosafs.benefactor.chunkstore import CORRUPT, ChunkStore
 from mosafs.benefactor.garbage import RoundResult
 from mosafs.benefactor.ingest import IngestLimiter
 from mosafs.benefactor.replication import ChunkReplicator
-from mosafs.benefactor.scrub import ScrubProgress
+from mosafs.benefactor.scrub import Scrubber
+from mosafs.errors import IntegrityError
+from mosafs.ids import check_id
+from mosafs.rpc import chunkwire
 from mosafs.rpc.errors import servicer
 from mosafs.rpc.handlers import add_decoding_in_handlers
 
@@ -51,8 +54,7 @@ def info_message(identity: Identity, store: ChunkStore) -> pb.BenefactorInfo:
 class BenefactorServicer(pb_grpc.BenefactorServicer):
     def __init__(self, store: ChunkStore, info: Callable[[], pb.BenefactorInfo],
                  replicator: ChunkReplicator, garbage_round: Callable[[], RoundResult],
-                 scrub: Callable[[], Iterator[ScrubProgress]],
-                 ingest: IngestLimiter | None = None) -> None:
+                 scrubber: Scrubber, ingest: IngestLimiter | None = None) -> None:
         # INFO is a callable: the address is known only once the server has bound its port,
         # after the servicer was added.
         self._ingest = ingest
@@ -60,22 +62,28 @@ class BenefactorServicer(pb_grpc.BenefactorServicer):
         self._info = info
         self._replicator = replicator
         self._garbage_round = garbage_round
-        self._scrub = scrub
+        self._scrubber = scrubber
 
-    def PutChunk(self, request: pb.PutChunkRequest,
+    def PutChunk(self, request: chunkwire.PutChunk,
                  context: grpc.ServicerContext) -> pb.PutChunkResponse:
+        data = request.data  # a view into the received message (mosafs.rpc.chunkwire)
+        size = memoryview(data).nbytes
         if self._ingest is not None:
-            self._ingest.take(len(request.data))
-        present = self._store.put(request.id, request.data)
+            self._ingest.take(size)
+        present = self._store.put(request.id, data)
         metrics.BENEFACTOR_PUTS.labels("present" if present else "stored").inc()
-        metrics.BENEFACTOR_PUT_BYTES.inc(len(request.data))
+        metrics.BENEFACTOR_PUT_BYTES.inc(size)
         return pb.PutChunkResponse(already_present=present)
 
     def GetChunk(self, request: pb.GetChunkRequest,
-                 context: grpc.ServicerContext) -> pb.GetChunkResponse:
-        data = self._store.get(request.id)
+                 context: grpc.ServicerContext) -> bytes:
+        if request.verify and self._scrubber.check(check_id(request.id)) == CORRUPT:
+            raise IntegrityError(f"chunk {request.id.hex()} was corrupt here: deleted, and "
+                                 "reported for repair")
+        # Not re-hashed: the reader verifies (DESIGN §3) and asks again with verify.
+        data = self._store.get(request.id, verify=False)
         metrics.BENEFACTOR_SERVED.inc(len(data))
-        return pb.GetChunkResponse(data=data)
+        return data  # framed by chunkwire.encode_get_response
 
     def HasChunks(self, request: pb.HasChunksRequest,
                   context: grpc.ServicerContext) -> pb.HasChunksResponse:
@@ -96,7 +104,7 @@ class BenefactorServicer(pb_grpc.BenefactorServicer):
 
     def Scrub(self, request: pb.ScrubRequest,
               context: grpc.ServicerContext) -> Iterator[pb.ScrubProgress]:
-        for p in self._scrub():
+        for p in self._scrubber.run():
             yield pb.ScrubProgress(
                 checked_chunks=p.checked_chunks, checked_bytes=p.checked_bytes,
                 total_chunks=p.total_chunks, total_bytes=p.total_bytes,
@@ -110,9 +118,10 @@ class BenefactorServicer(pb_grpc.BenefactorServicer):
 
 def add_to_server(server: grpc.Server, store: ChunkStore,
                   info: Callable[[], pb.BenefactorInfo], replicator: ChunkReplicator,
-                  garbage_round: Callable[[], RoundResult],
-                  scrub: Callable[[], Iterator[ScrubProgress]],
+                  garbage_round: Callable[[], RoundResult], scrubber: Scrubber,
                   ingest: IngestLimiter | None = None) -> None:
     add_decoding_in_handlers(
         pb_grpc.add_BenefactorServicer_to_server,
-        BenefactorServicer(store, info, replicator, garbage_round, scrub, ingest), server)
+        BenefactorServicer(store, info, replicator, garbage_round, scrubber, ingest), server,
+        codecs={"PutChunk": (chunkwire.decode_put, None),
+                "GetChunk": (None, chunkwire.encode_get_response)})

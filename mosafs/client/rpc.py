@@ -21,6 +21,7 @@ from mosafs._proto import benefactor_pb2_grpc as bgrpc
 from mosafs._proto import common_pb2 as cpb
 from mosafs._proto import manager_pb2 as mpb
 from mosafs._proto import manager_pb2_grpc as mgrpc
+from mosafs.rpc import chunkwire
 from mosafs.rpc.channels import channel
 from mosafs.rpc.errors import call
 
@@ -29,6 +30,8 @@ T = TypeVar("T")
 # Metadata calls are small and answered from LMDB; chunk transfers move up to MAX bytes.
 METADATA_TIMEOUT = 30.0
 CHUNK_TIMEOUT = 120.0
+PUT_METHOD = "/mosafs.v1.Benefactor/PutChunk"
+GET_METHOD = "/mosafs.v1.Benefactor/GetChunk"
 
 
 class Rpc:
@@ -177,42 +180,70 @@ class ManagerClient:
         return list(reply.versions)
 
 
+class _Links:
+    """The calls of one benefactor channel. Chunk puts and gets bypass the generated
+    (de)serialisers: their messages are framed by mosafs.rpc.chunkwire without copies."""
+
+    def __init__(self, ch: Any) -> None:
+        self.stub = bgrpc.BenefactorStub(ch)
+        self.put = ch.unary_unary(PUT_METHOD, request_serializer=None,
+                                  response_deserializer=bpb.PutChunkResponse.FromString)
+        self.get = ch.unary_unary(GET_METHOD,
+                                  request_serializer=bpb.GetChunkRequest.SerializeToString,
+                                  response_deserializer=chunkwire.decode_get_response)
+
+
 class Benefactors:
     """Channels to benefactors by address, opened on first use and shared by all calls."""
 
     def __init__(self, rpc: Rpc) -> None:
         self._rpc = rpc
-        self._stubs: dict[str, bgrpc.BenefactorStub] = {}
+        self._links: dict[str, _Links] = {}
         self._channels: list[Any] = []
         self._lock = threading.Lock()
 
-    def _stub(self, address: str) -> bgrpc.BenefactorStub:
+    def _link(self, address: str) -> _Links:
         with self._lock:
-            stub = self._stubs.get(address)
-            if stub is None:
+            link = self._links.get(address)
+            if link is None:
                 ch = channel(address)
                 self._channels.append(ch)
-                stub = self._stubs[address] = bgrpc.BenefactorStub(ch)
-            return stub
+                link = self._links[address] = _Links(ch)
+            return link
 
     def close(self) -> None:
         for ch in self._channels:
             ch.close()
 
-    def _put(self, address: str, chunk_id: bytes, data: bytes) -> bool:
-        reply = call(self._stub(address).PutChunk, bpb.PutChunkRequest(id=chunk_id, data=data),
-                     timeout=CHUNK_TIMEOUT)
+    def _put(self, address: str, message: bytes) -> bool:
+        reply = call(self._link(address).put, message, timeout=CHUNK_TIMEOUT)
         return bool(reply.already_present)
 
-    def _get(self, address: str, chunk_id: bytes) -> bytes:
-        reply = call(self._stub(address).GetChunk, bpb.GetChunkRequest(id=chunk_id),
-                     timeout=CHUNK_TIMEOUT)
-        data: bytes = reply.data
+    def _get(self, address: str, chunk_id: bytes) -> bytes | memoryview:
+        data: bytes | memoryview = call(self._link(address).get, bpb.GetChunkRequest(id=chunk_id),
+                    timeout=CHUNK_TIMEOUT)
         ids.verify(chunk_id, data)  # readers verify every chunk, whoever sent it
         return data
 
-    async def put(self, target: cpb.BenefactorAddress, chunk_id: bytes, data: bytes) -> bool:
-        return await self._rpc.run(self._put, target.address, chunk_id, data)
+    @staticmethod
+    def frame(chunk_id: bytes, data: chunkwire.Buffer) -> bytes:
+        """A chunk's PutChunk message, framed once for all its targets."""
+        return chunkwire.encode_put(chunk_id, data)
 
-    async def get(self, address: str, chunk_id: bytes) -> bytes:
+    async def put(self, target: cpb.BenefactorAddress, message: bytes) -> bool:
+        """Store a chunk framed by frame()."""
+        return await self._rpc.run(self._put, target.address, message)
+
+    async def get(self, address: str, chunk_id: bytes) -> bytes | memoryview:
+        """A chunk's verified bytes (a view into the received message)."""
         return await self._rpc.run(self._get, address, chunk_id)
+
+    def _report_bad(self, address: str, chunk_id: bytes) -> None:
+        call(self._link(address).get, bpb.GetChunkRequest(id=chunk_id, verify=True),
+             timeout=CHUNK_TIMEOUT)
+
+    async def report_bad(self, address: str, chunk_id: bytes) -> None:
+        """Tell ADDRESS its copy of a chunk did not verify here: it hashes the copy itself
+        (a reader's word alone deletes nothing) and, if it is corrupt, deletes it and has
+        the manager repair it (DESIGN §3)."""
+        await self._rpc.run(self._report_bad, address, chunk_id)

@@ -34,13 +34,21 @@ class _HandlerCapture:
         self.handlers = dict(handlers)
 
 
+Codec = tuple[Callable[[bytes], Any] | None, Callable[[Any], bytes] | None]
+
+
 def add_decoding_in_handlers(add_to_server: Callable[[Any, Any], None], servicer_obj: Any,
-                             server: grpc.Server) -> None:
+                             server: grpc.Server, codecs: dict[str, Codec] | None = None,
+                             ) -> None:
     """Register SERVICER_OBJ like ADD_TO_SERVER (generated) would, with request decoding
-    done inside each handler with a single request (unary-unary, unary-stream)."""
+    done inside each handler with a single request (unary-unary, unary-stream). CODECS
+    replaces the generated (request decoder, response encoder) of the methods it names
+    (None: keep the generated one), for messages that carry chunk bytes
+    (mosafs.rpc.chunkwire)."""
     capture = _HandlerCapture()
     add_to_server(servicer_obj, capture)
-    handlers = {name: _decode_inside(h)
+    codecs = codecs or {}
+    handlers = {name: _decode_inside(h, *codecs.get(name, (None, None)))
                 if h.unary_unary is not None or h.unary_stream is not None else h
                 for name, h in capture.handlers.items()}
     server.add_generic_rpc_handlers(
@@ -48,8 +56,9 @@ def add_decoding_in_handlers(add_to_server: Callable[[Any, Any], None], servicer
     server.add_registered_method_handlers(capture.service, handlers)  # type: ignore[attr-defined]
 
 
-def _decode_inside(handler: Any) -> Any:
-    parse = handler.request_deserializer
+def _decode_inside(handler: Any, decoder: Callable[[bytes], Any] | None = None,
+                   encoder: Callable[[Any], bytes] | None = None) -> Any:
+    parse = decoder or handler.request_deserializer
     streaming = handler.unary_stream is not None
     behavior = handler.unary_stream if streaming else handler.unary_unary
 
@@ -63,4 +72,4 @@ def _decode_inside(handler: Any) -> Any:
     make = (grpc.unary_stream_rpc_method_handler if streaming
             else grpc.unary_unary_rpc_method_handler)
     return make(run, request_deserializer=None,
-                response_serializer=handler.response_serializer)
+                response_serializer=encoder or handler.response_serializer)

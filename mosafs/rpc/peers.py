@@ -3,14 +3,17 @@ a chunk to another. One channel per address, opened on first use and shared by t
 
 from __future__ import annotations
 
+import contextlib
 import threading
 from collections.abc import Iterator, Sequence
+from typing import Any
 
 import grpc
 
 from mosafs._proto import benefactor_pb2 as bpb
 from mosafs._proto import benefactor_pb2_grpc as bgrpc
 from mosafs.errors import InternalError
+from mosafs.rpc import chunkwire
 from mosafs.rpc.channels import channel
 from mosafs.rpc.errors import call, stream
 
@@ -25,9 +28,10 @@ class BenefactorPeers:
         self._lock = threading.Lock()
         self._channels: dict[str, grpc.Channel] = {}
         self._stubs: dict[str, bgrpc.BenefactorStub] = {}
+        self._puts: dict[str, Any] = {}  # PutChunk without protobuf's copies (chunkwire)
 
-    def _stub(self, address: str) -> bgrpc.BenefactorStub:
-        with self._lock:
+    def _stub(self, address: str, *, locked: bool = False) -> bgrpc.BenefactorStub:
+        with contextlib.nullcontext() if locked else self._lock:
             stub = self._stubs.get(address)
             if stub is None:
                 ch = self._channels[address] = channel(address)
@@ -36,8 +40,14 @@ class BenefactorPeers:
 
     def put(self, address: str, chunk_id: bytes, data: bytes,
             timeout: float = PUT_TIMEOUT_S) -> None:
-        call(self._stub(address).PutChunk, bpb.PutChunkRequest(id=chunk_id, data=data),
-             timeout=timeout)
+        with self._lock:
+            put = self._puts.get(address)
+            if put is None:
+                self._stub(address, locked=True)
+                put = self._puts[address] = self._channels[address].unary_unary(
+                    "/mosafs.v1.Benefactor/PutChunk", request_serializer=None,
+                    response_deserializer=bpb.PutChunkResponse.FromString)
+        call(put, chunkwire.encode_put(chunk_id, data), timeout=timeout)
 
     def replicate(self, source: str, target: str, ids: Sequence[bytes],
                   timeout: float) -> tuple[list[bool], str]:
@@ -75,3 +85,4 @@ class BenefactorPeers:
                 ch.close()
             self._channels.clear()
             self._stubs.clear()
+            self._puts.clear()

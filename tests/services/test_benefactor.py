@@ -207,13 +207,18 @@ def test_services_benefactor_corrupt_chunk_is_data_loss_never_bytes(
     path.write_bytes(bytes(damaged))
     benefactor.expected_noise.append(rf"WARNING .*corrupt chunk {raw.hex()}")
 
-    code, details = code_of(stub.GetChunk, pb.GetChunkRequest(id=raw))
+    # Served without re-hashing (DESIGN §3): the reader's own check finds the damage ...
+    served = stub.GetChunk(pb.GetChunkRequest(id=raw), timeout=TIMEOUT).data
+    assert served == bytes(damaged) and chunk_id(served) != raw
+    # ... and asks again with verify: the benefactor hashes its copy itself, deletes it
+    code, details = code_of(stub.GetChunk, pb.GetChunkRequest(id=raw, verify=True))
     assert code == grpc.StatusCode.DATA_LOSS
     assert raw.hex() in details
+    assert not path.exists()
     has = stub.HasChunks(pb.HasChunksRequest(ids=[raw]), timeout=TIMEOUT)
     assert list(has.present) == [False]  # not offered, so a good copy gets sent again
     assert put(stub, data) is False  # ... and repairs it
-    assert stub.GetChunk(pb.GetChunkRequest(id=raw), timeout=TIMEOUT).data == data
+    assert stub.GetChunk(pb.GetChunkRequest(id=raw, verify=True), timeout=TIMEOUT).data == data
     assert f"corrupt chunk {raw.hex()}" in benefactor.log()
 
 

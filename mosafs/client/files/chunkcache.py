@@ -13,6 +13,10 @@ import trio
 from mosafs import errors
 from mosafs.client.rpc import Benefactors
 
+# A chunk's verified bytes: a view into the message that brought it (no copy; the cache
+# keeps the message alive) or bytes.
+ChunkBytes = bytes | memoryview
+
 log = logging.getLogger(__name__)
 
 
@@ -20,19 +24,19 @@ class ChunkFetcher:
     def __init__(self, benefactors: Benefactors, cache_bytes: int,
                  spawn: Callable[..., None]) -> None:
         self._benefactors = benefactors
-        self._cache: cachetools.LRUCache[bytes, bytes] = cachetools.LRUCache(
+        self._cache: cachetools.LRUCache[bytes, ChunkBytes] = cachetools.LRUCache(
             maxsize=cache_bytes, getsizeof=len)
         self._inflight: dict[bytes, trio.Event] = {}
         self._spawn = spawn
 
-    def cached(self, chunk_id: bytes) -> bytes | None:
+    def cached(self, chunk_id: bytes) -> ChunkBytes | None:
         return self._cache.get(chunk_id)
 
-    def remember(self, chunk_id: bytes, data: bytes) -> None:
+    def remember(self, chunk_id: bytes, data: ChunkBytes) -> None:
         if len(data) <= self._cache.maxsize:
             self._cache[chunk_id] = data
 
-    async def get(self, chunk_id: bytes, addresses: Sequence[str]) -> bytes:
+    async def get(self, chunk_id: bytes, addresses: Sequence[str]) -> ChunkBytes:
         while True:
             data = self._cache.get(chunk_id)
             if data is not None:
@@ -51,7 +55,7 @@ class ChunkFetcher:
         with contextlib.suppress(errors.MosafsError):
             await self.get(chunk_id, addresses)  # joins a fetch a reader started meanwhile
 
-    async def _fetch(self, chunk_id: bytes, addresses: Sequence[str]) -> bytes:
+    async def _fetch(self, chunk_id: bytes, addresses: Sequence[str]) -> ChunkBytes:
         # Only called when no fetch of this id is in flight (checked without a checkpoint
         # in between), so this task owns the entry until it sets the event.
         event = self._inflight[chunk_id] = trio.Event()
@@ -63,7 +67,14 @@ class ChunkFetcher:
             del self._inflight[chunk_id]
             event.set()
 
-    async def _from_any_replica(self, chunk_id: bytes, addresses: Sequence[str]) -> bytes:
+    async def _report_bad(self, address: str, chunk_id: bytes) -> None:
+        # The benefactor answers DATA_LOSS once it has found and deleted the bad copy, or
+        # the chunk: either way nothing more to do here; a failed report waits for scrub.
+        with contextlib.suppress(errors.MosafsError):
+            await self._benefactors.report_bad(address, chunk_id)
+
+    async def _from_any_replica(self, chunk_id: bytes, addresses: Sequence[str],
+                                ) -> ChunkBytes:
         failures: list[str] = []
         corrupt = False
         for address in addresses:
@@ -73,6 +84,7 @@ class ChunkFetcher:
                 corrupt = True
                 log.warning("chunk %s from %s is corrupt: %s", chunk_id.hex(), address, exc)
                 failures.append(f"{address}: corrupt")
+                self._spawn(self._report_bad, address, chunk_id)
             except errors.MosafsError as exc:
                 failures.append(f"{address}: {exc.message}")
         reason = "; ".join(failures) or "no replica is known"

@@ -113,7 +113,14 @@ class _ViewRequest:
         self.ready = trio.Event()
 
 
-_Item = bytearray | int | _ViewRequest  # bytes to feed | count written in place | request
+class _Pieces(list[bytes]):
+    """Appended bytes to feed: the writes' own buffers, in order, never concatenated (a
+    copy of every byte, and of the growing batch on each append, that the chunker's own
+    window made needless)."""
+
+
+# bytes to feed | count written in place | request
+_Item = _Pieces | int | _ViewRequest
 
 
 class _Pipeline:
@@ -145,8 +152,10 @@ class _Pipeline:
                         self._request = None
                         item.ready.set()
                         continue
-                    feed = self.stream.feed_pinned if isinstance(item, int) else self.stream.feed
-                    size = item if isinstance(item, int) else len(item)
+                    if isinstance(item, int):
+                        feed, size = self.stream.feed_pinned, item
+                    else:
+                        feed, size = self._feed_pieces, sum(len(p) for p in item)
                     await self._dispatch(await self._chunk(feed, item, size=size), uploads)
                 await self._dispatch(await self._chunk(self.stream.finish), uploads)
         except Exception as exc:
@@ -159,6 +168,12 @@ class _Pipeline:
             if self._request is not None:
                 self._request.ready.set()  # with view None: the writer finds the error
             self.done.set()
+
+    def _feed_pieces(self, pieces: _Pieces) -> list[Any]:
+        chunks: list[Any] = []
+        for piece in pieces:
+            chunks.extend(self.stream.feed(piece))
+        return chunks
 
     async def _chunk(self, call: Any, *args: Any, size: int = 0) -> list[Any]:
         """CALL on the chunking engine in a worker thread, its time and input counted."""
@@ -236,12 +251,13 @@ class _Pipeline:
             failures: list[str] = []
             done: list[cpb.BenefactorAddress] = []
             full = 0  # of the failures, targets without space
+            message = self.session.ctx.benefactors.frame(chunk_id, data)  # once, every target
             for attempt in range(len(targets)):
                 if len(done) == copies:
                     break
                 target = targets[(cursor + attempt) % len(targets)]
                 try:
-                    await self.session.ctx.benefactors.put(target, chunk_id, data)
+                    await self.session.ctx.benefactors.put(target, message)
                 except (errors.Unavailable, errors.DeadlineExceeded, errors.NoSpace) as exc:
                     failures.append(f"{target.address}: {exc.message}")
                     full += isinstance(exc, errors.NoSpace)
@@ -278,19 +294,21 @@ def _count_commit(entries: list[ChunkEntry], sent_chunks: int, sent_bytes: int) 
 
 
 class _Batches:
-    """Appended bytes gathered in memory and sent every batch_bytes."""
+    """Appended bytes gathered (by reference: a write's buffer is immutable) and sent every
+    batch_bytes."""
 
     def __init__(self) -> None:
-        self.pending = bytearray()
+        self.pending = _Pieces()
+        self.size = 0
 
     async def append(self, pipeline: _Pipeline, data: bytes, batch_bytes: int) -> None:
-        self.pending += data
-        if len(self.pending) >= batch_bytes:
-            batch, self.pending = self.pending, bytearray()
-            await pipeline.put(batch)
+        self.pending.append(data)
+        self.size += len(data)
+        if self.size >= batch_bytes:
+            await pipeline.put(self.take_rest())
 
-    def take_rest(self) -> bytearray:
-        rest, self.pending = self.pending, bytearray()
+    def take_rest(self) -> _Pieces:
+        rest, self.pending, self.size = self.pending, _Pieces(), 0
         return rest
 
 
@@ -604,7 +622,7 @@ class WriteSession:
         fd = self._spill.fileno()
         batch = self.ctx.config.batch_bytes
         for offset in range(0, self.size, batch):
-            data = bytearray(os.pread(fd, min(batch, self.size - offset), offset))
+            data = _Pieces([os.pread(fd, min(batch, self.size - offset), offset)])
             try:
                 await pipeline.send.send(data)
             except trio.BrokenResourceError:

@@ -63,6 +63,14 @@ def snapshot(pids: dict[str, int]) -> dict[str, tuple[float, float]]:
     return out
 
 
+def with_workers(pids: dict[str, int]) -> dict[str, int]:
+    """PIDS and the mount's data-path workers (its children), as worker-N."""
+    out = subprocess.run(["pgrep", "-P", str(pids["mount"]), "-f", "mosafs.client.worker"],
+                         capture_output=True, text=True)
+    workers = {f"worker-{i}": int(p) for i, p in enumerate(out.stdout.split())}
+    return {**pids, **workers}
+
+
 def _write(path: Path, data: bytes, block: int) -> None:
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
     try:
@@ -129,7 +137,7 @@ def main() -> int:
                                  "writers": a.writers, "up_args": a.up_arg}
     try:
         cluster.start()
-        pids = cluster.pids()
+        pids = with_workers(cluster.pids())
         result["pids"] = {**pids, "bench": os.getpid()}
         spies = _py_spy(a.py_spy, pids, 60) if a.py_spy else []
         if a.perf:
@@ -156,7 +164,7 @@ def main() -> int:
             cluster.stop()
             drop_caches()
             cluster.start()
-            pids = cluster.pids()
+            pids = with_workers(cluster.pids())
             before, t0 = snapshot(pids), time.perf_counter()
             got = sum(_read(cluster.mountpoint / f"f{i}") for i in range(a.writers))
             elapsed = time.perf_counter() - t0

@@ -10,7 +10,9 @@ free reuses the same, already mapped, often cache-warm memory.
 
 The price is memory the heap keeps after a burst: bounded by the trim threshold per
 arena, and the number of arenas is bounded too (gRPC and trio run many threads, and
-glibc would give up to 8 per core an arena of its own).
+glibc would give up to 8 per core an arena of its own; with its default dynamic
+threshold the mount's resident memory grew to several times its write window). The
+thresholds are fixed, so glibc never raises them on its own.
 """
 
 from __future__ import annotations
@@ -32,7 +34,7 @@ TRIM_THRESHOLD = 64 << 20   # free heap kept per arena before it is given back
 ARENA_MAX = 4
 
 
-def tune_malloc() -> bool:
+def tune_malloc(arena_max: int = ARENA_MAX) -> bool:
     """Apply the settings unless the environment sets them ($MALLOC_*_ : the operator's
     word wins) or the C library is not glibc. True when applied."""
     if any(name in os.environ for name in
@@ -50,4 +52,4 @@ def tune_malloc() -> bool:
     return all(mallopt(param, value) == 1 for param, value in (
         (_M_MMAP_THRESHOLD, MMAP_THRESHOLD),
         (_M_TRIM_THRESHOLD, TRIM_THRESHOLD),
-        (_M_ARENA_MAX, ARENA_MAX)))
+        (_M_ARENA_MAX, arena_max)))

@@ -93,7 +93,7 @@ def start_daemon(args: Any, role: str) -> str | None:
     setup_logging(args.log_level, args.log_format)
     from mosafs.memtune import tune_malloc
 
-    tune_malloc()
+    tune_malloc(arena_max=2 if role == "client" else 4)  # the mount's memory is bounded
     from mosafs.rpc import security
 
     security.configure(tls_identity(args, role))

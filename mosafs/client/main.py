@@ -72,6 +72,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "manager replicates in the background) or R copies "
                              "(pessimistic); default: the pool's setting")
     parser.add_argument("--spill-dir", help="directory for temp files of non-sequential writes")
+    parser.add_argument("--datapath-workers", type=_workers, metavar="N",
+                        default=os.environ.get("MOSAFS_DATAPATH_WORKERS", "auto"),
+                        help="processes that chunk, hash and upload written files, so that "
+                             "writing uses more than the FUSE loop's core (0: in the mount "
+                             "process; default: $MOSAFS_DATAPATH_WORKERS, else auto: one "
+                             "per 4 CPUs, at most 8, none below 4 CPUs)")
     parser.add_argument("--writeback-cache", action="store_true",
                         help="let the kernel gather small writes (much faster small writes); "
                              "only for a mount that is the sole writer of its files: other "
@@ -88,6 +94,22 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_daemon_arguments(parser, "client")
 
 
+def _workers(text: str) -> int:
+    """--datapath-workers: N (0..64) or auto."""
+    if text == "auto":
+        return auto_workers()
+    if not text.isdigit() or int(text) > 64:
+        raise argparse.ArgumentTypeError(f"expected 0..64 or auto, got {text!r}")
+    return int(text)
+
+
+def auto_workers(cpus: int | None = None) -> int:
+    """The default: none on a small machine, where the FUSE loop and the cluster's other
+    processes already share the cores, else one per 4 CPUs up to 8."""
+    cpus = cpus or len(os.sched_getaffinity(0))
+    return 0 if cpus < 4 else min(8, cpus // 4)
+
+
 def _interrupted_replies(record: logging.LogRecord) -> bool:
     """libfuse answers a reply to a request the kernel no longer waits for (interrupted,
     or the connection is going away at unmount) with ENOENT, and pyfuse3 logs that as an
@@ -97,24 +119,6 @@ def _interrupted_replies(record: logging.LogRecord) -> bool:
         log.debug("reply to an interrupted request dropped: %s", message)
         return False
     return True
-
-
-def _return_big_buffers_to_the_os() -> None:
-    """Serve every allocation of 1 MiB or more (write requests, batches, chunks) with its own
-    mmap, returned to the kernel when freed. glibc's default raises that threshold as big
-    blocks are freed and keeps them in per-thread arenas, and the client's resident memory
-    then grows to several times its write window."""
-    import ctypes
-    import ctypes.util
-
-    name = ctypes.util.find_library("c")
-    if not name:
-        return
-    libc = ctypes.CDLL(name)
-    if hasattr(libc, "mallopt"):
-        m_mmap_threshold, m_arena_max = -3, -8
-        libc.mallopt(m_mmap_threshold, 4 << 20)
-        libc.mallopt(m_arena_max, 2)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -128,7 +132,6 @@ def run(args: argparse.Namespace) -> int:
     check_stop_timeout(args.stop_timeout)
     args.metrics_url = start_daemon(args, "client")
     logging.getLogger("pyfuse3").addFilter(_interrupted_replies)
-    _return_big_buffers_to_the_os()
     if not args.manager:
         raise ConfigError("no manager address: pass --manager HOST:PORT or set MOSAFS_MANAGER")
     mountpoint = Path(args.mountpoint)
@@ -173,6 +176,7 @@ async def _serve(config: object, mountpoint: Path, args: argparse.Namespace) -> 
     async with trio.open_nursery() as nursery:
         ctx = await ClientContext.create(config, nursery)  # type: ignore[arg-type]
         try:
+            await _start_workers(ctx, args, nursery)
             fs = await FileSystem.create(ctx)
         except BaseException:
             ctx.close()
@@ -196,6 +200,21 @@ async def _serve(config: object, mountpoint: Path, args: argparse.Namespace) -> 
             pyfuse3.close(unmount=True)
             log.info("unmounted %s", mountpoint)
             nursery.cancel_scope.cancel()
+
+
+async def _start_workers(ctx: Any, args: argparse.Namespace, nursery: Any) -> None:
+    """The data-path workers (mosafs.client.files.remote), with this mount's settings."""
+    if not args.datapath_workers:
+        return
+    import dataclasses
+
+    from mosafs.client.files.remote import WorkerPool
+    from mosafs.rpc import security
+
+    ctx.workers = WorkerPool(args.datapath_workers, {
+        "config": dataclasses.asdict(ctx.config), "identity": security.current(),
+        "log_level": args.log_level, "log_format": args.log_format})
+    await ctx.workers.start(nursery)
 
 
 # -- stopping ----------------------------------------------------------------------------------

@@ -121,7 +121,9 @@ class Operations(pyfuse3.Operations):
         entry.st_gid = attr.gid
         entry.st_size = attr.size
         entry.st_rdev = attr.rdev
-        entry.st_blksize = 1 << 17
+        # Python, stdio and cp size their buffers by st_blksize: 1 MiB, the largest FUSE
+        # write request, makes them issue writes that large.
+        entry.st_blksize = 1 << 20
         entry.st_blocks = (attr.size + BLOCK - 1) // BLOCK
         entry.st_atime_ns = attr.atime_ns
         entry.st_mtime_ns = attr.mtime_ns

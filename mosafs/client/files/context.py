@@ -15,6 +15,7 @@ import trio
 
 from mosafs.chunking import available_backends, make_chunker
 from mosafs.client.files.chunkcache import ChunkFetcher
+from mosafs.client.files.remote import WorkerPool
 from mosafs.client.rpc import Benefactors, ManagerClient, Rpc
 
 log = logging.getLogger(__name__)
@@ -57,6 +58,7 @@ class ClientContext:
         self.fetcher = ChunkFetcher(self.benefactors, config.cache_bytes, self.spawn)
         self._chunkers: dict[tuple[str, str], Any] = {}
         self._noted: set[str] = set()
+        self.workers: WorkerPool | None = None  # data-path worker processes, if any
 
     @classmethod
     async def create(cls, config: ClientConfig, nursery: trio.Nursery) -> ClientContext:
@@ -97,6 +99,8 @@ class ClientContext:
                                              limiter=self.cpu_limiter)
 
     def close(self) -> None:
+        if self.workers is not None:
+            self.workers.close()
         self.manager.close()
         self.benefactors.close()
 

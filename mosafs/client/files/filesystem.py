@@ -505,7 +505,9 @@ class FileSystem:
         session = self._sessions.get(inode)
         if session is None:
             return
-        if session.dirty:  # only an emptying open(O_TRUNC) waits for the last release
+        # Only an emptying open(O_TRUNC) waits for the last release. A session that lost
+        # bytes (its flush said EIO) has nothing to commit: it ends here.
+        if session.dirty and session.lost is None:
             await self._commit(session)
         if session.orphaned and self._other_handles(inode):
             return  # readers of the vanished file still read its last bytes from here

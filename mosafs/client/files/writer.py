@@ -48,7 +48,6 @@ import os
 import tempfile
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass, field
 from typing import Any
 
 import trio
@@ -58,6 +57,8 @@ from mosafs._proto import common_pb2 as cpb
 from mosafs._proto import manager_pb2 as mpb
 from mosafs.client.files.blockmap import BlockMapView, ChunkEntry
 from mosafs.client.files.context import ClientContext
+from mosafs.client.files.pipeline import Pieces, Pipeline, Stored
+from mosafs.client.files.remote import RemotePipeline
 
 log = logging.getLogger(__name__)
 
@@ -94,195 +95,6 @@ def _local_file_errors(inode: int) -> Iterator[None]:
         raise
 
 
-@dataclass
-class _Stored:
-    """What this session knows to be stored: ids and, where known, their replicas."""
-
-    ids: set[bytes] = field(default_factory=set)
-    addresses: dict[bytes, list[str]] = field(default_factory=dict)
-    placements: dict[bytes, list[str]] = field(default_factory=dict)  # new: benefactor ids
-    new_bytes: int = 0
-
-
-class _ViewRequest:
-    """Asks the pipeline for the stream's in-place buffer once everything sent before has
-    been fed (the buffer's free part depends on that)."""
-
-    def __init__(self) -> None:
-        self.view: Any = None
-        self.ready = trio.Event()
-
-
-class _Pieces(list[bytes]):
-    """Appended bytes to feed: the writes' own buffers, in order, never concatenated (a
-    copy of every byte, and of the growing batch on each append, that the chunker's own
-    window made needless)."""
-
-
-# bytes to feed | count written in place | request
-_Item = _Pieces | int | _ViewRequest
-
-
-class _Pipeline:
-    """Chunks one appended byte stream and uploads its new chunks."""
-
-    def __init__(self, session: WriteSession, chunker: Any) -> None:
-        self.session = session
-        # pipelined: an asynchronous backend keeps buffers in flight; chunks come later.
-        self.stream = chunker.stream(pipelined=True)
-        self.chunker_backend = str(getattr(chunker, "backend", "unknown"))
-        capacity = max(1, session.ctx.config.window_bytes // session.ctx.config.batch_bytes)
-        self.send, self._recv = trio.open_memory_channel[_Item](capacity)
-        self._request: _ViewRequest | None = None
-        # Appended bytes not yet sent: in the stream's own memory when it offers it.
-        self.input: _Batches | _Pinned = _Pinned() if self.stream.in_place else _Batches()
-        self.entries: list[ChunkEntry] = []
-        self.error: errors.MosafsError | None = None
-        self.done = trio.Event()
-        self._slots = trio.Semaphore(session.ctx.config.uploads_per_file)
-        self._cursor = 0
-
-    async def run(self) -> None:
-        try:
-            async with self._recv, trio.open_nursery() as uploads:
-                async for item in self._recv:
-                    if isinstance(item, _ViewRequest):
-                        self._request = item
-                        item.view = await self.session.ctx.cpu(self.stream.pinned_buffer)
-                        self._request = None
-                        item.ready.set()
-                        continue
-                    if isinstance(item, int):
-                        feed, size = self.stream.feed_pinned, item
-                    else:
-                        feed, size = self._feed_pieces, sum(len(p) for p in item)
-                    await self._dispatch(await self._chunk(feed, item, size=size), uploads)
-                await self._dispatch(await self._chunk(self.stream.finish), uploads)
-        except Exception as exc:
-            error = errors.domain_error(exc)
-            if error is None:  # a bug: keep the mount alive, fail this file's commit
-                log.exception("write pipeline of inode %d failed", self.session.inode)
-                error = errors.InternalError(f"write pipeline failed: {exc!r}")
-            self.error = error
-        finally:
-            if self._request is not None:
-                self._request.ready.set()  # with view None: the writer finds the error
-            self.done.set()
-
-    def _feed_pieces(self, pieces: _Pieces) -> list[Any]:
-        chunks: list[Any] = []
-        for piece in pieces:
-            chunks.extend(self.stream.feed(piece))
-        return chunks
-
-    async def _chunk(self, call: Any, *args: Any, size: int = 0) -> list[Any]:
-        """CALL on the chunking engine in a worker thread, its time and input counted."""
-        started = time.perf_counter()
-        chunks = await self.session.ctx.cpu(call, *args)
-        backend = self.chunker_backend
-        metrics.CLIENT_HASH_SECONDS.labels(backend).inc(time.perf_counter() - started)
-        metrics.CLIENT_HASHED.labels(backend).inc(size)
-        return list(chunks)
-
-    async def append(self, data: bytes) -> None:
-        await self.input.append(self, data, self.session.ctx.config.batch_bytes)
-
-    async def send_rest(self) -> None:
-        """Send what append() gathered and has not sent yet (drain before finish())."""
-        rest = self.input.take_rest()
-        if rest:
-            with contextlib.suppress(trio.BrokenResourceError):  # finish() reports why
-                await self.send.send(rest)
-
-    async def view(self) -> Any:
-        """The stream's in-place buffer, after every item sent so far has been fed."""
-        request = _ViewRequest()
-        await self.put(request)
-        await request.ready.wait()
-        if request.view is None:
-            raise await self.failure()
-        return request.view
-
-    async def put(self, item: _Item) -> None:
-        """Send ITEM; blocks while the window is full (the back-pressure on write)."""
-        try:
-            await self.send.send(item)
-        except trio.BrokenResourceError:
-            raise await self.failure() from None
-
-    async def failure(self) -> errors.MosafsError:
-        await self.done.wait()
-        return self.error or errors.InternalError("write pipeline stopped")
-
-    async def _dispatch(self, chunks: list[Any], uploads: trio.Nursery) -> None:
-        """Record CHUNKS in the block-map and store the new ones in the background, so that
-        chunking the next batch overlaps the index look-up and the puts of this one."""
-        stored = self.session.stored
-        self.entries.extend(ChunkEntry(c.id, c.length) for c in chunks)
-        fresh: dict[bytes, Any] = {}
-        for c in chunks:
-            if c.id not in stored.ids and c.id not in fresh:
-                fresh[c.id] = c
-        stored.ids.update(fresh)  # claimed now: a repeat later in the stream is not re-sent
-        if fresh:
-            # A slot per batch too: the look-ups in flight stay bounded like the puts.
-            await self._slots.acquire()
-            uploads.start_soon(self._store_batch, list(fresh.values()), uploads)
-
-    async def _store_batch(self, chunks: list[Any], uploads: trio.Nursery) -> None:
-        try:
-            if self.session.ctx.config.dedupe_with_index:
-                present = await self.session.ctx.manager.find_chunks([c.id for c in chunks])
-                chunks = [c for c, found in zip(chunks, present, strict=True) if not found]
-        finally:
-            self._slots.release()
-        for c in chunks:
-            await self._slots.acquire()
-            uploads.start_soon(self._upload, c.id, c.data, self._cursor)
-            self._cursor += 1
-
-    async def _upload(self, chunk_id: bytes, data: bytes, cursor: int) -> None:
-        """Store one chunk: COPIES copies on distinct targets, starting at the stripe's
-        CURSOR-th; a target that fails is replaced by the next one (a benefactor that died
-        mid-write costs a retry, not the file)."""
-        try:
-            targets = self.session.targets
-            copies = min(self.session.copies, len(targets))
-            failures: list[str] = []
-            done: list[cpb.BenefactorAddress] = []
-            full = 0  # of the failures, targets without space
-            message = self.session.ctx.benefactors.frame(chunk_id, data)  # once, every target
-            for attempt in range(len(targets)):
-                if len(done) == copies:
-                    break
-                target = targets[(cursor + attempt) % len(targets)]
-                try:
-                    await self.session.ctx.benefactors.put(target, message)
-                except (errors.Unavailable, errors.DeadlineExceeded, errors.NoSpace) as exc:
-                    failures.append(f"{target.address}: {exc.message}")
-                    full += isinstance(exc, errors.NoSpace)
-                    continue
-                done.append(target)
-            if len(done) < max(copies, 1):
-                # Every target full: the pool has no room (ENOSPC), not a passing outage.
-                error = errors.NoSpace if full == len(failures) else errors.Unavailable
-                raise error(f"chunk {chunk_id.hex()}: {len(done)} of {copies} copies stored "
-                            f"({'; '.join(failures)})")
-            stored = self.session.stored
-            stored.placements[chunk_id] = [t.id for t in done]
-            stored.addresses[chunk_id] = [t.address for t in done]
-            stored.new_bytes += len(data)
-        finally:
-            self._slots.release()
-
-    async def finish(self) -> list[ChunkEntry]:
-        await self.send.aclose()
-        await self.done.wait()
-        if self.error is not None:
-            raise self.error
-        return self.entries
-
-
 def _count_commit(entries: list[ChunkEntry], sent_chunks: int, sent_bytes: int) -> None:
     size = sum(e.length for e in entries)
     metrics.CLIENT_COMMITS.inc()
@@ -293,60 +105,6 @@ def _count_commit(entries: list[ChunkEntry], sent_chunks: int, sent_bytes: int) 
     metrics.CLIENT_CHUNKS.labels("deduplicated").inc(max(0, len(entries) - sent_chunks))
 
 
-class _Batches:
-    """Appended bytes gathered (by reference: a write's buffer is immutable) and sent every
-    batch_bytes."""
-
-    def __init__(self) -> None:
-        self.pending = _Pieces()
-        self.size = 0
-
-    async def append(self, pipeline: _Pipeline, data: bytes, batch_bytes: int) -> None:
-        self.pending.append(data)
-        self.size += len(data)
-        if self.size >= batch_bytes:
-            await pipeline.put(self.take_rest())
-
-    def take_rest(self) -> _Pieces:
-        rest, self.pending, self.size = self.pending, _Pieces(), 0
-        return rest
-
-
-class _Pinned:
-    """Appended bytes written in place into the stream's buffer (pinned host memory).
-
-    `view` is the buffer's free part; bytes [0, sent) of it have been handed to the
-    pipeline, [sent, used) are written but not yet handed over. A count is sent every
-    batch_bytes, so chunking keeps pace with writing; a new view is asked for only when
-    this one is full (the pipeline answers once it has fed everything before).
-    """
-
-    def __init__(self) -> None:
-        self.view: Any = None
-        self.used = 0
-        self.sent = 0
-
-    @property
-    def unsent(self) -> int:
-        return self.used - self.sent
-
-    def take_rest(self) -> int:
-        count, self.sent = self.unsent, self.used
-        return count
-
-    async def append(self, pipeline: _Pipeline, data: bytes, batch_bytes: int) -> None:
-        source = memoryview(data)
-        while source:
-            if self.view is None or self.used == len(self.view):
-                self.view, self.used, self.sent = await pipeline.view(), 0, 0
-            take = min(len(source), len(self.view) - self.used)
-            self.view[self.used:self.used + take] = source[:take]
-            self.used += take
-            source = source[take:]
-            if self.unsent >= batch_bytes or self.used == len(self.view):
-                await pipeline.put(self.take_rest())
-
-
 class WriteSession:
     """Create with `await WriteSession.create(ctx, inode)`; `close()` when the last writable
     handle is released."""
@@ -355,7 +113,7 @@ class WriteSession:
         self.ctx = ctx
         self.inode = inode
         self.lock = trio.Lock()
-        self.stored = _Stored()
+        self.stored = Stored()
         self.lease: mpb.OpenWriteResponse | None = None
         self.prefix: list[ChunkEntry] = []
         self.committed_version = 0
@@ -367,7 +125,7 @@ class WriteSession:
         # `echo x > f`. So it is committed by fsync or by the last release only.
         self.only_emptied = False
         self.mtime_ns = time.time_ns()
-        self._pipeline: _Pipeline | None = None
+        self._pipeline: Pipeline | RemotePipeline | None = None
         self._spill: Any = None  # a temp file while in SPILL mode
         self._renewals = trio.CancelScope()
         self.orphaned = False  # unlinked while open: nothing more is committed
@@ -380,6 +138,7 @@ class WriteSession:
         self.session_id = os.urandom(16)
         self.provisional_version = 0  # the last commit's version if it was provisional
         self._provisional_ids: set[bytes] = set()  # the chunk ids that version names
+        self.lost: errors.MosafsError | None = None  # why appended bytes were lost, if so
 
     @classmethod
     async def create(cls, ctx: ClientContext, inode: int) -> WriteSession:
@@ -493,6 +252,7 @@ class WriteSession:
         self.dirty = True
         self.only_emptied = False
         self.mtime_ns = time.time_ns()
+        self._check_content()
         if self._spill is None and offset == self.size and not self.orphaned:
             await self._append(data)
         else:
@@ -504,8 +264,7 @@ class WriteSession:
 
     async def _append(self, data: bytes) -> None:
         if self._pipeline is None:
-            self._pipeline = _Pipeline(self, self._chunker())
-            self.ctx.spawn(self._pipeline.run)
+            self._pipeline = await self._new_pipeline()
         await self._pipeline.append(data)
         self.size += len(data)
 
@@ -532,6 +291,7 @@ class WriteSession:
         return os.pread(self._spill.fileno(), size, offset)
 
     async def _drop_content(self) -> None:
+        self.lost = None  # emptied: the content is known again
         if self._pipeline is not None:
             pipeline, self._pipeline = self._pipeline, None
             with contextlib.suppress(errors.MosafsError):  # the content is thrown away anyway
@@ -544,11 +304,25 @@ class WriteSession:
 
     async def _drain_stream(self) -> list[ChunkEntry]:
         """Chunk and store everything appended so far; the content as a block-map."""
+        self._check_content()
         if self._pipeline is None:
             return list(self.prefix)
         pipeline, self._pipeline = self._pipeline, None
-        await pipeline.send_rest()
-        return [*self.prefix, *await pipeline.finish()]
+        try:
+            await pipeline.send_rest()
+            return [*self.prefix, *await pipeline.finish()]
+        except errors.MosafsError as exc:
+            # The bytes that pipeline carried are gone: the session's content is no longer
+            # known, and committing what is left would store a version without them.
+            self.lost = exc
+            raise
+
+    def _check_content(self) -> None:
+        """The error that lost part of this session's content, again: nothing more of it is
+        written or committed (until a truncate to zero defines the content anew)."""
+        if self.lost is not None:
+            raise type(self.lost)(f"inode {self.inode}: earlier writes were lost "
+                                  f"({self.lost.message}); close and write the file again")
 
     async def _to_spill(self) -> None:
         """Switch to SPILL mode: materialise the whole content in a local temp file."""
@@ -615,18 +389,29 @@ class WriteSession:
             self.stored.ids.discard(cid)
             self.stored.addresses.pop(cid, None)
 
+    async def _new_pipeline(self) -> Pipeline | RemotePipeline:
+        """A pipeline in a data-path worker process when the mount has them, else here."""
+        link = self.ctx.workers.pick() if self.ctx.workers is not None else None
+        if link is None:
+            pipeline = Pipeline(self, self._chunker())
+            pipeline.start()
+            return pipeline
+        assert self.lease is not None
+        remote = RemotePipeline(self, link)
+        await remote.open(self.lease.pool.chunker, self.lease.pool.hash_backend)
+        return remote
+
     async def _rechunk(self) -> list[ChunkEntry]:
         """Chunk the spill file from the start; unchanged regions dedupe against the base."""
-        pipeline = _Pipeline(self, self._chunker())
-        self.ctx.spawn(pipeline.run)
+        pipeline = await self._new_pipeline()
         fd = self._spill.fileno()
         batch = self.ctx.config.batch_bytes
-        for offset in range(0, self.size, batch):
-            data = _Pieces([os.pread(fd, min(batch, self.size - offset), offset)])
-            try:
-                await pipeline.send.send(data)
-            except trio.BrokenResourceError:
-                break  # finish() reports the pipeline's error
+        try:
+            for offset in range(0, self.size, batch):
+                await pipeline.feed(Pieces([os.pread(fd, min(batch, self.size - offset),
+                                                     offset)]))
+        except errors.MosafsError:
+            pass  # finish() reports the pipeline's error
         return await pipeline.finish()
 
     async def _commit_entries(self, entries: list[ChunkEntry],

@@ -1,0 +1,284 @@
+"""The write pipeline of a stream of appended bytes (DESIGN §4, step 2): chunk them,
+drop the chunks the base version or the manager's index already has, and put the new ones
+to the stripe's benefactors round-robin, several at a time.
+
+Appended bytes gather in `Batches` (by reference) or, where the chunk stream takes bytes
+in place (the GPU backend's pinned host buffers), in the stream's own memory (`Pinned`);
+every `batch_bytes` they go through a bounded memory channel (the sliding window: a full
+window blocks `write`, which is the back-pressure) to the pipeline task.
+
+The pipeline runs in the mount's process, or in a data-path worker process
+(mosafs.client.worker, mosafs.client.files.remote) that runs this same code; SESSION is
+anything with `ctx` (a ClientContext), `stored` (Stored), `targets`, `copies` and `inode`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import trio
+
+from mosafs import errors, metrics
+from mosafs._proto import common_pb2 as cpb
+from mosafs.client.files.blockmap import ChunkEntry
+
+log = logging.getLogger("mosafs.client.files.writer")
+
+
+@dataclass
+class Stored:
+    """What this session knows to be stored: ids and, where known, their replicas."""
+
+    ids: set[bytes] = field(default_factory=set)
+    addresses: dict[bytes, list[str]] = field(default_factory=dict)
+    placements: dict[bytes, list[str]] = field(default_factory=dict)  # new: benefactor ids
+    new_bytes: int = 0
+
+
+class _ViewRequest:
+    """Asks the pipeline for the stream's in-place buffer once everything sent before has
+    been fed (the buffer's free part depends on that)."""
+
+    def __init__(self) -> None:
+        self.view: Any = None
+        self.ready = trio.Event()
+
+
+class Pieces(list[bytes]):
+    """Appended bytes to feed: the writes' own buffers, in order, never concatenated (a
+    copy of every byte, and of the growing batch on each append, that the chunker's own
+    window made needless)."""
+
+
+# bytes to feed | count written in place | request
+_Item = Pieces | int | _ViewRequest
+
+
+class Pipeline:
+    """Chunks one appended byte stream and uploads its new chunks."""
+
+    def __init__(self, session: Any, chunker: Any) -> None:
+        self.session = session
+        # pipelined: an asynchronous backend keeps buffers in flight; chunks come later.
+        self.stream = chunker.stream(pipelined=True)
+        self.chunker_backend = str(getattr(chunker, "backend", "unknown"))
+        capacity = max(1, session.ctx.config.window_bytes // session.ctx.config.batch_bytes)
+        self.send, self._recv = trio.open_memory_channel[_Item](capacity)
+        self._request: _ViewRequest | None = None
+        # Appended bytes not yet sent: in the stream's own memory when it offers it.
+        self.input: _Batches | _Pinned = _Pinned() if self.stream.in_place else _Batches()
+        self.entries: list[ChunkEntry] = []
+        self.error: errors.MosafsError | None = None
+        self.done = trio.Event()
+        self._slots = trio.Semaphore(session.ctx.config.uploads_per_file)
+        self._cursor = 0
+        self.hashed_bytes = 0  # what the chunking engine took, and its time (metrics)
+        self.hash_seconds = 0.0
+
+    async def run(self) -> None:
+        try:
+            async with self._recv, trio.open_nursery() as uploads:
+                async for item in self._recv:
+                    if isinstance(item, _ViewRequest):
+                        self._request = item
+                        item.view = await self.session.ctx.cpu(self.stream.pinned_buffer)
+                        self._request = None
+                        item.ready.set()
+                        continue
+                    if isinstance(item, int):
+                        feed, size = self.stream.feed_pinned, item
+                    else:
+                        feed, size = self._feed_pieces, sum(len(p) for p in item)
+                    await self._dispatch(await self._chunk(feed, item, size=size), uploads)
+                await self._dispatch(await self._chunk(self.stream.finish), uploads)
+        except Exception as exc:
+            error = errors.domain_error(exc)
+            if error is None:  # a bug: keep the mount alive, fail this file's commit
+                log.exception("write pipeline of inode %d failed", self.session.inode)
+                error = errors.InternalError(f"write pipeline failed: {exc!r}")
+            self.error = error
+        finally:
+            if self._request is not None:
+                self._request.ready.set()  # with view None: the writer finds the error
+            self.done.set()
+
+    def _feed_pieces(self, pieces: Pieces) -> list[Any]:
+        chunks: list[Any] = []
+        for piece in pieces:
+            chunks.extend(self.stream.feed(piece))
+        return chunks
+
+    async def _chunk(self, call: Any, *args: Any, size: int = 0) -> list[Any]:
+        """CALL on the chunking engine in a worker thread, its time and input counted."""
+        started = time.perf_counter()
+        chunks = await self.session.ctx.cpu(call, *args)
+        backend = self.chunker_backend
+        elapsed = time.perf_counter() - started
+        self.hash_seconds += elapsed
+        self.hashed_bytes += size
+        metrics.CLIENT_HASH_SECONDS.labels(backend).inc(elapsed)
+        metrics.CLIENT_HASHED.labels(backend).inc(size)
+        return list(chunks)
+
+    def start(self) -> None:
+        self.session.ctx.spawn(self.run)
+
+    async def append(self, data: bytes) -> None:
+        await self.input.append(self, data, self.session.ctx.config.batch_bytes)
+
+    async def feed(self, pieces: Pieces) -> None:
+        """Whole batches (a spill file re-chunked), sent as they are."""
+        await self.put(pieces)
+
+    async def send_rest(self) -> None:
+        """Send what append() gathered and has not sent yet (drain before finish())."""
+        rest = self.input.take_rest()
+        if rest:
+            with contextlib.suppress(trio.BrokenResourceError):  # finish() reports why
+                await self.send.send(rest)
+
+    async def view(self) -> Any:
+        """The stream's in-place buffer, after every item sent so far has been fed."""
+        request = _ViewRequest()
+        await self.put(request)
+        await request.ready.wait()
+        if request.view is None:
+            raise await self.failure()
+        return request.view
+
+    async def put(self, item: _Item) -> None:
+        """Send ITEM; blocks while the window is full (the back-pressure on write)."""
+        try:
+            await self.send.send(item)
+        except trio.BrokenResourceError:
+            raise await self.failure() from None
+
+    async def failure(self) -> errors.MosafsError:
+        await self.done.wait()
+        return self.error or errors.InternalError("write pipeline stopped")
+
+    async def _dispatch(self, chunks: list[Any], uploads: trio.Nursery) -> None:
+        """Record CHUNKS in the block-map and store the new ones in the background, so that
+        chunking the next batch overlaps the index look-up and the puts of this one."""
+        stored = self.session.stored
+        self.entries.extend(ChunkEntry(c.id, c.length) for c in chunks)
+        fresh: dict[bytes, Any] = {}
+        for c in chunks:
+            if c.id not in stored.ids and c.id not in fresh:
+                fresh[c.id] = c
+        stored.ids.update(fresh)  # claimed now: a repeat later in the stream is not re-sent
+        if fresh:
+            # A slot per batch too: the look-ups in flight stay bounded like the puts.
+            await self._slots.acquire()
+            uploads.start_soon(self._store_batch, list(fresh.values()), uploads)
+
+    async def _store_batch(self, chunks: list[Any], uploads: trio.Nursery) -> None:
+        try:
+            if self.session.ctx.config.dedupe_with_index:
+                present = await self.session.ctx.manager.find_chunks([c.id for c in chunks])
+                chunks = [c for c, found in zip(chunks, present, strict=True) if not found]
+        finally:
+            self._slots.release()
+        for c in chunks:
+            await self._slots.acquire()
+            uploads.start_soon(self._upload, c.id, c.data, self._cursor)
+            self._cursor += 1
+
+    async def _upload(self, chunk_id: bytes, data: bytes, cursor: int) -> None:
+        """Store one chunk: COPIES copies on distinct targets, starting at the stripe's
+        CURSOR-th; a target that fails is replaced by the next one (a benefactor that died
+        mid-write costs a retry, not the file)."""
+        try:
+            targets = self.session.targets
+            copies = min(self.session.copies, len(targets))
+            failures: list[str] = []
+            done: list[cpb.BenefactorAddress] = []
+            full = 0  # of the failures, targets without space
+            message = self.session.ctx.benefactors.frame(chunk_id, data)  # once, every target
+            for attempt in range(len(targets)):
+                if len(done) == copies:
+                    break
+                target = targets[(cursor + attempt) % len(targets)]
+                try:
+                    await self.session.ctx.benefactors.put(target, message)
+                except (errors.Unavailable, errors.DeadlineExceeded, errors.NoSpace) as exc:
+                    failures.append(f"{target.address}: {exc.message}")
+                    full += isinstance(exc, errors.NoSpace)
+                    continue
+                done.append(target)
+            if len(done) < max(copies, 1):
+                # Every target full: the pool has no room (ENOSPC), not a passing outage.
+                error = errors.NoSpace if full == len(failures) else errors.Unavailable
+                raise error(f"chunk {chunk_id.hex()}: {len(done)} of {copies} copies stored "
+                            f"({'; '.join(failures)})")
+            stored = self.session.stored
+            stored.placements[chunk_id] = [t.id for t in done]
+            stored.addresses[chunk_id] = [t.address for t in done]
+            stored.new_bytes += len(data)
+        finally:
+            self._slots.release()
+
+    async def finish(self) -> list[ChunkEntry]:
+        await self.send.aclose()
+        await self.done.wait()
+        if self.error is not None:
+            raise self.error
+        return self.entries
+
+
+class _Batches:
+    """Appended bytes gathered (by reference: a write's buffer is immutable) and sent every
+    batch_bytes."""
+
+    def __init__(self) -> None:
+        self.pending = Pieces()
+        self.size = 0
+
+    async def append(self, pipeline: Pipeline, data: bytes, batch_bytes: int) -> None:
+        self.pending.append(data)
+        self.size += len(data)
+        if self.size >= batch_bytes:
+            await pipeline.put(self.take_rest())
+
+    def take_rest(self) -> Pieces:
+        rest, self.pending, self.size = self.pending, Pieces(), 0
+        return rest
+
+
+class _Pinned:
+    """Appended bytes written in place into the stream's buffer (pinned host memory).
+
+    `view` is the buffer's free part; bytes [0, sent) of it have been handed to the
+    pipeline, [sent, used) are written but not yet handed over. A count is sent every
+    batch_bytes, so chunking keeps pace with writing; a new view is asked for only when
+    this one is full (the pipeline answers once it has fed everything before).
+    """
+
+    def __init__(self) -> None:
+        self.view: Any = None
+        self.used = 0
+        self.sent = 0
+
+    @property
+    def unsent(self) -> int:
+        return self.used - self.sent
+
+    def take_rest(self) -> int:
+        count, self.sent = self.unsent, self.used
+        return count
+
+    async def append(self, pipeline: Pipeline, data: bytes, batch_bytes: int) -> None:
+        source = memoryview(data)
+        while source:
+            if self.view is None or self.used == len(self.view):
+                self.view, self.used, self.sent = await pipeline.view(), 0, 0
+            take = min(len(source), len(self.view) - self.used)
+            self.view[self.used:self.used + take] = source[:take]
+            self.used += take
+            source = source[take:]
+            if self.unsent >= batch_bytes or self.used == len(self.view):
+                await pipeline.put(self.take_rest())

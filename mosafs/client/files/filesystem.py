@@ -414,7 +414,11 @@ class FileSystem:
         return b"".join(parts)
 
     def _readahead(self, view: BlockMapView, start: int) -> None:
-        stop = min(start + self.ctx.config.readahead_chunks, len(view.entries))
+        budget = min(self.ctx.config.readahead_bytes, self.ctx.config.cache_bytes // 2)
+        stop = start
+        while stop < len(view.entries) and budget > 0:
+            budget -= view.entries[stop].length
+            stop += 1
         for entry in view.entries[start:stop]:
             self.ctx.fetcher.prefetch(entry.id, view.addresses.get(entry.id, []))
 

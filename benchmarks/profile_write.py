@@ -165,12 +165,22 @@ def main() -> int:
             drop_caches()
             cluster.start()
             pids = with_workers(cluster.pids())
+            spies = []
+            if a.perf:
+                spies.append(subprocess.Popen(
+                    ["perf", "record", "-a", "-g", "-e", "cpu-clock", "-F", "499", "-o",
+                     f"{a.perf}.read"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+                time.sleep(1.0)
+            result["read_pids"] = pids
             before, t0 = snapshot(pids), time.perf_counter()
             got = sum(_read(cluster.mountpoint / f"f{i}") for i in range(a.writers))
             elapsed = time.perf_counter() - t0
             assert got == size, got
             result["read_mb_s"] = round(size / elapsed / 1e6, 1)
             result["read_cpu_s_per_gib"] = table(before, snapshot(pids), size / GiB)
+            for spy in spies:
+                spy.send_signal(2)
+                spy.wait()
     finally:
         cluster.stop()
     print(json.dumps(result, indent=1))

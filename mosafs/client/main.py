@@ -215,6 +215,7 @@ async def _start_workers(ctx: Any, args: argparse.Namespace, nursery: Any) -> No
         "config": dataclasses.asdict(ctx.config), "identity": security.current(),
         "log_level": args.log_level, "log_format": args.log_format})
     await ctx.workers.start(nursery)
+    ctx.fetcher.workers = ctx.workers  # chunk fetches for readers too
 
 
 # -- stopping ----------------------------------------------------------------------------------

@@ -69,6 +69,8 @@ class _Worker:
                 self._open(header)
             elif op == "finish":
                 nursery.start_soon(self._finish, header["stream"])
+            elif op == "get":
+                nursery.start_soon(self._get, header)
             else:
                 raise errors.InternalError(f"unknown data-path frame {op!r}")
 
@@ -95,8 +97,23 @@ class _Worker:
                 addresses=stored.addresses, new_bytes=stored.new_bytes,
                 hashed_bytes=pipeline.hashed_bytes, hash_seconds=pipeline.hash_seconds,
                 backend=pipeline.chunker_backend)
+        await self._reply(reply)
+
+    async def _get(self, header: dict[str, Any]) -> None:
+        reply: dict[str, Any] = {"stream": header["stream"]}
+        data: Any = b""
+        try:
+            data = await self.ctx.fetcher.fetch(header["id"], header["addresses"])
+        except errors.MosafsError as exc:
+            reply["error"] = (type(exc).__name__, exc.message)
+        await self._reply(reply, data)
+
+    async def _reply(self, reply: dict[str, Any], payload: Any = b"") -> None:
+        size = memoryview(payload).nbytes
         async with self._send_lock:
-            await send_all(self.sock, encode_header(reply))
+            await send_all(self.sock, encode_header(reply, size))
+            if size:
+                await send_all(self.sock, payload)
 
 
 def _die_with_parent() -> None:

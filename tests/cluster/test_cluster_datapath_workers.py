@@ -64,6 +64,9 @@ def test_cluster_workers_write_dedupe_and_read_back(
     stats = _stats(cluster, mnt / "ckpt" / "app.0.9")
     assert stats["new_bytes"] < 2 * MiB, stats  # deduplicated against app.0.0
     cluster.wait_redundant()
+    # read back through the workers (they fetch and verify the chunks) ...
+    assert (mnt / "ckpt" / "app.0.9").read_bytes() == second
+    # ... and through a mount without any
     reader = cluster.mount("reader", "--datapath-workers", "0")
     assert (reader / "ckpt" / "app.0.0").read_bytes() == first
     assert (reader / "ckpt" / "app.0.9").read_bytes() == second

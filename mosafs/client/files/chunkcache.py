@@ -11,6 +11,7 @@ import cachetools
 import trio
 
 from mosafs import errors
+from mosafs.client.files.remote import WorkerPool, fetch_remote
 from mosafs.client.rpc import Benefactors
 
 # A chunk's verified bytes: a view into the message that brought it (no copy; the cache
@@ -28,6 +29,9 @@ class ChunkFetcher:
             maxsize=cache_bytes, getsizeof=len)
         self._inflight: dict[bytes, trio.Event] = {}
         self._spawn = spawn
+        # Data-path workers, when the mount has them: they fetch and verify chunks (gRPC,
+        # TLS, BLAKE3 on their own cores) and hand the bytes over their socket.
+        self.workers: WorkerPool | None = None
 
     def cached(self, chunk_id: bytes) -> ChunkBytes | None:
         return self._cache.get(chunk_id)
@@ -60,7 +64,11 @@ class ChunkFetcher:
         # in between), so this task owns the entry until it sets the event.
         event = self._inflight[chunk_id] = trio.Event()
         try:
-            data = await self._from_any_replica(chunk_id, addresses)
+            link = self.workers.pick() if self.workers is not None else None
+            if link is not None:
+                data: ChunkBytes = await fetch_remote(link, chunk_id, addresses)
+            else:
+                data = await self.fetch(chunk_id, addresses)
             self.remember(chunk_id, data)
             return data
         finally:
@@ -73,8 +81,9 @@ class ChunkFetcher:
         with contextlib.suppress(errors.MosafsError):
             await self._benefactors.report_bad(address, chunk_id)
 
-    async def _from_any_replica(self, chunk_id: bytes, addresses: Sequence[str],
-                                ) -> ChunkBytes:
+    async def fetch(self, chunk_id: bytes, addresses: Sequence[str]) -> ChunkBytes:
+        """A chunk's verified bytes from the first replica that has an intact copy (not
+        cached: what a data-path worker does for its mount)."""
         failures: list[str] = []
         corrupt = False
         for address in addresses:

@@ -17,8 +17,10 @@ starts each worker and hands it one end): pickle crosses no trust boundary.
                      {"op": "open", "stream", spec, preferred, targets, copies, ids, inode}
                      {"op": "data", "stream"} + appended bytes
                      {"op": "finish", "stream"}
+                     {"op": "get", "stream", "id", "addresses"}   a chunk for a reader
     worker -> mount  {"stream", "entries", "placements", "addresses", "new_bytes",
                       "hashed_bytes", "hash_seconds", "backend"} or {"stream", "error"}
+                     {"stream"} + the chunk's verified bytes, or {"stream", "error"}
 
 Back-pressure is the window in the worker: while a stream's window is full the worker
 reads no further frame, the socket fills, and the mount's write waits. A worker that dies
@@ -90,6 +92,7 @@ async def receive_frame(sock: trio.socket.SocketType) -> tuple[dict[str, Any], b
 class _Waiter:
     done: trio.Event = field(default_factory=trio.Event)
     reply: dict[str, Any] = field(default_factory=dict)
+    payload: bytearray = field(default_factory=bytearray)
 
 
 class WorkerLink:
@@ -117,20 +120,21 @@ class WorkerLink:
             self._lost(f"cannot write to it: {exc}")
             raise errors.InternalError(f"data-path worker {self.index} is gone") from None
 
-    async def request(self, header: dict[str, Any]) -> dict[str, Any]:
+    async def request(self, header: dict[str, Any]) -> tuple[dict[str, Any], bytearray]:
+        """Send HEADER; the reply to its stream number, and the reply's payload."""
         waiter = self._waiting[header["stream"]] = _Waiter()
         await self.send(header)
         await waiter.done.wait()
-        return waiter.reply
+        return waiter.reply, waiter.payload
 
     async def read_replies(self) -> None:
         """Hand each reply to the stream that waits for it, until the worker is gone."""
         try:
             while True:
-                reply, _ = await receive_frame(self.sock)
+                reply, payload = await receive_frame(self.sock)
                 waiter = self._waiting.pop(reply["stream"], None)
                 if waiter is not None:
-                    waiter.reply = reply
+                    waiter.reply, waiter.payload = reply, payload
                     waiter.done.set()
         except trio.ClosedResourceError:
             return  # close() closed the socket: the mount is stopping
@@ -202,6 +206,25 @@ class WorkerPool:
 _streams = itertools.count(1)
 
 
+def _raise(error: tuple[str, str]) -> None:
+    """A worker's domain error, as its own class here."""
+    name, message = error
+    kind = getattr(errors, name, None)
+    if not (isinstance(kind, type) and issubclass(kind, errors.MosafsError)):
+        kind = errors.InternalError
+    raise kind(message)
+
+
+async def fetch_remote(link: WorkerLink, chunk_id: bytes,
+                       addresses: list[str] | Any) -> memoryview:
+    """A chunk's verified bytes, fetched by the worker behind LINK."""
+    reply, payload = await link.request({"op": "get", "stream": next(_streams),
+                                         "id": chunk_id, "addresses": list(addresses)})
+    if "error" in reply:
+        _raise(reply["error"])
+    return memoryview(payload)
+
+
 class RemotePipeline:
     """Pipeline's interface (append, feed, send_rest, finish) for a stream a worker runs."""
 
@@ -228,13 +251,9 @@ class RemotePipeline:
         pass  # the worker sends its own rest at finish
 
     async def finish(self) -> list[ChunkEntry]:
-        reply = await self.link.request({"op": "finish", "stream": self.stream})
+        reply, _ = await self.link.request({"op": "finish", "stream": self.stream})
         if "error" in reply:
-            name, message = reply["error"]
-            kind = getattr(errors, name, None)
-            if not (isinstance(kind, type) and issubclass(kind, errors.MosafsError)):
-                kind = errors.InternalError
-            raise kind(message)
+            _raise(reply["error"])
         entries = [ChunkEntry(cid, length) for cid, length in reply["entries"]]
         stored = self.session.stored
         stored.ids.update(e.id for e in entries)

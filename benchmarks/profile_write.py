@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -71,6 +72,13 @@ def with_workers(pids: dict[str, int]) -> dict[str, int]:
     return {**pids, **workers}
 
 
+def warm_up(mnt: Path) -> None:
+    """A few small files first, so that every data-path worker has compiled its kernels
+    and opened its connections before the timed write (one-time costs, not per GiB)."""
+    for i in range(8):
+        _write(mnt / f"warmup{i}", make_data(f"warm-{i}".encode(), 8 << 20), 1 << 20)
+
+
 def _write(path: Path, data: bytes, block: int) -> None:
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
     try:
@@ -95,9 +103,12 @@ def _read(path: Path) -> int:
 
 def _py_spy(out: Path, pids: dict[str, int], seconds: int) -> list[subprocess.Popen[bytes]]:
     spies = []
-    for name in ("mount", "benefactor-0"):
+    for name in ("mount", "benefactor-0", "mount-worker-0"):
+        if name not in pids:
+            continue
         spies.append(subprocess.Popen(
-            [str(Path(sys.executable).with_name("py-spy")), "record", "--native", "--threads",
+            [shutil.which("py-spy") or str(Path(sys.executable).with_name("py-spy")),
+             "record", "--native", "--threads",
              "--format", "raw", "-r", "100", "-d", str(seconds),
              "-o", str(out / f"{name}.txt"), "--pid", str(pids[name])],
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
@@ -137,6 +148,7 @@ def main() -> int:
                                  "writers": a.writers, "up_args": a.up_arg}
     try:
         cluster.start()
+        warm_up(cluster.mountpoint)
         pids = with_workers(cluster.pids())
         result["pids"] = {**pids, "bench": os.getpid()}
         spies = _py_spy(a.py_spy, pids, 60) if a.py_spy else []

@@ -283,6 +283,10 @@ class UpCluster:
         ready = self.daemon.ready
         if ready:
             pids["mount"] = int(ready["client"]["pid"])
+            # Its data-path workers (mosafs.client.worker) do part of the mount's work.
+            workers = [c for c in children(pids["mount"])
+                       if "mosafs.client.worker" in cmdline(c)]
+            pids.update({f"mount-worker-{i}": pid for i, pid in enumerate(workers)})
             for i, b in enumerate(ready.get("benefactors", [])):
                 pids[f"benefactor-{i}"] = int(b["pid"])
         with contextlib.suppress(FileNotFoundError, ValueError, KeyError):

@@ -52,6 +52,7 @@ FRAME = struct.Struct("!II")
 MAX_HEADER = 256 << 20   # an open names every stored id of a session: 32 B each
 MAX_PAYLOAD = 64 << 20   # one FUSE write, or one spill read (batch_bytes)
 STOP_TIMEOUT = 10.0
+SOCKET_BUFFER = 4 << 20  # the kernel caps it at net.core.{w,r}mem_max
 
 
 def encode_header(header: dict[str, Any], payload_len: int = 0) -> bytes:
@@ -175,6 +176,9 @@ class WorkerPool:
         from mosafs.procutil import python_command
 
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        for end in (ours, theirs):  # fewer, larger transfers per 1 MiB write
+            end.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, SOCKET_BUFFER)
+            end.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, SOCKET_BUFFER)
         with theirs:
             process = subprocess.Popen(
                 python_command("mosafs.client.worker", "--fd", str(theirs.fileno())),

@@ -1,6 +1,7 @@
 """`mosafs bench`: the benchmarks.
 
     mosafs bench write [--quick] [--json] [--size-mib N] [--memory] [--keep DIR]
+                       [--peer auto|moosefs|none] [--writers N] [--series-mib N]
     mosafs bench hash [--backend auto|cpu|gpu|oracle|all] [--quick] [--json] [--spec SPEC]
     mosafs bench backends [--backends cpu,gpu] [--size-mib N] [--json]
     mosafs bench durability [--files N] [--file-mib N] [--kill-mib N] [--json]
@@ -42,10 +43,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "write", help="write and read bandwidth through the mount, against a null FUSE fs",
         description="Write and read bandwidth through a mosafs mount (`mosafs up` with 3 "
                     "benefactors on loopback) against a null pyfuse3 file system, peak RSS "
-                    "of the mount, and the ratios to the targets. Runs as root for "
-                    "drop_caches and peak-RSS resets. Prints one JSON object with --json.",
+                    "of the mount, and the ratios to the targets; concurrent writers (1 and "
+                    "N, a file each) on the null fs, mosafs and MooseFS; a checkpoint series "
+                    "against the local disk; MooseFS (3 chunkservers, goal 2, in a network "
+                    "namespace of its own) measured like mosafs. Runs as root for "
+                    "drop_caches, peak-RSS resets and the namespace. Prints one JSON object "
+                    "with --json.",
         epilog="examples:\n  mosafs bench write --json\n  mosafs bench write --quick\n"
-               "  mosafs bench write --memory --keep /tmp/bench-run",
+               "  mosafs bench write --memory --keep /tmp/bench-run\n"
+               "  mosafs bench write --peer none --writers 8 --series-mib 256",
         formatter_class=argparse.RawDescriptionHelpFormatter)
     w.add_argument("--quick", action="store_true",
                    help="small sizes (64 MiB, one null run each) for a smoke test; the figures "
@@ -66,6 +72,20 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     w.add_argument("--insecure", action="store_true",
                    help="run the cluster plaintext (default: mutual TLS, as `mosafs up`); "
                         "the two runs give the cost of TLS")
+    w.add_argument("--peer", choices=["auto", "moosefs", "none"], default="auto",
+                   help="the MooseFS peer: moosefs (an error where it cannot run: not "
+                        "installed, not root), auto (where mfsmaster, mfschunkserver and "
+                        "mfsmount are installed; the default), none")
+    w.add_argument("--peer-fsync", action="store_true",
+                   help="MooseFS chunkservers fsync each chunk before closing it "
+                        "(HDD_FSYNC_BEFORE_CLOSE=1; mosafs' benefactors always do)")
+    w.add_argument("--writers", type=bounded_int(1, 64),
+                   help="concurrent writers, a file of SIZE/N each (and always 1; "
+                        "default 4; --quick: 2)")
+    w.add_argument("--series-mib", type=bounded_int(1, 1024),
+                   help="bytes of each checkpoint series step, MiB (default 1024; --quick: 16)")
+    w.add_argument("--series-steps", type=bounded_int(1, 100),
+                   help="checkpoint series steps (default 4; --quick: 3)")
     w.add_argument("--log-level", default="WARNING")
     w.set_defaults(bench_run=_run_write)
 
@@ -300,7 +320,11 @@ def _run_write(args: argparse.Namespace) -> int:
         memory = _given(args.memory_mib, 256 if args.quick else 4096) * mib
     repeat = _given(args.repeat, 1 if args.quick else 3)
     options = Options(size=size, memory_size=memory, repeat=repeat, keep=args.keep,
-                      quick=args.quick, tls=not args.insecure)
+                      quick=args.quick, tls=not args.insecure, peer=args.peer,
+                      peer_fsync=args.peer_fsync,
+                      writers=_given(args.writers, 2 if args.quick else 4),
+                      series_size=_given(args.series_mib, 16 if args.quick else 1024) * mib,
+                      series_steps=_given(args.series_steps, 3 if args.quick else 4))
     result = run_benchmark(options, command=" ".join(["mosafs", *sys.argv[1:]])
                            if sys.argv[0].endswith("mosafs") else " ".join(sys.argv))
     if args.plot:

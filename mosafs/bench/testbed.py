@@ -69,12 +69,13 @@ def _run(*cmd: str) -> None:
         raise BenchError(f"{' '.join(cmd)} failed: {done.stderr.strip() or done.returncode}")
 
 
-def remove_stale_namespaces() -> None:
-    """Namespaces of earlier runs whose process is gone."""
+def remove_stale_namespaces(pattern: str = rf"{PREFIX}(\d+)-(c|b\d+)") -> None:
+    """Namespaces of earlier runs whose process is gone: names that PATTERN matches in
+    full, its first group the run's PID (mosafs.bench.moosefs passes its own)."""
     done = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True, timeout=30)
     for line in done.stdout.splitlines():
         name = line.split()[0] if line.split() else ""
-        match = re.fullmatch(rf"{PREFIX}(\d+)-(c|b\d+)", name)
+        match = re.fullmatch(pattern, name)
         if match and not alive(int(match.group(1))):
             subprocess.run(["ip", "netns", "del", name], capture_output=True, timeout=30)
 

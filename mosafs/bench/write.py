@@ -22,6 +22,11 @@ mount") describes every figure; in short:
    sampled VmRSS maximum as a cross-check. CPU seconds (and the kernel's part) of every
    process over each phase come from /proc/PID/stat.
 3. ratios against the targets, each with "pass".
+4. issue 17 (mosafs/bench/phases.py says how each is measured): concurrent writers (1 and
+   --writers N, a file each) on the null file system, mosafs and MooseFS; a checkpoint
+   series on mosafs against the local disk; the same writes and reads on a private
+   MooseFS cluster (mosafs/bench/moosefs.py; --peer); their ratios with the issue's
+   targets in "comparisons" ("targets" keeps the four original ones and the RSS limit).
 
 Every process started is stopped, and every mount detached, on success, error or Ctrl-C.
 """
@@ -40,7 +45,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -85,6 +90,11 @@ class Options:
     quick: bool = False
     seed: str = "mosafs-bench-write"
     tls: bool = True                 # mutual TLS between the cluster's processes
+    peer: str = "auto"               # auto | moosefs | none: the MooseFS peer
+    peer_fsync: bool = False         # MooseFS chunkservers fsync each chunk before close
+    writers: int = 4                 # concurrent writers (and always 1)
+    series_size: int = GiB           # bytes of each checkpoint series step
+    series_steps: int = 4
 
 
 def progress(message: str) -> None:
@@ -95,7 +105,11 @@ def progress(message: str) -> None:
 
 def run_benchmark(options: Options, command: str = "mosafs bench write") -> dict[str, Any]:
     """Run every phase; the result as one JSON-able dict. Cleans up whatever happens."""
+    from mosafs.bench import moosefs, phases
+
     started = time.perf_counter()
+    peer_skipped = moosefs.choose_peer(options.peer)  # `moosefs` that cannot run: error now
+    counts = phases.writer_counts(options.writers)
     result: dict[str, Any] = {
         "benchmark": "mosafs bench write",
         "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
@@ -111,6 +125,11 @@ def run_benchmark(options: Options, command: str = "mosafs bench write") -> dict
             "null_repeat": options.repeat,
             "tls": options.tls,
             "memory_size_bytes": options.memory_size,
+            "peer": options.peer,
+            "peer_fsync": options.peer_fsync,
+            "writer_counts": counts,
+            "series_bytes": options.series_size,
+            "series_steps": options.series_steps,
             "units": "MB/s = 10^6 bytes/s; sizes in bytes; times in seconds",
         },
         "notes": [],
@@ -123,8 +142,22 @@ def run_benchmark(options: Options, command: str = "mosafs bench write") -> dict
         data = make_data(f"{options.seed}/1m".encode(), options.size)
         result["nullfs"] = _null_phase(workdir / "null", data, options)
         del data
-        result["mosafs"] = _mosafs_phase(workdir / "mosafs", options, result["notes"])
+        writers: dict[str, Any] = {"counts": counts, "bytes": options.size,
+                                   "write_bytes": LARGE_WRITE}
+        result["writers"] = writers
+        writers["nullfs"] = phases.null_writers(workdir / "null-writers", counts, options.size,
+                                                options.seed, options.repeat)
+
+        def more(m: _Mosafs) -> None:  # on the running cluster, after the reads
+            phases.mosafs_more(m.mnt, m.pids, lambda path, n: _committed(m, path, n),
+                               workdir, options, result)
+
+        result["mosafs"] = _mosafs_phase(workdir / "mosafs", options, result["notes"],
+                                         after=more)
+        result["moosefs"] = phases.peer_phase(workdir, options, peer_skipped, result)
+        writers["ratios"] = phases.writer_ratios(writers)
         result["targets"] = targets(result)
+        result["comparisons"] = phases.comparisons(result)
         result["processes"] = _check_all_stopped()
         result["elapsed_s"] = round(time.perf_counter() - started, 1)
         result["machine"]["loadavg_at_end"] = [round(x, 2) for x in os.getloadavg()]
@@ -315,7 +348,13 @@ class _Mosafs:
         return self.cluster.pids()
 
 
-def _mosafs_phase(workdir: Path, options: Options, notes: list[str]) -> dict[str, Any]:
+def _committed(m: _Mosafs, path: Path, size: int) -> dict[str, Any]:
+    assert m.stats is not None
+    return _wait_committed(m.stats, os.stat(path).st_ino, size)
+
+
+def _mosafs_phase(workdir: Path, options: Options, notes: list[str],
+                  after: Callable[[_Mosafs], None] | None = None) -> dict[str, Any]:
     workdir.mkdir(parents=True, exist_ok=True)
     m = _Mosafs(workdir, tls=options.tls)
     out: dict[str, Any] = {}
@@ -367,6 +406,8 @@ def _mosafs_phase(workdir: Path, options: Options, notes: list[str]) -> dict[str
             f"holds {cache // MiB} MiB"
             + (": smaller than the file, so a sequential re-read finds nothing in it (only "
                "the benefactors' page cache is warm)" if cache < options.size else ""))
+        if after is not None:
+            after(m)
     finally:
         m.stop()
     return out
@@ -526,6 +567,8 @@ def git_info() -> dict[str, Any]:
 # -- the human table --------------------------------------------------------------------------
 
 def format_table(result: dict[str, Any]) -> str:
+    from mosafs.bench.phases import table_rows
+
     null, mosafs, tg = result["nullfs"], result["mosafs"], result["targets"]
     size = result["params"]["size_bytes"]
     rows: list[tuple[str, str]] = [
@@ -543,11 +586,12 @@ def format_table(result: dict[str, Any]) -> str:
     rows += [
         (f"mosafs cold read {size / MiB:.0f} MiB", f"{mosafs['read_cold']['mb_s']:.0f} MB/s"),
         (f"mosafs warm read {size / MiB:.0f} MiB", f"{mosafs['read_warm']['mb_s']:.0f} MB/s"),
+        *table_rows(result),
     ]
     width = max(len(r[0]) for r in rows)
     lines = [f"{a:<{width}}  {b}" for a, b in rows]
     lines.append("")
-    for name, t in tg.items():
+    for name, t in {**tg, **result.get("comparisons", {})}.items():
         value = t["value"]
         shown = f"{value:.3g}" if isinstance(value, float) else str(value)
         target = t["target"]

@@ -174,7 +174,8 @@ async def _serve(config: object, mountpoint: Path, args: argparse.Namespace) -> 
     if args.allow_other:
         options.add("allow_other")
     async with trio.open_nursery() as nursery:
-        ctx = await ClientContext.create(config, nursery)  # type: ignore[arg-type]
+        ctx = await ClientContext.create(config, nursery,  # type: ignore[arg-type]
+                                         eager=not args.datapath_workers)
         try:
             await _start_workers(ctx, args, nursery)
             fs = await FileSystem.create(ctx)

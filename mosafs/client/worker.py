@@ -116,6 +116,17 @@ class _Worker:
                 await send_all(self.sock, payload)
 
 
+def _warm_up(ctx: ClientContext) -> None:
+    """Chunk one small buffer with the default chunker now, while the mount starts: the
+    kernels get compiled (numba, or NVRTC and the GPU context) before the first write,
+    which would otherwise pay seconds for it."""
+    from mosafs.chunking import DEFAULT_SPEC
+
+    stream = ctx.chunker(DEFAULT_SPEC, "auto").stream()
+    stream.feed(bytes(1 << 20))
+    stream.finish()
+
+
 def _die_with_parent() -> None:
     libc = ctypes.CDLL(ctypes.util.find_library("c"), use_errno=True)
     libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
@@ -133,6 +144,7 @@ async def _main(fd: int) -> None:
     security.configure(hello["identity"])
     async with trio.open_nursery() as nursery:
         ctx = ClientContext(ClientConfig(**hello["config"]), nursery)
+        nursery.start_soon(ctx.cpu, _warm_up, ctx)
         try:
             await _Worker(sock, ctx).serve(nursery)
         finally:

@@ -104,7 +104,7 @@ class _Timed(grpc.UnaryUnaryClientInterceptor, grpc.UnaryStreamClientInterceptor
         started = time.perf_counter()
         outcome = continuation(details, request)
         # At once for a blocking call (its outcome is complete); at the end for a future.
-        outcome.add_done_callback(lambda done: self._record(details, started, done.exception()))
+        outcome.add_done_callback(lambda done: self._record(details, started, _failure(done)))
         return outcome
 
     def intercept_unary_stream(self, continuation: Any, details: Any, request: Any) -> Any:
@@ -112,6 +112,21 @@ class _Timed(grpc.UnaryUnaryClientInterceptor, grpc.UnaryStreamClientInterceptor
         outcome = continuation(details, request)
         self._record(details, started, None)  # the time to start the stream
         return outcome
+
+
+def _failure(done: Any) -> Any:
+    """A finished call's exception (None: it succeeded); a call its caller cancelled (a
+    future: the waiting task went away) counts as CANCELLED."""
+    return _CANCELLED if done.cancelled() else done.exception()
+
+
+class _Cancelled:
+    @staticmethod
+    def code() -> grpc.StatusCode:
+        return grpc.StatusCode.CANCELLED
+
+
+_CANCELLED = _Cancelled()
 
 
 _UNSET: Any = object()

@@ -13,7 +13,7 @@ from typing import Any, TypeVar
 
 import trio
 
-from mosafs.chunking import available_backends, make_chunker
+from mosafs.chunking import available_backends, make_chunker, resolve_backend
 from mosafs.client.files.chunkcache import ChunkFetcher
 from mosafs.client.files.remote import WorkerPool
 from mosafs.client.rpc import Benefactors, ManagerClient, Rpc
@@ -64,11 +64,18 @@ class ClientContext:
         self.workers: WorkerPool | None = None  # data-path worker processes, if any
 
     @classmethod
-    async def create(cls, config: ClientConfig, nursery: trio.Nursery) -> ClientContext:
+    async def create(cls, config: ClientConfig, nursery: trio.Nursery, *,
+                     eager: bool = True) -> ClientContext:
+        """EAGER: make the default chunker now, so that a backend that cannot run fails
+        the mount, not the first write. A mount whose data-path workers chunk for it
+        only checks the backend: a GPU chunker here would hold a CUDA context and its
+        pinned pool in the FUSE process for nothing."""
         ctx = cls(config, nursery)
-        # Fail at mount time, not at the first write, when the backend cannot be had.
-        ctx.chunker(_default_spec())
-        log.info("hash backend: %s", ctx.chunker(_default_spec()).backend)
+        if eager:
+            backend = ctx.chunker(_default_spec()).backend
+        else:
+            backend = resolve_backend(config.hash_backend)
+        log.info("hash backend: %s", backend)
         return ctx
 
     def spawn(self, fn: Callable[..., Awaitable[object]], *args: Any) -> None:

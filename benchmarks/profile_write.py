@@ -72,6 +72,25 @@ def with_workers(pids: dict[str, int]) -> dict[str, int]:
     return {**pids, **workers}
 
 
+def settle(pids: dict[str, int], timeout: float = 60.0) -> None:
+    """Until the mount's data-path workers are idle: they compile their kernels at start,
+    which is no part of any per-GiB figure."""
+    workers = [p for name, p in pids.items() if name.startswith("worker-")]
+
+    def busy() -> float:
+        return sum(sum(_times(f"/proc/{p}/stat")) for p in workers
+                   if os.path.exists(f"/proc/{p}/stat"))
+
+    deadline = time.monotonic() + timeout
+    last = busy()
+    while time.monotonic() < deadline:
+        time.sleep(0.5)
+        now = busy()
+        if now - last < 0.05:
+            return
+        last = now
+
+
 def warm_up(mnt: Path) -> None:
     """A few small files first, so that every data-path worker has compiled its kernels
     and opened its connections before the timed write (one-time costs, not per GiB)."""
@@ -148,6 +167,7 @@ def main() -> int:
                                  "writers": a.writers, "up_args": a.up_arg}
     try:
         cluster.start()
+        settle(with_workers(cluster.pids()))
         warm_up(cluster.mountpoint)
         pids = with_workers(cluster.pids())
         result["pids"] = {**pids, "bench": os.getpid()}
@@ -177,6 +197,7 @@ def main() -> int:
             drop_caches()
             cluster.start()
             pids = with_workers(cluster.pids())
+            settle(pids)
             spies = []
             if a.perf:
                 spies.append(subprocess.Popen(

@@ -55,14 +55,14 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from mosafs.bench.procs import BenchError, UpCluster
+from mosafs.bench.procs import BenchError
 from mosafs.bench.timing import CpuMeter, drop_caches
 from mosafs.bench.write import (
     _check_all_stopped,
+    _Mosafs,
     _signals_interrupt,
-    _Stats,
-    _uninterrupted,
     _wait_committed,
+    _work_dir,
     git_info,
     machine_info,
     progress,
@@ -344,27 +344,11 @@ class Options:
     seed: int
 
 
-class Cluster:
-    """The UpCluster and a channel for its version stats (untimed, after each close)."""
+class Cluster(_Mosafs):
+    """The benchmark's `mosafs up` (mosafs.bench.write's), and version stats of a path."""
 
     def __init__(self, workdir: Path, up_args: list[str]) -> None:
-        self.cluster = UpCluster(workdir, up_args)
-        self.tls = "--insecure" not in up_args
-        self.stats: _Stats | None = None
-
-    def start(self) -> None:
-        t = time.perf_counter()
-        self.cluster.start()
-        self.stats = _Stats(self.cluster.manager,
-                            self.cluster.data_dir / "tls" if self.tls else None)
-        progress(f"mosafs up: ready in {time.perf_counter() - t:.1f}s")
-
-    def stop(self) -> None:
-        with _uninterrupted():  # a second Ctrl-C must not leave half a cluster
-            if self.stats is not None:
-                self.stats.close()
-                self.stats = None
-            self.cluster.stop()
+        super().__init__(workdir, up_args, tls="--insecure" not in up_args)
 
     def version_stats(self, path: Path) -> dict[str, Any]:
         assert self.stats is not None
@@ -394,7 +378,7 @@ def run(opts: Options, command: str) -> dict[str, Any]:
         "reference_issue_gpu": REFERENCE,
         "notes": [],
     }
-    with (_signals_interrupt(), _work_dir(opts.keep) as workdir,
+    with (_signals_interrupt(), _work_dir(opts.keep, prefix="mosafs-torch-bench-") as workdir,
           _local_dir(opts.local_dir, workdir, keep=opts.keep is not None) as local):
         progress(f"work directory {workdir}, local directory {local}")
         result["params"]["filesystems"] = {"work": _filesystem(workdir),
@@ -555,25 +539,6 @@ def _filesystem(path: Path) -> dict[str, str]:
             if inside and len(mount) >= len(best.get("mount", "")):
                 best = {"mount": mount, "fstype": rest[0], "source": rest[1]}
     return best
-
-
-@contextlib.contextmanager
-def _work_dir(keep: Path | None) -> Iterator[Path]:
-    if keep is not None:
-        keep = keep.absolute()
-        if keep.exists() and any(keep.iterdir()):
-            raise BenchError(f"--keep {keep}: the directory must be empty or absent")
-        keep.mkdir(parents=True, exist_ok=True)
-        yield keep
-        return
-    workdir = Path(tempfile.mkdtemp(prefix="mosafs-torch-bench-"))
-    try:
-        yield workdir
-    finally:
-        if os.path.ismount(workdir / "mnt"):  # never rmtree into a mount
-            log.error("still mounted, %s kept", workdir)
-        else:
-            shutil.rmtree(workdir, ignore_errors=True)
 
 
 @contextlib.contextmanager

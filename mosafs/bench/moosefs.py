@@ -36,7 +36,6 @@ import os
 import pwd
 import re
 import shutil
-import signal
 import subprocess
 import time
 from dataclasses import dataclass
@@ -245,15 +244,8 @@ class _Process:
 
     def stop(self, timeout: float = STOP_TIMEOUT) -> None:
         """SIGTERM (MooseFS daemons save their state and exit), wait, SIGKILL if needed."""
-        if self.popen is None or self.popen.poll() is not None:
-            return
-        self.popen.send_signal(signal.SIGTERM)
-        try:
-            self.popen.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            log.error("%s ignored SIGTERM for %.0fs; killing it", self.name, timeout)
-            self.popen.kill()
-            self.popen.wait()
+        if self.popen is not None:
+            procs.terminate(self.popen, self.name, timeout)
 
 
 def listening(pid: int, port: int) -> bool:

@@ -345,13 +345,9 @@ def _peer_write(fs: MooseFs, path: Path, data: bytes, block: int) -> dict[str, A
 
 
 def _peer_read(fs: MooseFs, path: Path, size: int, label: str) -> dict[str, Any]:
-    with CpuMeter(fs.pids) as cpu:
-        r = read_file(path, READ_BLOCK)
-    if r.size != size:
-        raise BenchError(f"{label} read of {path} gave {r.size} bytes, not {size}")
-    progress(f"MooseFS read {label}: {r.mb_s:.0f} MB/s")
-    return {"read_bytes": READ_BLOCK, "mb_s": round(r.mb_s, 1),
-            "seconds": round(r.seconds, 3), "cpu": cpu.result}
+    from mosafs.bench.write import timed_read
+
+    return timed_read(fs.pids, path, size, f"MooseFS read {label}")
 
 
 # -- comparisons and the table ---------------------------------------------------------------

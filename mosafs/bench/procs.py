@@ -202,15 +202,22 @@ class Daemon:
         """SIGTERM, wait, SIGKILL if needed; the exit status (None if never started)."""
         if self.popen is None:
             return None
-        if self.popen.poll() is None:
-            self.popen.send_signal(signal.SIGTERM)
-            try:
-                self.popen.wait(timeout=timeout)
-            except subprocess.TimeoutExpired:
-                log.error("%s ignored SIGTERM for %.0fs; killing it", self.name, timeout)
-                self.popen.kill()
-                self.popen.wait()
-        return self.popen.returncode
+        return terminate(self.popen, self.name, timeout)
+
+
+def terminate(popen: subprocess.Popen[bytes], name: str,
+              timeout: float = STOP_TIMEOUT) -> int:
+    """SIGTERM POPEN unless it has exited, wait up to TIMEOUT, SIGKILL if needed; its
+    exit status."""
+    if popen.poll() is None:
+        popen.send_signal(signal.SIGTERM)
+        try:
+            popen.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            log.error("%s ignored SIGTERM for %.0fs; killing it", name, timeout)
+            popen.kill()
+            popen.wait()
+    return popen.returncode
 
 
 class NullFs:

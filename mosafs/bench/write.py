@@ -169,7 +169,7 @@ def run_benchmark(options: Options, command: str = "mosafs bench write") -> dict
 
 
 @contextlib.contextmanager
-def _work_dir(keep: Path | None) -> Iterator[Path]:
+def _work_dir(keep: Path | None, prefix: str = "mosafs-bench-") -> Iterator[Path]:
     if keep is not None:
         keep = keep.absolute()
         if keep.exists() and any(keep.iterdir()):
@@ -177,11 +177,12 @@ def _work_dir(keep: Path | None) -> Iterator[Path]:
         keep.mkdir(parents=True, exist_ok=True)
         yield keep
         return
-    workdir = Path(tempfile.mkdtemp(prefix="mosafs-bench-"))
+    workdir = Path(tempfile.mkdtemp(prefix=prefix))
     try:
         yield workdir
     finally:
-        mounted = [p for p in workdir.glob("*/*mnt") if os.path.ismount(p)]
+        mounted = [p for pattern in ("*mnt", "*/*mnt") for p in workdir.glob(pattern)
+                   if os.path.ismount(p)]
         if mounted:  # never rmtree into a mount
             log.error("still mounted, %s kept: %s", workdir, mounted)
         else:
@@ -205,13 +206,21 @@ def _signals_interrupt() -> Iterator[None]:
 @contextlib.contextmanager
 def _uninterrupted() -> Iterator[None]:
     """Hold off SIGINT/SIGTERM while stopping processes: a second Ctrl-C must not leave a
-    half-stopped cluster behind."""
-    old = {s: signal.signal(s, signal.SIG_IGN) for s in (signal.SIGINT, signal.SIGTERM)}
+    half-stopped cluster behind. A signal that arrives meanwhile is not lost: it stops the
+    run (KeyboardInterrupt) once the block is done."""
+    arrived: list[int] = []
+
+    def later(signum: int, frame: object) -> None:
+        arrived.append(signum)
+
+    old = {s: signal.signal(s, later) for s in (signal.SIGINT, signal.SIGTERM)}
     try:
         yield
     finally:
         for s, handler in old.items():
             signal.signal(s, handler)
+    if arrived:
+        raise KeyboardInterrupt(f"signal {arrived[0]} (held off while stopping processes)")
 
 
 def _check_all_stopped() -> dict[str, Any]:
@@ -476,11 +485,17 @@ def _wait_committed(stats: _Stats, inode: int, size: int) -> dict[str, Any]:
 
 
 def _timed_read(m: _Mosafs, path: Path, size: int, label: str) -> dict[str, Any]:
-    with CpuMeter(m.pids) as cpu:
+    return timed_read(m.pids, path, size, f"mosafs read {label}")
+
+
+def timed_read(pids: Callable[[], dict[str, int]], path: Path, size: int,
+               what: str) -> dict[str, Any]:
+    """One sequential pass of 1 MiB reads of PATH (SIZE bytes), with the CPU of PIDS."""
+    with CpuMeter(pids) as cpu:
         r = read_file(path, READ_BLOCK)
     if r.size != size:
-        raise BenchError(f"{label} read of {path} gave {r.size} bytes, not {size}")
-    progress(f"mosafs read {label}: {r.mb_s:.0f} MB/s")
+        raise BenchError(f"{what}: {path} gave {r.size} bytes, not {size}")
+    progress(f"{what}: {r.mb_s:.0f} MB/s")
     return {"read_bytes": READ_BLOCK, "mb_s": round(r.mb_s, 1), "seconds": round(r.seconds, 3),
             "cpu": cpu.result}
 

@@ -29,7 +29,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from mosafs.argtypes import byte_size
-from mosafs.bench.procs import UpCluster
+from mosafs.bench.procs import UpCluster, memory_status, reset_peak_rss
 from mosafs.bench.timing import drop_caches, make_data
 
 GiB = 1 << 30
@@ -177,6 +177,8 @@ def main() -> int:
                 ["perf", "record", "-a", "-g", "-e", "cpu-clock", "-F", "499", "-o",
                  str(a.perf)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
             time.sleep(1.0)
+        for pid in pids.values():
+            reset_peak_rss(pid)
         before, t0 = snapshot(pids), time.perf_counter()
         threads = [threading.Thread(target=_write, args=(cluster.mountpoint / f"f{i}", d,
                                                           a.block)) for i, d in enumerate(datas)]
@@ -189,6 +191,9 @@ def main() -> int:
         time.sleep(1.0)  # the writer's own CPU is counted as `bench`
         result["write_mb_s"] = round(size / elapsed / 1e6, 1)
         result["write_cpu_s_per_gib"] = table(before, after, size / GiB)
+        result["write_peak_rss_mib"] = {
+            name: round(memory_status(pid).get("VmHWM", 0) / (1 << 20), 1)
+            for name, pid in pids.items() if name.startswith(("mount", "worker"))}
         for spy in spies:
             spy.send_signal(2)  # SIGINT: py-spy writes its file and exits
             spy.wait()

@@ -92,10 +92,13 @@ def test_bench_write_quick_json_shape(tmp_path: Path) -> None:
 
 def test_bench_write_ctrl_c_stops_everything(tmp_path: Path) -> None:
     run_dir = tmp_path / "run"
+    # SIGINT as a terminal delivers it: a shell starts background jobs with SIGINT
+    # ignored, and Python then never turns it into KeyboardInterrupt.
     bench = subprocess.Popen(
         [sys.executable, "-m", "mosafs", "bench", "write", "--json", *SMALL,
          "--keep", str(run_dir), "--plot", str(tmp_path / "figures")],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     ready = run_dir / "mosafs" / "up.ready.json"
     deadline = time.monotonic() + 120
     while not ready.exists():

@@ -54,6 +54,8 @@ class Pieces(list[bytes]):
     window made needless)."""
 
 
+_JOIN_ABOVE = 16  # pieces per batch above which they are joined before feeding
+
 # bytes to feed | count written in place | request
 _Item = Pieces | int | _ViewRequest
 
@@ -107,6 +109,10 @@ class Pipeline:
             self.done.set()
 
     def _feed_pieces(self, pieces: Pieces) -> list[Any]:
+        # Many small writes (4 KiB each) are joined first: one copy of cache-warm bytes
+        # costs less than a feed call per piece. Large ones are fed as they are.
+        if len(pieces) > _JOIN_ABOVE:
+            return list(self.stream.feed(b"".join(pieces)))
         chunks: list[Any] = []
         for piece in pieces:
             chunks.extend(self.stream.feed(piece))

@@ -53,6 +53,7 @@ MAX_HEADER = 256 << 20   # an open names every stored id of a session: 32 B each
 MAX_PAYLOAD = 64 << 20   # one FUSE write, or one spill read (batch_bytes)
 STOP_TIMEOUT = 10.0
 SOCKET_BUFFER = 4 << 20  # the kernel caps it at net.core.{w,r}mem_max
+SMALL_FRAME = 256 << 10  # writes smaller than this are gathered into one data frame
 
 
 def encode_header(header: dict[str, Any], payload_len: int = 0) -> bytes:
@@ -236,6 +237,10 @@ class RemotePipeline:
         self.session = session
         self.link = link
         self.stream = next(_streams)
+        # Small writes gathered into one frame (a frame per 4 KiB write would cost a
+        # header and two sends each); a large write goes as it is.
+        self._small = Pieces()
+        self._small_bytes = 0
 
     async def open(self, spec: str, preferred: str) -> None:
         s = self.session
@@ -245,16 +250,27 @@ class RemotePipeline:
             "ids": list(s.stored.ids), "inode": s.inode})
 
     async def append(self, data: bytes) -> None:
-        await self.link.send({"op": "data", "stream": self.stream}, data)
+        if len(data) >= SMALL_FRAME and not self._small:
+            await self.link.send({"op": "data", "stream": self.stream}, data)
+            return
+        self._small.append(data)
+        self._small_bytes += len(data)
+        if self._small_bytes >= SMALL_FRAME:
+            await self.send_rest()
 
     async def feed(self, pieces: Pieces) -> None:
         for piece in pieces:
             await self.append(piece)
 
     async def send_rest(self) -> None:
-        pass  # the worker sends its own rest at finish
+        """Send the small writes gathered so far (the worker sends its own rest at finish)."""
+        if self._small:
+            data = b"".join(self._small)
+            self._small, self._small_bytes = Pieces(), 0
+            await self.link.send({"op": "data", "stream": self.stream}, data)
 
     async def finish(self) -> list[ChunkEntry]:
+        await self.send_rest()
         reply, _ = await self.link.request({"op": "finish", "stream": self.stream})
         if "error" in reply:
             _raise(reply["error"])

@@ -64,11 +64,7 @@ class ChunkFetcher:
         # in between), so this task owns the entry until it sets the event.
         event = self._inflight[chunk_id] = trio.Event()
         try:
-            link = self.workers.pick() if self.workers is not None else None
-            if link is not None:
-                data: ChunkBytes = await fetch_remote(link, chunk_id, addresses)
-            else:
-                data = await self.fetch(chunk_id, addresses)
+            data = await self._fetch_somewhere(chunk_id, addresses)
             self.remember(chunk_id, data)
             return data
         finally:
@@ -80,6 +76,15 @@ class ChunkFetcher:
         # the chunk: either way nothing more to do here; a failed report waits for scrub.
         with contextlib.suppress(errors.MosafsError):
             await self._benefactors.report_bad(address, chunk_id)
+
+    async def _fetch_somewhere(self, chunk_id: bytes, addresses: Sequence[str]) -> ChunkBytes:
+        """Through a data-path worker when the mount has one; here when it has none, or
+        when the worker died under the request (its other streams fail, a read need not)."""
+        link = self.workers.pick() if self.workers is not None else None
+        if link is not None:
+            with contextlib.suppress(errors.InternalError):
+                return await fetch_remote(link, chunk_id, addresses)
+        return await self.fetch(chunk_id, addresses)
 
     async def fetch(self, chunk_id: bytes, addresses: Sequence[str]) -> ChunkBytes:
         """A chunk's verified bytes from the first replica that has an intact copy (not

@@ -64,33 +64,6 @@ def snapshot(pids: dict[str, int]) -> dict[str, tuple[float, float]]:
     return out
 
 
-def with_workers(pids: dict[str, int]) -> dict[str, int]:
-    """PIDS and the mount's data-path workers (its children), as worker-N."""
-    out = subprocess.run(["pgrep", "-P", str(pids["mount"]), "-f", "mosafs.client.worker"],
-                         capture_output=True, text=True)
-    workers = {f"worker-{i}": int(p) for i, p in enumerate(out.stdout.split())}
-    return {**pids, **workers}
-
-
-def settle(pids: dict[str, int], timeout: float = 60.0) -> None:
-    """Until the mount's data-path workers are idle: they compile their kernels at start,
-    which is no part of any per-GiB figure."""
-    workers = [p for name, p in pids.items() if name.startswith("worker-")]
-
-    def busy() -> float:
-        return sum(sum(_times(f"/proc/{p}/stat")) for p in workers
-                   if os.path.exists(f"/proc/{p}/stat"))
-
-    deadline = time.monotonic() + timeout
-    last = busy()
-    while time.monotonic() < deadline:
-        time.sleep(0.5)
-        now = busy()
-        if now - last < 0.05:
-            return
-        last = now
-
-
 def warm_up(mnt: Path) -> None:
     """A few small files first, so that every data-path worker has compiled its kernels
     and opened its connections before the timed write (one-time costs, not per GiB)."""
@@ -167,9 +140,8 @@ def main() -> int:
                                  "writers": a.writers, "up_args": a.up_arg}
     try:
         cluster.start()
-        settle(with_workers(cluster.pids()))
-        warm_up(cluster.mountpoint)
-        pids = with_workers(cluster.pids())
+        warm_up(cluster.mountpoint)  # UpCluster.start waited for the workers to compile
+        pids = cluster.pids()
         result["pids"] = {**pids, "bench": os.getpid()}
         spies = _py_spy(a.py_spy, pids, 60) if a.py_spy else []
         if a.perf:
@@ -201,8 +173,7 @@ def main() -> int:
             cluster.stop()
             drop_caches()
             cluster.start()
-            pids = with_workers(cluster.pids())
-            settle(pids)
+            pids = cluster.pids()
             spies = []
             if a.perf:
                 spies.append(subprocess.Popen(

@@ -29,7 +29,7 @@ from mosafs import errors
 from mosafs._proto import common_pb2 as cpb
 from mosafs.client.files.context import ClientConfig, ClientContext
 from mosafs.client.files.pipeline import Pipeline, Stored
-from mosafs.client.files.remote import encode_header, receive_frame, send_all
+from mosafs.client.files.remote import receive_frame, send_frame
 
 log = logging.getLogger("mosafs.client.worker")
 _PR_SET_PDEATHSIG = 1
@@ -89,7 +89,7 @@ class _Worker:
             await pipeline.send_rest()
             entries = await pipeline.finish()
         except errors.MosafsError as exc:
-            reply["error"] = (type(exc).__name__, exc.message)
+            reply["error"] = (exc.kind, exc.message)
         else:
             stored = session.stored
             reply.update(
@@ -105,15 +105,12 @@ class _Worker:
         try:
             data = await self.ctx.fetcher.fetch(header["id"], header["addresses"])
         except errors.MosafsError as exc:
-            reply["error"] = (type(exc).__name__, exc.message)
+            reply["error"] = (exc.kind, exc.message)
         await self._reply(reply, data)
 
     async def _reply(self, reply: dict[str, Any], payload: Any = b"") -> None:
-        size = memoryview(payload).nbytes
         async with self._send_lock:
-            await send_all(self.sock, encode_header(reply, size))
-            if size:
-                await send_all(self.sock, payload)
+            await send_frame(self.sock, reply, payload)
 
 
 def _warm_up(ctx: ClientContext) -> None:

@@ -56,9 +56,14 @@ SOCKET_BUFFER = 4 << 20  # the kernel caps it at net.core.{w,r}mem_max
 SMALL_FRAME = 256 << 10  # writes smaller than this are gathered into one data frame
 
 
-def encode_header(header: dict[str, Any], payload_len: int = 0) -> bytes:
+async def send_frame(sock: trio.socket.SocketType, header: dict[str, Any],
+                     payload: bytes | bytearray | memoryview = b"") -> None:
+    """One frame; the caller keeps frames of concurrent senders apart (a lock)."""
     body = pickle.dumps(header, protocol=pickle.HIGHEST_PROTOCOL)
-    return FRAME.pack(len(body), payload_len) + body
+    size = memoryview(payload).nbytes
+    await send_all(sock, FRAME.pack(len(body), size) + body)
+    if size:
+        await send_all(sock, payload)
 
 
 async def send_all(sock: trio.socket.SocketType, data: bytes | bytearray | memoryview) -> None:
@@ -115,9 +120,7 @@ class WorkerLink:
             raise errors.InternalError(f"data-path worker {self.index} is gone")
         try:
             async with self._send_lock:
-                await send_all(self.sock, encode_header(header, len(payload or b"")))
-                if payload:
-                    await send_all(self.sock, payload)
+                await send_frame(self.sock, header, payload or b"")
         except OSError as exc:
             self._lost(f"cannot write to it: {exc}")
             raise errors.InternalError(f"data-path worker {self.index} is gone") from None
@@ -151,7 +154,8 @@ class WorkerLink:
         log.error("data-path worker %d (pid %d) is gone (%s; exit status %s): its open "
                   "files fail to commit", self.index, self.process.pid, why, code)
         for waiter in self._waiting.values():
-            waiter.reply = {"error": ("InternalError", "the data-path worker process died")}
+            waiter.reply = {"error": (errors.InternalError.kind,
+                                      "the data-path worker process died")}
             waiter.done.set()
         self._waiting.clear()
 
@@ -212,12 +216,9 @@ _streams = itertools.count(1)
 
 
 def _raise(error: tuple[str, str]) -> None:
-    """A worker's domain error, as its own class here."""
-    name, message = error
-    kind = getattr(errors, name, None)
-    if not (isinstance(kind, type) and issubclass(kind, errors.MosafsError)):
-        kind = errors.InternalError
-    raise kind(message)
+    """A worker's domain error, as its own class here (by kind, as over gRPC)."""
+    kind, message = error
+    raise errors.BY_KIND.get(kind, errors.InternalError)(message)
 
 
 async def fetch_remote(link: WorkerLink, chunk_id: bytes,

@@ -3,7 +3,7 @@
 Two modes:
 
 * STREAM, the checkpoint case: the new content is the committed prefix followed by bytes
-  appended at the end. Appended bytes gather in `pending`; every `batch_bytes` they go through
+  appended at the end. Appended bytes gather in the pipeline; every `batch_bytes` they go through
   a bounded memory channel (the sliding window: a full window blocks `write`, which is the
   back-pressure) to a pipeline task that chunks them in a worker thread, drops chunks the
   base version or the manager's index already has, and puts new chunks to the stripe's
@@ -14,7 +14,8 @@ Two modes:
 
 Where the chunk stream takes bytes in place (the GPU backend's pinned host buffers), the
 FUSE write copies straight into that memory and the pipeline is told only how many bytes
-were added (`_Pinned` below; `_Batches` gathers bytes otherwise): the one copy a write
+were added (mosafs.client.files.pipeline; a data-path worker process may run the pipeline,
+mosafs.client.files.remote): the one copy a write
 costs lands where the GPU copies from.
 
 A commit (flush/fsync/close) drains the pipeline and stores the block-map with one

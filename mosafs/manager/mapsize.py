@@ -215,12 +215,16 @@ class MapSizer:
         if live + self.reserve <= limit:
             self._note_refusing(False)
             return
+        raise self._refusal(live, limit, fig)
+
+    def _refusal(self, live: int, limit: int, fig: Figures) -> NoSpace:
+        """The NoSpace for a write that adds data to a store at its limit (logged once)."""
         self._note_refusing(True)
         where = (f"--map-size {self.ceiling}" if limit == self.ceiling
                  else f"what its disk can hold ({fig.disk_free} bytes free)")
-        raise NoSpace(f"the metadata store {self.path} is full: {live} bytes in use, and "
-                      f"the last {self.reserve} below {where} are kept for deletions; delete "
-                      f"files or restart the manager with a larger --map-size")
+        return NoSpace(f"the metadata store {self.path} is full: {live} bytes in use, and "
+                       f"the last {self.reserve} below {where} are kept for deletions; delete "
+                       f"files or restart the manager with a larger --map-size")
 
     def _note_refusing(self, refusing: bool) -> None:
         if refusing == self._refusing:
@@ -240,6 +244,12 @@ class MapSizer:
         if self._grow(seen_map, beyond_ceiling=not grows):
             return MapGrown(f"the metadata map of {self.path} was full and has grown to "
                             f"{self.map_size} bytes: try again")
+        if grows and self.map_size >= self.ceiling:
+            # Admitted by live_bytes(), yet the pages it counted free were not reusable
+            # (the last commit's, or a reader's snapshot): the store is full for creates.
+            fig = self.figures()
+            return self._refusal(self.live_bytes(), min(self.ceiling,
+                                                        fig.high_water + fig.disk_free), fig)
         return NoSpace(f"the metadata store {self.path} is full ({self.map_size} bytes "
                        f"mapped, --map-size {self.ceiling}): delete files or restart the "
                        f"manager with a larger --map-size")

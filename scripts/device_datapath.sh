@@ -9,6 +9,7 @@
 #
 # Steps (results in $OUT):
 #   env       GPU, CPUs, versions;
+#   tests     tests/gpu and the data-path worker tests -> tests.txt;
 #   profile   benchmarks/profile_write.py, GPU backend: CPU seconds per GiB of every
 #             process (the mount's data-path workers apart), write and cold read of 2 GiB,
 #             with the data-path workers off (0) and on (auto), and 8 writers at once
@@ -49,6 +50,12 @@ run() {  # name, time limit, command...
 if step env; then
     echo "== env"; nproc; nvidia-smi -L
     $PY -c "import sys, cupy, numba, torch; print(sys.version.split()[0], 'cupy', cupy.__version__, 'numba', numba.__version__, 'torch', torch.__version__)"
+fi
+if step tests; then  # the GPU tests, the bounded pinned pool and GPU workers included
+    echo "== tests"
+    timeout 400 $PY -m pytest -q -p no:cacheprovider tests/gpu \
+        tests/cluster/test_cluster_datapath_workers.py > "$OUT/tests.txt" 2>&1
+    echo "rc=$?"; tail -15 "$OUT/tests.txt"
 fi
 if step profile; then
     MOSAFS_DATAPATH_WORKERS=0 run profile-w0 120 $PY benchmarks/profile_write.py --read --size-mib 2048

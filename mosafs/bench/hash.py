@@ -259,15 +259,16 @@ def _best(runs: list[dict[str, Any]]) -> dict[str, Any]:
 
 def gpu_figures(spec: ChunkerSpec, e2e_bytes: int, kernel_bytes: int, reps: int,
                 quick: bool) -> dict[str, Any]:
+    from mosafs.bench import gpu_kernels
     from mosafs.chunking import gpu_runtime
     from mosafs.chunking.gpu import GpuChunker
 
     names = gpu_runtime.visible_devices()
     out: dict[str, Any] = {"devices": names, "device_count": len(names),
                            "buffer_bytes": gpu_runtime.DEFAULT_BUFFER}
-    out["copy"] = gpu_runtime.bench_copy((64 if quick else 256) * MiB, max(3, reps * 3))
+    out["copy"] = gpu_kernels.bench_copy((64 if quick else 256) * MiB, max(3, reps * 3))
     h2d = out["copy"]["per_device"][0]["h2d_GBps"]
-    out["kernels"] = gpu_runtime.bench_kernels(spec, kernel_bytes, max(2, reps))
+    out["kernels"] = gpu_kernels.bench_kernels(spec, kernel_bytes, max(2, reps))
 
     rt = gpu_runtime.runtime_for(spec)
     chunker = GpuChunker(spec, gpu_runtime.GpuRuntime(rt.buffer_size, devices=[0]))

@@ -118,7 +118,10 @@ class Backend(ABC):
         """None when this backend can run here, else why not (completes "... requested but")."""
 
     @abstractmethod
-    def chunker(self, spec: ChunkerSpec, threads: int) -> Chunker: ...
+    def chunker(self, spec: ChunkerSpec, threads: int, *,
+                pinned_bytes: int | None = None) -> Chunker:
+        """PINNED_BYTES: the bound on page-locked host memory (a backend that uses none
+        ignores it)."""
 
     @abstractmethod
     def hasher(self, threads: int) -> Hasher: ...

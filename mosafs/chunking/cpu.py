@@ -276,7 +276,8 @@ class CpuBackend(Backend):
     def unavailable_reason(cls) -> str | None:
         return None
 
-    def chunker(self, spec: ChunkerSpec, threads: int) -> CpuChunker:
+    def chunker(self, spec: ChunkerSpec, threads: int, *,
+                pinned_bytes: int | None = None) -> CpuChunker:
         return CpuChunker(spec, CpuHasher(threads))
 
     def hasher(self, threads: int) -> CpuHasher:

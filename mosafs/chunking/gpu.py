@@ -78,16 +78,18 @@ class GpuChunker(Chunker):
 
     backend = "gpu"
 
-    def __init__(self, spec: ChunkerSpec, runtime: GpuRuntime | None = None) -> None:
+    def __init__(self, spec: ChunkerSpec, runtime: GpuRuntime | None = None, *,
+                 pinned_bytes: int | None = None) -> None:
         super().__init__(spec)
         self._rt = runtime
+        self._pinned_bytes = pinned_bytes  # the pinned pool's bound (None: unbounded)
 
     @property
     def runtime(self) -> GpuRuntime:
         if self._rt is None:
             from mosafs.chunking import gpu_runtime
 
-            self._rt = gpu_runtime.runtime_for(self.spec)
+            self._rt = gpu_runtime.runtime_for(self.spec, pinned_limit=self._pinned_bytes)
         return self._rt
 
     def stream(self, *, pipelined: bool = False, keep_data: bool = True,
@@ -127,8 +129,9 @@ class GpuBackend(Backend):
     def unavailable_reason(cls) -> str | None:
         return gpu_unavailable_reason()
 
-    def chunker(self, spec: ChunkerSpec, threads: int) -> GpuChunker:
-        return GpuChunker(spec)
+    def chunker(self, spec: ChunkerSpec, threads: int, *,
+                pinned_bytes: int | None = None) -> GpuChunker:
+        return GpuChunker(spec, pinned_bytes=pinned_bytes)
 
     def hasher(self, threads: int) -> GpuHasher:
         return GpuHasher()

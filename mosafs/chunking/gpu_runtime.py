@@ -28,7 +28,6 @@ Results never depend on how the stream was split into feed() pieces.
 
 from __future__ import annotations
 
-import itertools
 import threading
 import time
 import warnings
@@ -87,11 +86,45 @@ def _quiet(fn: Any, *args: Any) -> Any:
         return fn(*args)
 
 
-class _Pinned:
-    """A growable pinned host array of one dtype (grows by doubling; never shrinks)."""
+class _PinnedCount:
+    """Pinned host bytes this process allocated and holds (a pool's figure, and what the
+    mount reports): page-locked memory is resident, so it is part of the RSS."""
 
-    def __init__(self, dtype: Any, count: int = 1) -> None:
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.bytes = 0
+
+    def alloc(self, nbytes: int) -> Any:
+        # cudaHostAlloc itself, not CuPy's pinned pool: the pool keeps freed blocks, so
+        # neither this count nor the process's RSS would ever come down.
+        mem = cupy.cuda.PinnedMemoryPointer(cupy.cuda.PinnedMemory(nbytes), 0)
+        with self._lock:
+            self.bytes += nbytes
+        return mem
+
+    def freed(self, nbytes: int) -> None:
+        """The holder of NBYTES from alloc() dropped them (CuPy frees with the last view)."""
+        with self._lock:
+            self.bytes -= nbytes
+
+
+PINNED = _PinnedCount()
+
+
+def _host_bytes(nbytes: int, pinned: bool) -> Any:
+    """NBYTES of host memory: page-locked (fast asynchronous copies) or, for a slot past
+    the pinned pool's limit, ordinary pageable memory (copies stage through the driver and
+    wait for the host, but work the same)."""
+    return PINNED.alloc(nbytes) if pinned else np.empty(nbytes, dtype=np.uint8)
+
+
+class _HostArray:
+    """A growable host array of one dtype (grows by doubling; never shrinks), pinned unless
+    its slot is a pageable one."""
+
+    def __init__(self, dtype: Any, count: int = 1, *, pinned: bool = True) -> None:
         self.dtype = np.dtype(dtype)
+        self.pinned = pinned
         self.array: Any = None
         self._mem: Any = None
         self.ensure(count)
@@ -99,9 +132,18 @@ class _Pinned:
     def ensure(self, count: int) -> Any:
         if self.array is None or self.array.shape[0] < count:
             size = max(count, 2 * (0 if self.array is None else self.array.shape[0]), 1024)
-            self._mem = cupy.cuda.alloc_pinned_memory(size * self.dtype.itemsize)
+            self._drop()
+            self._mem = _host_bytes(size * self.dtype.itemsize, self.pinned)
             self.array = np.frombuffer(self._mem, dtype=self.dtype, count=size)
         return self.array
+
+    def _drop(self) -> None:
+        if self.array is not None and self.pinned:
+            PINNED.freed(self.array.nbytes)
+        self.array = self._mem = None
+
+    def __del__(self) -> None:
+        self._drop()
 
     @property
     def ptr(self) -> int:
@@ -150,13 +192,14 @@ class _Device:
 class _Slot:
     """A pinned buffer, its device twin and the work buffers of one in-flight segment."""
 
-    def __init__(self, device: _Device, size: int) -> None:
+    def __init__(self, device: _Device, size: int, *, pinned: bool = True) -> None:
         self.device = device
         self.size = size
+        self.pinned = pinned
         self.head = _round_up(size, _ALIGN)  # room for the carried tail (< MAX <= size)
         device.activate()
         self.stream = cupy.cuda.Stream(non_blocking=True)
-        self._host_mem = cupy.cuda.alloc_pinned_memory(HIST + size)
+        self._host_mem = _host_bytes(HIST + size, pinned)
         self.host: ByteArray = np.frombuffer(self._host_mem, dtype=np.uint8, count=HIST + size)
         self.host_ptr = int(self.host.ctypes.data)
         self.dev = cupy.empty(self.head + size + READ_SLACK, dtype=cupy.uint8)
@@ -164,22 +207,39 @@ class _Slot:
         self.data_ptr = self.dev_ptr + self.head
         self.cap = size // 16 + 4096  # candidate capacity: a hit every 16 bytes on average
         self.cand_dev = _DevArray(np.uint32, 1 + self.cap)
-        self.cand_host = _Pinned(np.uint32, 4096)
+        self.cand_host = _HostArray(np.uint32, 4096, pinned=pinned)
         self.meta_dev = _DevArray(np.int64)
-        self.meta_host = _Pinned(np.int64)
+        self.meta_host = _HostArray(np.int64, pinned=pinned)
         self.cv = (_DevArray(np.uint32), _DevArray(np.uint32))
         self.dig_dev = _DevArray(np.uint32)
-        self.dig_host = _Pinned(np.uint32)
+        self.dig_host = _HostArray(np.uint32, pinned=pinned)
         self.h2d_ev = cupy.cuda.Event(disable_timing=True)
         self.cand_ev = cupy.cuda.Event(disable_timing=True)
         self.hash_ev = cupy.cuda.Event(disable_timing=True)
 
+    @property
+    def host_nbytes(self) -> int:
+        return int(self.host.nbytes)
+
+    def __del__(self) -> None:
+        if self.pinned and getattr(self, "host", None) is not None:
+            PINNED.freed(self.host_nbytes)
+
 
 class GpuRuntime:
-    """Devices and a per-device pool of slots of one buffer size (thread-safe)."""
+    """Devices and a per-device pool of slots of one buffer size (thread-safe).
+
+    PINNED_LIMIT bounds the pinned bytes of the pooled slots (None: no bound). A slot asked
+    for when the pool is at its bound is made of pageable memory instead, used by one
+    segment and then dropped: a stream never waits for another to give a slot back (a
+    writer could hold a file open, and its slots, while it writes another), and the
+    pinned memory stays within what was configured."""
 
     def __init__(self, buffer_size: int = DEFAULT_BUFFER,
-                 devices: Sequence[int] | None = None) -> None:
+                 devices: Sequence[int] | None = None, *,
+                 pinned_limit: int | None = None) -> None:
+        if pinned_limit is not None and pinned_limit < 0:
+            raise ValueError("the pinned pool's limit must be >= 0 bytes")
         if buffer_size < 4096:
             raise ValueError("GPU buffer size must be at least 4096 bytes")
         self.buffer_size = _round_up(buffer_size, 4096)
@@ -198,25 +258,44 @@ class GpuRuntime:
         self._free: list[list[_Slot]] = [[] for _ in self.devices]
         self._lane_of: dict[int, int] = {}
         self._lock = threading.Lock()
-        self.slots_made = 0
+        self.pinned_limit = pinned_limit
+        self.slots_made = 0  # pinned, pooled
+        self.pageable_made = 0  # past the limit, each dropped after use
         self._next_stream = 0
 
     @property
     def lanes(self) -> int:
         return len(self.devices)
 
+    @property
+    def slot_bytes(self) -> int:
+        """Host bytes of one slot's buffer (the gear window's history, then the data)."""
+        return HIST + self.buffer_size
+
+    @property
+    def pooled_bytes(self) -> int:
+        return self.slots_made * self.slot_bytes
+
     def acquire(self, lane: int) -> _Slot:
         with self._lock:
             free = self._free[lane]
             if free:
                 return free.pop()
-            self.slots_made += 1
-        slot = _Slot(self.devices[lane], self.buffer_size)
-        with self._lock:
-            self._lane_of[id(slot)] = lane
+            limit = self.pinned_limit
+            pinned = limit is None or self.pooled_bytes + self.slot_bytes <= limit
+            if pinned:
+                self.slots_made += 1
+            else:
+                self.pageable_made += 1
+        slot = _Slot(self.devices[lane], self.buffer_size, pinned=pinned)
+        if pinned:
+            with self._lock:
+                self._lane_of[id(slot)] = lane
         return slot
 
     def release(self, slot: _Slot) -> None:
+        if not slot.pinned:
+            return  # dropped: only pinned slots are pooled
         with self._lock:
             self._free[self._lane_of[id(slot)]].append(slot)
 
@@ -244,23 +323,39 @@ def _enable_peer_access(ids: list[int]) -> None:
                 pass
 
 
-_RUNTIMES: dict[int, GpuRuntime] = {}
+_RUNTIMES: dict[tuple[int, int | None], GpuRuntime] = {}
 _RUNTIMES_LOCK = threading.Lock()
 
 
-def runtime(buffer_size: int = DEFAULT_BUFFER) -> GpuRuntime:
-    """The process-wide runtime for this buffer size (every visible GPU)."""
-    size = _round_up(buffer_size, 4096)
+def runtime(buffer_size: int = DEFAULT_BUFFER, pinned_limit: int | None = None) -> GpuRuntime:
+    """The process-wide runtime for this buffer size and pinned bound (every visible GPU)."""
+    key = (_round_up(buffer_size, 4096), pinned_limit)
     with _RUNTIMES_LOCK:
-        found = _RUNTIMES.get(size)
+        found = _RUNTIMES.get(key)
         if found is None:
-            found = _RUNTIMES[size] = GpuRuntime(size)
+            found = _RUNTIMES[key] = GpuRuntime(key[0], pinned_limit=pinned_limit)
         return found
 
 
-def runtime_for(spec: ChunkerSpec, buffer_size: int = DEFAULT_BUFFER) -> GpuRuntime:
-    """A runtime whose buffers hold at least one MAX-sized chunk of spec."""
-    return runtime(max(buffer_size, _round_up(spec.max_size, 4096)))
+POOL_BUFFERS = 8
+"""Buffers a bounded pool is cut into: a stream keeps up to 3 + 2 per GPU in flight, so
+one writer runs at full depth and a second beside it, before slots turn pageable."""
+
+
+def pool_buffer_size(spec: ChunkerSpec, pinned_limit: int) -> int:
+    """The buffer size for a pool of PINNED_LIMIT bytes: an eighth of it, at most the
+    default 64 MiB and at least one MAX-sized chunk of spec (a chunk spans <= 2 buffers)."""
+    eighth = (pinned_limit // POOL_BUFFERS - HIST) // 4096 * 4096
+    return max(_round_up(spec.max_size, 4096), min(DEFAULT_BUFFER, eighth))
+
+
+def runtime_for(spec: ChunkerSpec, buffer_size: int = DEFAULT_BUFFER,
+                pinned_limit: int | None = None) -> GpuRuntime:
+    """A runtime whose buffers hold at least one MAX-sized chunk of spec; with
+    PINNED_LIMIT, buffers sized by pool_buffer_size and the pool bounded by it."""
+    if pinned_limit is not None:
+        buffer_size = pool_buffer_size(spec, pinned_limit)
+    return runtime(max(buffer_size, _round_up(spec.max_size, 4096)), pinned_limit)
 
 
 # --- kernel launches ------------------------------------------------------------------
@@ -843,206 +938,3 @@ def visible_devices() -> list[str]:
         name = cupy.cuda.runtime.getDeviceProperties(i)["name"]
         names.append(name.decode() if isinstance(name, bytes) else str(name))
     return names
-
-
-# --- measurements (mosafs.bench.hash) ---------------------------------------------------
-
-def bench_copy(nbytes: int, reps: int, devices: Sequence[int] | None = None) -> dict[str, Any]:
-    """Pinned host <-> device copy bandwidth (GB/s): each device alone (median of reps,
-    timed with events), and every device at once (wall clock, host-synchronized)."""
-    ids = list(range(int(cupy.cuda.runtime.getDeviceCount()))) if devices is None \
-        else list(devices)
-    bufs = []
-    for i in ids:
-        with cupy.cuda.Device(i):
-            mem = cupy.cuda.alloc_pinned_memory(nbytes)
-            host = np.frombuffer(mem, dtype=np.uint8, count=nbytes)
-            host[::4096] = 1  # touch every page
-            dev = cupy.empty(nbytes, dtype=cupy.uint8)
-            bufs.append((i, mem, host, dev, cupy.cuda.Stream(non_blocking=True)))
-    per: list[dict[str, Any]] = []
-    for i, _mem, host, dev, stream in bufs:
-        cupy.cuda.runtime.setDevice(i)
-        row: dict[str, Any] = {"device": i}
-        for name, kind, dst, src in (("h2d_GBps", _H2D, int(dev.data.ptr), int(host.ctypes.data)),
-                                     ("d2h_GBps", _D2H, int(host.ctypes.data), int(dev.data.ptr))):
-            times = []
-            for _ in range(reps + 1):
-                a, b = cupy.cuda.Event(), cupy.cuda.Event()
-                a.record(stream)
-                cupy.cuda.runtime.memcpyAsync(dst, src, nbytes, kind, stream.ptr)
-                b.record(stream)
-                b.synchronize()
-                times.append(cupy.cuda.get_elapsed_time(a, b) / 1e3)
-            row[name] = round(nbytes / float(np.median(times[1:])) / 1e9, 2)
-        per.append(row)
-    result: dict[str, Any] = {"bytes": nbytes, "per_device": per}
-    if len(bufs) > 1:
-        times = []
-        for _ in range(reps):
-            t = time.perf_counter()
-            for i, _mem, host, dev, stream in bufs:
-                cupy.cuda.runtime.setDevice(i)
-                cupy.cuda.runtime.memcpyAsync(int(dev.data.ptr), int(host.ctypes.data), nbytes,
-                                              _H2D, stream.ptr)
-            for _i, _mem, _host, _dev, stream in bufs:
-                stream.synchronize()
-            times.append(time.perf_counter() - t)
-        result["all_devices_h2d_GBps"] = round(len(bufs) * nbytes / float(np.median(times)) / 1e9,
-                                               2)
-    return result
-
-
-def bench_kernels(spec: ChunkerSpec, nbytes: int, reps: int, seed: int = 1) -> dict[str, Any]:
-    """The kernels with the data already on device 0 (random bytes, one buffer of nbytes):
-    candidate kernel, selection on the host (candidates out, sort, select, tree plan),
-    BLAKE3 kernels, and the whole sequence; GB/s over nbytes, medians of reps. Checks a
-    sample of the ids against the blake3 package."""
-    import blake3
-
-    if nbytes >= 1 << 31:
-        raise ValueError("bench_kernels: at most 2 GiB - 1 in one buffer")
-    rt = runtime()
-    slot = rt.acquire(0)
-    try:
-        dev = slot.device
-        dev.activate()
-        host = np.random.default_rng(seed).integers(0, 256, nbytes, dtype=np.uint8)
-        buf = cupy.empty(_ALIGN + nbytes + READ_SLACK, dtype=cupy.uint8)
-        buf[_ALIGN:_ALIGN + nbytes].set(host)
-        cupy.cuda.runtime.deviceSynchronize()
-        base = int(buf.data.ptr) + _ALIGN
-        cap = nbytes // 16 + 4096
-        out = cupy.empty(1 + cap, dtype=cupy.uint32)
-        want = min(cap, 2 * nbytes // max(1, spec.avg_size // 4) + 4096)
-        host_c = _Pinned(np.uint32, 1 + want)
-        stream = slot.stream
-
-        def timed(fn: Any) -> float:
-            a, b = cupy.cuda.Event(), cupy.cuda.Event()
-            a.record(stream)
-            fn()
-            b.record(stream)
-            b.synchronize()
-            return float(cupy.cuda.get_elapsed_time(a, b)) / 1e3
-
-        def candidates() -> None:
-            if spec.kind == "cdc":
-                launch_candidates(slot, base, 0, 0, nbytes, 0, spec, int(out.data.ptr), cap)
-
-        stages: dict[str, list[float]] = {
-            "candidate_kernel": [], "selection": [], "hash_kernel": [], "total": [],
-            "selection.candidates_out": [], "selection.select": [], "selection.plan": []}
-        nchunks = 0
-        ids: list[bytes] = []
-        starts: list[int] = []
-        cuts: list[int] = []
-        for rep in range(reps + 1):
-            t0 = time.perf_counter()
-            tc = timed(candidates)
-            t1 = time.perf_counter()
-            if spec.kind == "cdc":
-                cupy.cuda.runtime.memcpy(host_c.ptr, int(out.data.ptr), 4 * (1 + want), _D2H)
-                count = int(host_c.array[0])
-                if count > want:
-                    raise RuntimeError("bench_kernels: more candidates than random data has")
-                cands = np.sort(host_c.array[1:1 + count])
-            else:
-                cands = np.zeros(0, dtype=np.uint32)
-            t1a = time.perf_counter()
-            cuts, _ = select_cuts(cands, nbytes, 0, spec, True)
-            t1b = time.perf_counter()
-            starts = [0, *cuts[:-1]]
-            offs = np.array(starts, dtype=np.int64)
-            plan = tree_plan(offs, np.array(cuts, dtype=np.int64) - offs)
-            t2 = time.perf_counter()
-            th = timed(lambda plan=plan: launch_hash(slot, base, plan))
-            t3 = time.perf_counter()
-            nchunks = len(cuts)
-            if rep == 0:
-                ids = digests(slot, nchunks)
-                continue  # warm-up
-            stages["candidate_kernel"].append(tc)
-            stages["selection"].append(t2 - t1)
-            stages["selection.candidates_out"].append(t1a - t1)
-            stages["selection.select"].append(t1b - t1a)
-            stages["selection.plan"].append(t2 - t1b)
-            stages["hash_kernel"].append(th)
-            stages["total"].append(t3 - t0)
-        med = {k: float(np.median(v)) for k, v in stages.items()}
-        sample = sorted({0, nchunks // 2, nchunks - 1})
-        checked = all(ids[i] == blake3.blake3(host[starts[i]:cuts[i]].tobytes()).digest()
-                      for i in sample)
-        pipelined, same = _bench_pipelined(rt, spec, base, nbytes, reps, ids)
-        med["total_pipelined"] = pipelined
-        return {
-            "spec": str(spec), "bytes": nbytes, "chunks": nchunks, "device": dev.name,
-            "GBps": {k: round(nbytes / v / 1e9, 1) if v > 0 else None for k, v in med.items()},
-            "seconds": {k: round(v, 6) for k, v in med.items()},
-            "ids_checked": checked and same,
-            "note": "selection = candidates to host + sort + select + tree plan (host); "
-                    "hash_kernel includes the plan's and digests' copies (a few KiB); "
-                    "total = the whole sequence on one buffer, host-synchronized; "
-                    f"total_pipelined = the same buffer as {_PARTS} parts on their own "
-                    "streams, the host selecting one part while the GPU runs the others "
-                    "(as the runtime overlaps buffers)",
-        }
-    finally:
-        rt.release(slot)
-
-
-_PARTS = 4
-
-
-def _bench_pipelined(rt: GpuRuntime, spec: ChunkerSpec, base: int, nbytes: int, reps: int,
-                     want: list[bytes]) -> tuple[float, bool]:
-    """Median seconds to chunk and hash device bytes [base, base + nbytes) as _PARTS parts
-    in flight at once; and whether the ids equal `want` (the one-buffer run's)."""
-    slots = [rt.acquire(0) for _ in range(_PARTS)]
-    try:
-        bounds = [(i * nbytes // _PARTS) & ~63 for i in range(_PARTS)] + [nbytes]
-        caps = [(b - a) // 16 + 4096 for a, b in itertools.pairwise(bounds)]
-        wants = [min(c, 2 * (b - a) // max(1, spec.avg_size // 4) + 4096)
-                 for c, (a, b) in zip(caps, itertools.pairwise(bounds), strict=True)]
-        outs = [_DevArray(np.uint32, 1 + c) for c in caps]
-        hosts = [_Pinned(np.uint32, 1 + w) for w in wants]
-        times = []
-        same = True
-        for rep in range(reps + 1):
-            t0 = time.perf_counter()
-            for i, slot in enumerate(slots):
-                slot.device.activate()
-                if spec.kind == "cdc":
-                    launch_candidates(slot, base, 0, bounds[i], bounds[i + 1],
-                                      min(HIST, bounds[i] & ~63), spec, outs[i].ptr, caps[i])
-                    cupy.cuda.runtime.memcpyAsync(hosts[i].ptr, outs[i].ptr, 4 * (1 + wants[i]),
-                                                  _D2H, slot.stream.ptr)
-                slot.cand_ev.record(slot.stream)
-            start = 0
-            counts = []
-            for i, slot in enumerate(slots):
-                slot.cand_ev.synchronize()
-                cands = np.zeros(0, dtype=np.uint32)
-                if spec.kind == "cdc":
-                    count = int(hosts[i].array[0])
-                    if count > wants[i]:
-                        raise RuntimeError("bench_kernels: more candidates than random data has")
-                    cands = np.sort(hosts[i].array[1:1 + count])
-                first = start
-                cuts, start = select_cuts(cands, bounds[i + 1], start, spec, i == _PARTS - 1)
-                counts.append(len(cuts))
-                if cuts:
-                    offs = np.array([first, *cuts[:-1]], dtype=np.int64)
-                    launch_hash(slot, base, tree_plan(offs, np.array(cuts, dtype=np.int64) - offs))
-            for i, slot in enumerate(slots):
-                if counts[i]:
-                    slot.hash_ev.synchronize()
-            seconds = time.perf_counter() - t0
-            got = [d for i, slot in enumerate(slots) for d in digests(slot, counts[i])]
-            same = same and got == want
-            if rep:
-                times.append(seconds)
-        return float(np.median(times)), same
-    finally:
-        for slot in slots:
-            rt.release(slot)

@@ -219,7 +219,8 @@ class OracleBackend(Backend):
             return None
         return "no input has been primed (call mosafs.chunking.oracle.prime first)"
 
-    def chunker(self, spec: ChunkerSpec, threads: int) -> OracleChunker:
+    def chunker(self, spec: ChunkerSpec, threads: int, *,
+                pinned_bytes: int | None = None) -> OracleChunker:
         return OracleChunker(spec)
 
     def hasher(self, threads: int) -> OracleHasher:

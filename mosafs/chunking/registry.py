@@ -33,14 +33,16 @@ def available_backends() -> list[str]:
 
 
 def make_chunker(spec: ChunkerSpec | str, backend: str = "auto", *,
-                 threads: int = 1) -> Chunker:
+                 threads: int = 1, pinned_bytes: int | None = None) -> Chunker:
     """A chunker for `spec` (a ChunkerSpec or its text) on `backend` (auto, cpu or gpu).
 
     threads: how many threads may hash the chunks of one batch (CPU backend).
+    pinned_bytes: the bound on the page-locked host memory of the process's GPU pool (GPU
+    backend; None: unbounded, as benchmarks of the kernels want).
     """
     if not isinstance(spec, ChunkerSpec):
         spec = parse_spec(spec)
-    return _backend(backend).chunker(spec, _check_threads(threads))
+    return _backend(backend).chunker(spec, _check_threads(threads), pinned_bytes=pinned_bytes)
 
 
 def make_hasher(backend: str = "auto", *, threads: int = 1) -> Hasher:

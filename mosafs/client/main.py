@@ -71,6 +71,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="close returns once every chunk has one copy (optimistic; the "
                              "manager replicates in the background) or R copies "
                              "(pessimistic); default: the pool's setting")
+    parser.add_argument("--gpu-pinned-mib", type=byte_size(MiB, unit=MiB), default=256,
+                        help="page-locked host memory for the GPU hash backend, per process "
+                             "that chunks (the mount, or each data-path worker), in MiB or "
+                             "with a unit; slots past it use pageable memory (default: 256)")
     parser.add_argument("--spill-dir", help="directory for temp files of non-sequential writes")
     parser.add_argument("--datapath-workers", type=_workers, metavar="N",
                         default=os.environ.get("MOSAFS_DATAPATH_WORKERS", "auto"),
@@ -139,12 +143,14 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError(f"mount point {mountpoint} is not a directory")
     if args.window_mib < 4 or args.cache_mib < 16:
         raise ConfigError("--window-mib must be >= 4 and --cache-mib >= 16")
-    from mosafs.chunking import resolve_backend
+    if not args.datapath_workers:  # else each worker sets it up, and says so at start
+        from mosafs.chunking import resolve_backend
 
-    resolve_backend(args.hash_backend)  # one line, not a traceback, when it cannot be had
+        resolve_backend(args.hash_backend)  # one line, not a traceback, when it cannot be had
     config = ClientConfig(
         manager=args.manager, hash_backend=args.hash_backend,
         window_bytes=args.window_mib << 20, cache_bytes=args.cache_mib << 20,
+        gpu_pinned_bytes=args.gpu_pinned_mib << 20,
         spill_dir=Path(args.spill_dir) if args.spill_dir else None,
         write_semantics=args.write_semantics, manager_timeout=args.manager_timeout,
         tls_dir=str(Path(args.tls_dir or os.environ.get("MOSAFS_TLS_DIR", "")).absolute())
@@ -215,7 +221,7 @@ async def _start_workers(ctx: Any, args: argparse.Namespace, nursery: Any) -> No
     ctx.workers = WorkerPool(args.datapath_workers, {
         "config": dataclasses.asdict(ctx.config), "identity": security.current(),
         "log_level": args.log_level, "log_format": args.log_format})
-    await ctx.workers.start(nursery)
+    log.info("hash backend: %s (in the data-path workers)", await ctx.workers.start(nursery))
     ctx.fetcher.workers = ctx.workers  # chunk fetches for readers too
 
 

@@ -27,6 +27,7 @@ import trio
 
 from mosafs import errors
 from mosafs._proto import common_pb2 as cpb
+from mosafs.chunking import resolve_backend
 from mosafs.client.files.context import ClientConfig, ClientContext
 from mosafs.client.files.pipeline import Pipeline, Stored
 from mosafs.client.files.remote import receive_frame, send_frame
@@ -124,6 +125,22 @@ def _warm_up(ctx: ClientContext) -> None:
     stream.finish()
 
 
+async def _report_ready(sock: trio.socket.SocketType, ctx: ClientContext) -> bool:
+    """Set up the hash backend and tell the mount which (or why not: it says so, and
+    stops). False when this worker is to stop: no backend, or the mount is gone (it
+    stops at the first worker that cannot start)."""
+    reply: dict[str, Any]
+    try:
+        reply = {"backend": await ctx.cpu(resolve_backend, ctx.config.hash_backend)}
+    except errors.MosafsError as exc:
+        reply = {"error": (exc.kind, exc.message)}
+    try:
+        await send_frame(sock, reply, b"")
+    except OSError:
+        return False
+    return "backend" in reply
+
+
 def _die_with_parent() -> None:
     libc = ctypes.CDLL(ctypes.util.find_library("c"), use_errno=True)
     libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
@@ -141,6 +158,9 @@ async def _main(fd: int) -> None:
     security.configure(hello["identity"])
     async with trio.open_nursery() as nursery:
         ctx = ClientContext(ClientConfig(**hello["config"]), nursery)
+        if not await _report_ready(sock, ctx):
+            ctx.close()
+            return
         nursery.start_soon(ctx.cpu, _warm_up, ctx)
         try:
             await _Worker(sock, ctx).serve(nursery)

@@ -18,6 +18,7 @@ import blake3
 import pytest
 
 from tests.cluster.conftest import Cluster, start_cluster
+from tests.gpu.conftest import GPU
 
 MiB = 1 << 20
 
@@ -124,3 +125,34 @@ def test_cluster_workers_die_with_a_killed_mount(
         assert time.monotonic() < deadline, f"workers {workers} outlived their mount"
         time.sleep(0.1)
     subprocess.run(["umount", "-l", str(mnt)], check=False)
+
+
+def _maps_cuda(pid: int) -> bool:
+    return "libcuda" in Path(f"/proc/{pid}/maps").read_text()
+
+
+@GPU[0]
+@GPU[1]
+def test_cluster_gpu_workers_keep_cuda_out_of_the_fuse_process(
+        cluster_factory: list[Cluster], tmp_path: Path) -> None:
+    """With data-path workers the GPU backend lives in the workers only: the FUSE process
+    never loads the CUDA driver (its context and pinned pool would sit in the mount's
+    memory for nothing), the workers do, and what they chunk reads back."""
+    import threading
+
+    cluster = start_cluster(tmp_path)
+    cluster_factory.append(cluster)
+    mnt = cluster.mount("mnt", "--datapath-workers", "2", "--hash-backend", "gpu",
+                        "--gpu-pinned-mib", "64")
+    mount_pid = cluster.mounts[-1].popen.pid
+    files = {mnt / f"rank.{i}": _data(f"g-{i}", 40 * MiB + i) for i in range(3)}
+    writers = [threading.Thread(target=_write, args=item) for item in files.items()]
+    for t in writers:
+        t.start()
+    for t in writers:
+        t.join()
+    for path, data in files.items():
+        assert path.read_bytes() == data
+    assert "hash backend: gpu (in the data-path workers)" in cluster.mounts[-1].log()
+    assert not _maps_cuda(mount_pid)
+    assert all(_maps_cuda(pid) for pid in _workers(mount_pid))

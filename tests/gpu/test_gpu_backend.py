@@ -126,3 +126,49 @@ class TestWithGpu:
                 got += stream.feed(data[offset:offset + size])
                 offset += size
             assert triples(got + stream.finish()) == want, spec
+
+    def test_a_bounded_pool_keeps_pinned_memory_within_its_limit(self) -> None:
+        """Three streams at once over a pool of two slots: the slots past the bound are
+        pageable (same chunks, nobody waits), the pinned bytes stay within the bound, and
+        the count comes back down when a runtime's slots are dropped."""
+        from mosafs.chunking import gpu_runtime
+        from mosafs.chunking.gpu import GpuChunker
+        from mosafs.chunking.spec import parse_spec
+
+        spec = parse_spec("cdc:4096:16384:65536")
+        before = gpu_runtime.PINNED.bytes
+        rt = gpu_runtime.GpuRuntime(buffer_size=MiB,
+                                    pinned_limit=2 * (MiB + gpu_runtime.HIST))
+        chunker = GpuChunker(spec, rt)
+        data = [random_bytes(20 + i, 5 * MiB + i) for i in range(3)]
+        want = [triples(make_chunker("cdc:4096:16384:65536", "cpu").chunk_all(d))
+                for d in data]
+        streams = [chunker.stream(pipelined=True) for _ in data]
+        got: list[list] = [[] for _ in data]  # type: ignore[type-arg]
+        for offset in range(0, 6 * MiB, 300_000):  # interleaved, as three writers would
+            for i, stream in enumerate(streams):
+                got[i] += stream.feed(data[i][offset:offset + 300_000])
+        for i, stream in enumerate(streams):
+            assert triples(got[i] + stream.finish()) == want[i]
+        assert rt.slots_made == 2 and rt.pageable_made > 0
+        assert rt.pooled_bytes <= rt.pinned_limit  # type: ignore[operator]
+        slot_arrays = 3 * 2 * 64 * 1024  # the slots' small work arrays (candidates, digests)
+        assert gpu_runtime.PINNED.bytes - before <= rt.pinned_limit + slot_arrays  # type: ignore[operator]
+        assert gpu_runtime.PINNED.bytes > before
+        del chunker, streams, rt
+        import gc
+
+        gc.collect()
+        assert gpu_runtime.PINNED.bytes == before
+
+    def test_pool_buffer_size_follows_the_bound(self) -> None:
+        from mosafs.chunking import gpu_runtime
+        from mosafs.chunking.spec import parse_spec
+
+        spec = parse_spec("cdc:262144:1048576:4194304")
+        size = gpu_runtime.pool_buffer_size(spec, 256 * MiB)
+        assert 8 * (size + gpu_runtime.HIST) <= 256 * MiB and size > 31 * MiB
+        assert gpu_runtime.pool_buffer_size(spec, 8 * MiB) == 4 * MiB  # >= one MAX chunk
+        assert gpu_runtime.pool_buffer_size(spec, 4 << 30) == gpu_runtime.DEFAULT_BUFFER
+        rt = gpu_runtime.runtime_for(spec, pinned_limit=256 * MiB)
+        assert rt.buffer_size == size and rt.pinned_limit == 256 * MiB

@@ -54,6 +54,28 @@ def test_fuse_gpu_backend_without_gpu_is_a_one_line_error(tmp_path):
     assert not os.path.ismount(tmp_path / "mnt")
 
 
+@pytest.mark.gpu
+@pytest.mark.skipif(REASON is None, reason="this host has a usable GPU")
+def test_fuse_mount_with_workers_gets_the_workers_one_line_reason(tmp_path):
+    """With data-path workers the backend is set up in the workers only (the FUSE process
+    never holds a CUDA context): the mount stops with a worker's reason, in one line, and
+    every worker stops with it (the others' broken pipe is no traceback either)."""
+    def workers() -> set[str]:
+        found = subprocess.run(["pgrep", "-f", "mosafs.client.worker"], capture_output=True,
+                               text=True)
+        return set(found.stdout.split())
+
+    mnt = tmp_path / "mnt"
+    mnt.mkdir()
+    before = workers()
+    out = mosafs("mount", str(mnt), "--manager", "127.0.0.1:1", "--insecure",
+                 "--hash-backend", "gpu", "--datapath-workers", "3")
+    assert out.returncode == 2, out.stderr
+    assert out.stderr.strip() == f"mosafs mount: GPU hash backend requested but {REASON}"
+    assert not os.path.ismount(mnt)
+    assert workers() <= before  # reaped: none of this mount's is left
+
+
 @GPU[0]
 @GPU[1]
 @pytest.mark.parametrize("size", [0, 1000, 3 * MiB + 17, 150 * MiB + 4097])

@@ -13,7 +13,7 @@ from typing import Any, TypeVar
 
 import trio
 
-from mosafs.chunking import available_backends, make_chunker, resolve_backend
+from mosafs.chunking import available_backends, make_chunker
 from mosafs.client.files.chunkcache import ChunkFetcher
 from mosafs.client.files.remote import WorkerPool
 from mosafs.client.rpc import Benefactors, ManagerClient, Rpc
@@ -31,12 +31,16 @@ class ClientConfig:
     batch_bytes: int = 4 * MiB        # writes are handed to the chunker in pieces this big
     uploads_per_file: int = 8         # chunk puts in flight per file
     cache_bytes: int = 256 * MiB      # LRU chunk cache for reads
-    # Bytes fetched ahead of a sequential reader: enough chunks in flight to cover a
-    # link's bandwidth-delay product and the benefactors' read latency (a 10 Gbit/s link
-    # at 20 ms holds 25 MB); bounded by the chunk cache, which keeps them.
-    readahead_bytes: int = 32 * MiB
+    # The most bytes fetched ahead of a sequential reader. Each handle's window starts
+    # small and doubles while the reader waits for chunks (files/readahead.py), so this is
+    # the ceiling a long fat link may need (a 10 Gbit/s link at 50 ms holds 62 MB), not
+    # what every reader pulls; bounded by half the chunk cache, which keeps them.
+    readahead_bytes: int = 64 * MiB
     rpc_threads: int = 32
     cpu_threads: int = 2              # chunking/hashing threads (the GIL is released there)
+    # The GPU backend's pinned pool in this process (gpu_runtime.GpuRuntime): resident
+    # memory, so part of the mount's (or each worker's) RSS budget.
+    gpu_pinned_bytes: int = 256 * MiB
     spill_dir: Path | None = None     # temp files for non-sequential writes
     attr_timeout: float = 1.0
     dedupe_with_index: bool = True    # also ask the manager's chunk index before sending
@@ -68,14 +72,12 @@ class ClientContext:
                      eager: bool = True) -> ClientContext:
         """EAGER: make the default chunker now, so that a backend that cannot run fails
         the mount, not the first write. A mount whose data-path workers chunk for it
-        only checks the backend: a GPU chunker here would hold a CUDA context and its
-        pinned pool in the FUSE process for nothing."""
+        leaves the backend to them (each sets it up and reports it at start,
+        WorkerPool.start): a GPU backend here would hold a CUDA context and its pinned
+        pool in the FUSE process for nothing."""
         ctx = cls(config, nursery)
         if eager:
-            backend = ctx.chunker(_default_spec()).backend
-        else:
-            backend = resolve_backend(config.hash_backend)
-        log.info("hash backend: %s", backend)
+            log.info("hash backend: %s", ctx.chunker(_default_spec()).backend)
         return ctx
 
     def spawn(self, fn: Callable[..., Awaitable[object]], *args: Any) -> None:
@@ -89,7 +91,8 @@ class ClientContext:
         backend = self._backend(preferred)
         chunker = self._chunkers.get((spec, backend))
         if chunker is None:
-            chunker = self._chunkers[(spec, backend)] = make_chunker(spec, backend)
+            chunker = self._chunkers[(spec, backend)] = make_chunker(
+                spec, backend, pinned_bytes=self.config.gpu_pinned_bytes)
         return chunker
 
     def _backend(self, preferred: str) -> str:

@@ -15,6 +15,7 @@ from mosafs._proto import manager_pb2 as mpb
 from mosafs.client.files.attrcache import AttrCache
 from mosafs.client.files.blockmap import BlockMapView
 from mosafs.client.files.context import ClientContext
+from mosafs.client.files.readahead import MINIMUM, ReadAhead
 from mosafs.client.files.versions import VERSIONS, VersionView, is_virtual
 from mosafs.client.files.writer import WriteSession, check_size
 
@@ -32,6 +33,8 @@ class Handle:
     inode: int
     readable: bool
     writable: bool
+    # Per handle: each reader has its own pattern (one streams, another seeks).
+    ahead: ReadAhead
     view: BlockMapView | None = None  # the version this handle reads (close-to-open)
 
 
@@ -315,7 +318,8 @@ class FileSystem:
         layer compares it with what the kernel was told and drops stale kernel attributes
         (a file another mount changed since)."""
         access = flags & os.O_ACCMODE
-        handle = Handle(inode, readable=access != os.O_WRONLY, writable=access != os.O_RDONLY)
+        handle = Handle(inode, readable=access != os.O_WRONLY, writable=access != os.O_RDONLY,
+                        ahead=self._new_readahead())
         if is_virtual(inode):
             if handle.writable or flags & os.O_TRUNC:
                 self._writable(inode)
@@ -380,7 +384,7 @@ class FileSystem:
                 if session.dirty:
                     return await session.read(offset, size)
         view = await self._view(handle, session)
-        data = await self._read_view(view, offset, size)
+        data = await self._read_view(view, offset, size, handle.ahead)
         metrics.CLIENT_READ.inc(len(data))
         return data
 
@@ -401,20 +405,31 @@ class FileSystem:
                 # while this mount holds the view), so this handle keeps its version.
         return handle.view
 
-    async def _read_view(self, view: BlockMapView, offset: int, size: int) -> bytes:
+    def _new_readahead(self) -> ReadAhead:
+        # The cache keeps the chunks fetched ahead: a window over half of it would evict
+        # them before the reader gets there.
+        config = self.ctx.config
+        return ReadAhead(MINIMUM, min(config.readahead_bytes, config.cache_bytes // 2))
+
+    async def _read_view(self, view: BlockMapView, offset: int, size: int,
+                         ahead: ReadAhead) -> bytes:
+        sequential = ahead.read(offset, size)  # before any await: reads arrive in order
         parts = []
         last = -1
         for index, lo, hi in view.pieces(offset, size):
             entry = view.entries[index]
+            if sequential and self.ctx.fetcher.cached(entry.id) is None:
+                ahead.stalled(view.starts[index])  # read-ahead did not cover the latency
             data = await self.ctx.fetcher.get(entry.id, view.addresses.get(entry.id, []))
             parts.append(data[lo:hi])
             last = index
         if last >= 0:
-            self._readahead(view, last + 1)
+            self._readahead(view, last + 1, ahead.window)
         return b"".join(parts)
 
-    def _readahead(self, view: BlockMapView, start: int) -> None:
-        budget = min(self.ctx.config.readahead_bytes, self.ctx.config.cache_bytes // 2)
+    def _readahead(self, view: BlockMapView, start: int, budget: int) -> None:
+        """Prefetch the chunks from index START that cover BUDGET bytes (the handle's
+        window)."""
         stop = start
         while stop < len(view.entries) and budget > 0:
             budget -= view.entries[stop].length

@@ -18,7 +18,8 @@ starts each worker and hands it one end): pickle crosses no trust boundary.
                      {"op": "data", "stream"} + appended bytes
                      {"op": "finish", "stream"}
                      {"op": "get", "stream", "id", "addresses"}   a chunk for a reader
-    worker -> mount  {"stream", "entries", "placements", "addresses", "new_bytes",
+    worker -> mount  {"backend"} or {"error"}                     once, first: ready
+                     {"stream", "entries", "placements", "addresses", "new_bytes",
                       "hashed_bytes", "hash_seconds", "backend"} or {"stream", "error"}
                      {"stream"} + the chunk's verified bytes, or {"stream", "error"}
 
@@ -52,6 +53,9 @@ FRAME = struct.Struct("!II")
 MAX_HEADER = 256 << 20   # an open names every stored id of a session: 32 B each
 MAX_PAYLOAD = 64 << 20   # one FUSE write, or one spill read (batch_bytes)
 STOP_TIMEOUT = 10.0
+# A worker's start: Python's imports, and for the GPU backend a CUDA context and the
+# kernels' compilation (NVRTC; CuPy caches the result on disk, so only a first start waits).
+READY_TIMEOUT = 300.0
 SOCKET_BUFFER = 4 << 20  # the kernel caps it at net.core.{w,r}mem_max
 SMALL_FRAME = 256 << 10  # writes smaller than this are gathered into one data frame
 
@@ -132,6 +136,22 @@ class WorkerLink:
         await waiter.done.wait()
         return waiter.reply, waiter.payload
 
+    async def ready(self) -> str:
+        """The worker's first frame: the hash backend it set up, or why it could not."""
+        with trio.move_on_after(READY_TIMEOUT) as scope:
+            try:
+                reply, _ = await receive_frame(self.sock)
+            except (EOFError, OSError) as exc:
+                raise errors.InternalError(
+                    f"data-path worker {self.index} (pid {self.process.pid}) stopped while "
+                    f"starting ({exc}; exit status {self.process.poll()})") from None
+        if scope.cancelled_caught:
+            raise errors.InternalError(f"data-path worker {self.index} did not start within "
+                                       f"{READY_TIMEOUT:g} s")
+        if "error" in reply:
+            _raise(reply["error"])
+        return str(reply["backend"])
+
     async def read_replies(self) -> None:
         """Hand each reply to the stream that waits for it, until the worker is gone."""
         try:
@@ -169,13 +189,24 @@ class WorkerPool:
         self.links: list[WorkerLink] = []
         self._next = itertools.count()
 
-    async def start(self, nursery: trio.Nursery) -> None:
+    async def start(self, nursery: trio.Nursery) -> str:
+        """Start the workers and wait until each has its hash backend (set up in the
+        worker, so that the FUSE process never holds a CUDA context or pinned memory for
+        them); the backend's name. ConfigError (the worker's own words) when it cannot run."""
         for index in range(self.count):
-            link = await self._spawn(index)
-            self.links.append(link)
+            self.links.append(await self._spawn(index))
+        backends = set()
+        try:
+            for link in self.links:
+                backends.add(await link.ready())
+        except BaseException:
+            self.close()
+            raise
+        for link in self.links:
             nursery.start_soon(link.read_replies)
         log.info("data path: %d worker processes (pids %s)", self.count,
                  " ".join(str(link.process.pid) for link in self.links))
+        return ", ".join(sorted(backends))
 
     async def _spawn(self, index: int) -> WorkerLink:
         from mosafs.procutil import python_command

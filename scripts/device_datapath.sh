@@ -53,12 +53,13 @@ if step env; then
 fi
 if step tests; then  # the GPU tests, the bounded pinned pool and GPU workers included
     echo "== tests"
-    timeout 400 $PY -m pytest -q -p no:cacheprovider tests/gpu \
+    timeout ${TESTS_LIMIT:-400} $PY -m pytest -q -p no:cacheprovider tests/gpu \
         tests/cluster/test_cluster_datapath_workers.py > "$OUT/tests.txt" 2>&1
     echo "rc=$?"; tail -15 "$OUT/tests.txt"
 fi
 if step profile; then
-    MOSAFS_DATAPATH_WORKERS=0 run profile-w0 120 $PY benchmarks/profile_write.py --read --size-mib 2048
+    [ -n "${SKIP_W0:-}" ] || MOSAFS_DATAPATH_WORKERS=0 run profile-w0 120 \
+        $PY benchmarks/profile_write.py --read --size-mib 2048
     run profile-auto 120 $PY benchmarks/profile_write.py --read --size-mib 2048
     run profile-8writers 150 $PY benchmarks/profile_write.py --read --size-mib 4096 --writers 8
 fi

@@ -53,8 +53,8 @@ if step env; then
 fi
 if step tests; then  # the GPU tests, the bounded pinned pool and GPU workers included
     echo "== tests"
-    timeout ${TESTS_LIMIT:-400} $PY -m pytest -q -p no:cacheprovider tests/gpu \
-        tests/cluster/test_cluster_datapath_workers.py > "$OUT/tests.txt" 2>&1
+    timeout ${TESTS_LIMIT:-400} $PY -m pytest -q -p no:cacheprovider \
+        ${TESTS:-tests/gpu tests/cluster/test_cluster_datapath_workers.py} > "$OUT/tests.txt" 2>&1
     echo "rc=$?"; tail -15 "$OUT/tests.txt"
 fi
 if step profile; then

@@ -28,6 +28,7 @@ Results never depend on how the stream was split into feed() pieces.
 
 from __future__ import annotations
 
+import mmap
 import threading
 import time
 import warnings
@@ -114,8 +115,11 @@ PINNED = _PinnedCount()
 def _host_bytes(nbytes: int, pinned: bool) -> Any:
     """NBYTES of host memory: page-locked (fast asynchronous copies) or, for a slot past
     the pinned pool's limit, ordinary pageable memory (copies stage through the driver and
-    wait for the host, but work the same)."""
-    return PINNED.alloc(nbytes) if pinned else np.empty(nbytes, dtype=np.uint8)
+    wait for the host, but work the same). Pageable buffers are mapped on their own, not
+    taken from malloc's heap: such a slot is dropped after use, and its tens of MiB go
+    back to the system at once instead of staying in the heap (mosafs.memtune keeps
+    blocks below 32 MiB there)."""
+    return PINNED.alloc(nbytes) if pinned else mmap.mmap(-1, nbytes)
 
 
 class _HostArray:

@@ -155,7 +155,7 @@ class TestWithGpu:
         slot_arrays = 3 * 2 * 64 * 1024  # the slots' small work arrays (candidates, digests)
         assert gpu_runtime.PINNED.bytes - before <= rt.pinned_limit + slot_arrays  # type: ignore[operator]
         assert gpu_runtime.PINNED.bytes > before
-        del chunker, streams, rt
+        del chunker, streams, stream, rt
         import gc
 
         gc.collect()

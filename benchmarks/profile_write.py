@@ -192,6 +192,8 @@ def main() -> int:
                 spy.wait()
     finally:
         cluster.stop()
+        if a.keep is None:  # the cluster's data: the whole written size, twice over
+            shutil.rmtree(workdir, ignore_errors=True)
     print(json.dumps(result, indent=1))
     return 0
 

@@ -77,6 +77,7 @@ class Pipeline:
         self.error: errors.MosafsError | None = None
         self.done = trio.Event()
         self._slots = trio.Semaphore(session.ctx.config.uploads_per_file)
+        self._unstored = _ByteBudget(session.ctx.config.window_bytes)
         self._cursor = 0
         self.hashed_bytes = 0  # what the chunking engine took, and its time (metrics)
         self.hash_seconds = 0.0
@@ -178,6 +179,9 @@ class Pipeline:
                 fresh[c.id] = c
         stored.ids.update(fresh)  # claimed now: a repeat later in the stream is not re-sent
         if fresh:
+            # The new chunks' bytes wait here until the ones before them are stored: the
+            # chunking engine never runs further ahead of the puts than one window.
+            await self._unstored.take(sum(len(c.data) for c in fresh.values()))
             # A slot per batch too: the look-ups in flight stay bounded like the puts.
             await self._slots.acquire()
             uploads.start_soon(self._store_batch, list(fresh.values()), uploads)
@@ -186,6 +190,8 @@ class Pipeline:
         try:
             if self.session.ctx.config.dedupe_with_index:
                 present = await self.session.ctx.manager.find_chunks([c.id for c in chunks])
+                self._unstored.give(sum(len(c.data) for c, found in
+                                        zip(chunks, present, strict=True) if found))
                 chunks = [c for c, found in zip(chunks, present, strict=True) if not found]
         finally:
             self._slots.release()
@@ -227,6 +233,7 @@ class Pipeline:
             stored.new_bytes += len(data)
         finally:
             self._slots.release()
+            self._unstored.give(len(data))
 
     async def finish(self) -> list[ChunkEntry]:
         await self.send.aclose()
@@ -234,6 +241,28 @@ class Pipeline:
         if self.error is not None:
             raise self.error
         return self.entries
+
+
+class _ByteBudget:
+    """Bytes held by a stream's chunks between the chunking engine and their puts, at most
+    LIMIT (one more batch when none is held, so that a chunk larger than the limit still
+    goes). Without it a stream whose puts are slower than its chunking (several writers,
+    busy benefactors) held every chunk made so far: a worker's memory grew with the file.
+    give() is synchronous, so a put's clean-up can return bytes while it is cancelled."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.held = 0
+        self._waiters = trio.lowlevel.ParkingLot()
+
+    async def take(self, count: int) -> None:
+        while self.held and self.held + count > self.limit:
+            await self._waiters.park()
+        self.held += count
+
+    def give(self, count: int) -> None:
+        self.held -= count
+        self._waiters.unpark_all()
 
 
 class _Batches:

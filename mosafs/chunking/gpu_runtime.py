@@ -234,10 +234,10 @@ class GpuRuntime:
     """Devices and a per-device pool of slots of one buffer size (thread-safe).
 
     PINNED_LIMIT bounds the pinned bytes of the pooled slots (None: no bound). A slot asked
-    for when the pool is at its bound is made of pageable memory instead, used by one
-    segment and then dropped: a stream never waits for another to give a slot back (a
-    writer could hold a file open, and its slots, while it writes another), and the
-    pinned memory stays within what was configured."""
+    for when the pool is at its bound is made of pageable memory instead, held by the
+    stream that asked until it releases it, then dropped: a stream never waits for
+    another to give a slot back (a writer could hold a file open, and its slots, while it
+    writes another), and the pinned memory stays within what was configured."""
 
     def __init__(self, buffer_size: int = DEFAULT_BUFFER,
                  devices: Sequence[int] | None = None, *,

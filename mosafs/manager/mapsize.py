@@ -207,7 +207,7 @@ class MapSizer:
             self._admit(fig)
 
     def _admit(self, fig: Figures) -> None:
-        limit = min(self.ceiling, fig.high_water + fig.disk_free)
+        limit = self._limit(fig)
         if fig.high_water + self.reserve <= limit:  # the cheap answer: live <= high water
             self._note_refusing(False)
             return
@@ -216,6 +216,10 @@ class MapSizer:
             self._note_refusing(False)
             return
         raise self._refusal(live, limit, fig)
+
+    def _limit(self, fig: Figures) -> int:
+        """Where the store's data must stop: the ceiling, or what its disk can hold."""
+        return min(self.ceiling, fig.high_water + fig.disk_free)
 
     def _refusal(self, live: int, limit: int, fig: Figures) -> NoSpace:
         """The NoSpace for a write that adds data to a store at its limit (logged once)."""
@@ -248,8 +252,7 @@ class MapSizer:
             # Admitted by live_bytes(), yet the pages it counted free were not reusable
             # (the last commit's, or a reader's snapshot): the store is full for creates.
             fig = self.figures()
-            return self._refusal(self.live_bytes(), min(self.ceiling,
-                                                        fig.high_water + fig.disk_free), fig)
+            return self._refusal(self.live_bytes(), self._limit(fig), fig)
         return NoSpace(f"the metadata store {self.path} is full ({self.map_size} bytes "
                        f"mapped, --map-size {self.ceiling}): delete files or restart the "
                        f"manager with a larger --map-size")

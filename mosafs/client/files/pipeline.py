@@ -190,9 +190,9 @@ class Pipeline:
         try:
             if self.session.ctx.config.dedupe_with_index:
                 present = await self.session.ctx.manager.find_chunks([c.id for c in chunks])
-                self._unstored.give(sum(len(c.data) for c, found in
-                                        zip(chunks, present, strict=True) if found))
-                chunks = [c for c, found in zip(chunks, present, strict=True) if not found]
+                found = [c for c, has in zip(chunks, present, strict=True) if has]
+                chunks = [c for c, has in zip(chunks, present, strict=True) if not has]
+                self._unstored.give(sum(len(c.data) for c in found))  # stored already
         finally:
             self._slots.release()
         for c in chunks:

@@ -1,9 +1,18 @@
 """PutChunk over gRPC between two processes on loopback: CPU per byte in the client and in
-the server, with a servicer that does nothing with the bytes (mode `none`) or only
-verifies BLAKE3 (`hash`). The floor of the transport under every mosafs write; `--tls`
-runs it over mutual TLS with certificates of mosafs' own CA (what `mosafs up` does).
+the server. The floor of the transport under every mosafs write; `--tls` runs it over
+mutual TLS with certificates of mosafs' own CA (what `mosafs up` does). Modes, each a
+step closer to a benefactor's put:
 
-    .venv/bin/python benchmarks/grpc_put.py none|hash [--tls] ['[["grpc.option", value], ...]']
+    none       generated protobuf messages, a servicer that drops the bytes
+    hash       the same, and the servicer verifies BLAKE3
+    wire       mosafs' own framing (mosafs.rpc.chunkwire: one copy less on each side,
+               as the mount and the benefactor use it), bytes dropped
+    wire-hash  chunkwire, and BLAKE3 verified
+    store      chunkwire into a real FileChunkStore in a temporary directory: BLAKE3,
+               write, fsync, rename, directory fsync (a benefactor's put, less its
+               servicer's metrics)
+
+    .venv/bin/python benchmarks/grpc_put.py [--tls] MODE ['[["grpc.option", value], ...]']
 
 Prints one JSON object: MB/s (512 puts of 1 MiB, 4 in flight), client_ns_B, server_ns_B.
 """
@@ -14,6 +23,7 @@ import argparse
 import json
 import multiprocessing as mp
 import os
+import shutil
 import sys
 import tempfile
 import time
@@ -29,7 +39,9 @@ import grpc
 from mosafs import certs
 from mosafs._proto import benefactor_pb2 as pb
 from mosafs._proto import benefactor_pb2_grpc as pbg
-from mosafs.rpc import security
+from mosafs.benefactor.chunkstore import FileChunkStore
+from mosafs.rpc import chunkwire, security
+from mosafs.rpc.handlers import add_decoding_in_handlers
 
 MAX = 65 << 20
 BASE = [("grpc.max_send_message_length", MAX), ("grpc.max_receive_message_length", MAX)]
@@ -37,19 +49,33 @@ SIZE = 1 << 20
 PUTS = 512
 
 
+PUT_METHOD = "/mosafs.v1.Benefactor/PutChunk"
+MODES = ["none", "hash", "wire", "wire-hash", "store"]
+
+
 class _Sink(pbg.BenefactorServicer):
-    def __init__(self, mode: str) -> None:
+    def __init__(self, mode: str, store_dir: str) -> None:
         self.mode = mode
+        self.store = FileChunkStore(store_dir) if mode == "store" else None
 
     def PutChunk(self, request: Any, context: Any) -> Any:
-        if self.mode == "hash" and blake3.blake3(request.data).digest() != request.id:
+        if self.store is not None:
+            self.store.put(request.id, request.data)
+        elif (self.mode.endswith("hash")
+              and blake3.blake3(request.data).digest() != request.id):
             raise ValueError("id mismatch")
         return pb.PutChunkResponse()
 
 
-def _serve(ports: Any, mode: str, options: list[tuple[str, Any]], tls: str | None) -> None:
+def _serve(ports: Any, mode: str, options: list[tuple[str, Any]], tls: str | None,
+           store_dir: str) -> None:
     srv = grpc.server(futures.ThreadPoolExecutor(16), options=BASE + options)
-    pbg.add_BenefactorServicer_to_server(_Sink(mode), srv)
+    sink = _Sink(mode, store_dir)
+    if mode in ("none", "hash"):
+        pbg.add_BenefactorServicer_to_server(sink, srv)
+    else:
+        add_decoding_in_handlers(pbg.add_BenefactorServicer_to_server, sink, srv,
+                                 codecs={"PutChunk": (chunkwire.decode_put, None)})
     if tls:
         identity = certs.load(Path(tls), "benefactor")
         ports.put(srv.add_secure_port("127.0.0.1:0", security.server_credentials(identity)))
@@ -84,25 +110,43 @@ def _channel(address: str, options: list[tuple[str, Any]], tls: str | None) -> g
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("mode", nargs="?", default="none", choices=["none", "hash"])
+    parser.add_argument("mode", nargs="?", default="none", choices=MODES)
     parser.add_argument("options", nargs="?", default="[]", help="JSON list of gRPC options")
     parser.add_argument("--tls", action="store_true", help="mutual TLS (mosafs certs)")
     args = parser.parse_args()
     mode = args.mode
     options = [tuple(o) for o in json.loads(args.options)]
     tls = _tls_dir() if args.tls else None
+    # On the disk under the temporary directory (TMPDIR): what a benefactor's would be.
+    store_dir = tempfile.mkdtemp(prefix="grpc-put-store-")
+    try:
+        _run(mode, options, tls, store_dir)
+    finally:
+        for directory in (tls, store_dir):
+            if directory:
+                shutil.rmtree(directory, ignore_errors=True)
+
+
+def _run(mode: str, options: list[tuple[str, Any]], tls: str | None, store_dir: str) -> None:
     ports: Any = mp.Queue()
-    server = mp.Process(target=_serve, args=(ports, mode, options, tls), daemon=True)
+    server = mp.Process(target=_serve, args=(ports, mode, options, tls, store_dir),
+                        daemon=True)
     server.start()
     channel = _channel(f"127.0.0.1:{ports.get()}", options, tls)
     stub = pbg.BenefactorStub(channel)
-    blobs = [os.urandom(SIZE) for _ in range(8)]
+    # Distinct chunks, so that `store` writes every put (a stored id is only touched).
+    blobs = [os.urandom(SIZE) for _ in range(PUTS + 1)]
     ids = [blake3.blake3(b).digest() for b in blobs]
+    raw_put = channel.unary_unary(PUT_METHOD, request_serializer=None,
+                                  response_deserializer=pb.PutChunkResponse.FromString)
 
     def put(i: int) -> None:
-        stub.PutChunk(pb.PutChunkRequest(id=ids[i % 8], data=blobs[i % 8]))
+        if mode in ("none", "hash"):
+            stub.PutChunk(pb.PutChunkRequest(id=ids[i], data=blobs[i]))
+        else:
+            raw_put(chunkwire.encode_put(ids[i], blobs[i]))
 
-    put(0)
+    put(PUTS)
     with futures.ThreadPoolExecutor(4) as pool:
         c0, s0, t0 = time.process_time(), _cpu_s(server.pid or 0), time.perf_counter()
         list(pool.map(put, range(PUTS)))

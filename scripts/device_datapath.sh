@@ -19,7 +19,10 @@
 #   write     mosafs bench write (null file system vs mosafs: 1 MiB, 4 KiB, cold read,
 #             8 writers) -> write.json;
 #   torch     benchmarks/torch_checkpoint.py on the GPU: 1 GiB state dict, 90 % unchanged
-#             per step, torch.save to the mount vs the local disk -> torch.json.
+#             per step, torch.save to the mount vs the local disk -> torch.json;
+#   grpc      benchmarks/grpc_put.py, every mode, plaintext and TLS, three runs each: the
+#             benefactor's floor, step by step (transport, framing, BLAKE3, the store)
+#             -> grpc.jsonl.
 set -u
 STEPS=${STEPS:-env profile backends}
 OUT=${OUT:-/tmp/mosafs-datapath}
@@ -50,6 +53,13 @@ run() {  # name, time limit, command...
 if step env; then
     echo "== env"; nproc; nvidia-smi -L
     $PY -c "import sys, cupy, numba, torch; print(sys.version.split()[0], 'cupy', cupy.__version__, 'numba', numba.__version__, 'torch', torch.__version__)"
+fi
+if step grpc; then  # the transport and store floor under a benefactor's put
+    echo "== grpc"
+    for rep in 1 2 3; do for mode in none wire wire-hash store; do for tls in "" --tls; do
+        timeout 120 $PY benchmarks/grpc_put.py $tls $mode >> "$OUT/grpc.jsonl" 2>> "$OUT/grpc.err"
+    done; done; done
+    cat "$OUT/grpc.jsonl"; tail -5 "$OUT/grpc.err"
 fi
 if step tests; then  # the GPU tests, the bounded pinned pool and GPU workers included
     echo "== tests"

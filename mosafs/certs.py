@@ -28,6 +28,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from mosafs.capability import CAPABILITY_OID, FULL, Capability
 from mosafs.errors import AlreadyExists, ConfigError, NotFound
 
 ROLES = ("manager", "benefactor", "client", "admin")
@@ -47,6 +48,7 @@ class Identity:
     key: bytes
     role: str
     name: str
+    directory: Path | None = None  # the TLS directory it was loaded from (revocations)
 
 
 def check_name(name: str) -> str:
@@ -109,9 +111,10 @@ def init_ca(directory: Path, *, name: str = "mosafs cluster CA") -> Path:
 
 
 def issue(directory: Path, name: str, role: str, *, hosts: tuple[str, ...] = (),
-          overwrite: bool = False) -> Path:
+          overwrite: bool = False, capability: Capability | None = None) -> Path:
     """NAME.crt/NAME.key for ROLE, signed by the CA in DIRECTORY. HOSTS (names or IP
-    addresses) are added to a server certificate's subject alternative names."""
+    addresses) are added to a server certificate's subject alternative names. CAPABILITY
+    (clients only; None: full access) goes into the certificate (mosafs.capability)."""
     from cryptography import x509
     from cryptography.hazmat.primitives import hashes, serialization
     from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
@@ -121,6 +124,9 @@ def issue(directory: Path, name: str, role: str, *, hosts: tuple[str, ...] = (),
         raise ConfigError(f"unknown role {role!r}: use one of {', '.join(ROLES)}")
     if name == "ca":
         raise ConfigError("'ca' names the certificate authority itself")
+    if capability is not None and role != "client":
+        raise ConfigError(f"only client certificates carry a capability (this one is "
+                          f"{role}: it has the access of its role)")
     if (directory / f"{name}.crt").exists() and not overwrite:
         raise AlreadyExists(f"{directory / (name + '.crt')} exists")
     ca_cert, ca_key = _load_ca(directory)
@@ -146,6 +152,9 @@ def issue(directory: Path, name: str, role: str, *, hosts: tuple[str, ...] = (),
             except ValueError:
                 names.append(x509.DNSName(host))
         builder = builder.add_extension(x509.SubjectAlternativeName(names), critical=False)
+    if capability is not None and not capability.full:
+        builder = builder.add_extension(x509.UnrecognizedExtension(
+            x509.ObjectIdentifier(CAPABILITY_OID), capability.to_json()), critical=False)
     cert = builder.sign(ca_key, hashes.SHA256())
     _write(directory / f"{name}.key", _pem_key(key), secret=True)
     _write(directory / f"{name}.crt", cert.public_bytes(serialization.Encoding.PEM),
@@ -185,6 +194,39 @@ def role_of(cert_pem: bytes) -> tuple[str, str]:
     return role, str(names[0].value) if names else ""
 
 
+@dataclass(frozen=True)
+class PeerCertificate:
+    """What the servers need of a caller's certificate (parsed once per certificate)."""
+
+    role: str
+    name: str
+    capability: Capability
+    fingerprint: bytes  # SHA-256 of the DER encoding: what revocation lists name
+
+
+def peer_certificate(cert_pem: bytes) -> PeerCertificate:
+    """Role, name, capability and fingerprint of a PEM certificate (ConfigError if it
+    states no role or carries a capability that cannot be read)."""
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes
+
+    role, name = role_of(cert_pem)
+    cert = x509.load_pem_x509_certificate(cert_pem)
+    capability = FULL
+    try:
+        ext = cert.extensions.get_extension_for_oid(x509.ObjectIdentifier(CAPABILITY_OID))
+    except x509.ExtensionNotFound:
+        pass
+    else:
+        if role != "client":
+            raise ConfigError(f"a {role} certificate may not carry a capability")
+        value = ext.value
+        if not isinstance(value, x509.UnrecognizedExtension):
+            raise ConfigError("the certificate's capability extension is not ours")
+        capability = Capability.from_json(value.value)
+    return PeerCertificate(role, name, capability, cert.fingerprint(hashes.SHA256()))
+
+
 def _missing(path: Path, directory: Path, name: str) -> str:
     """What to do about PATH of the identity NAME, missing from DIRECTORY."""
     if not directory.is_dir():
@@ -211,4 +253,4 @@ def load(directory: Path, name: str) -> Identity:
         except PermissionError:
             raise ConfigError(f"cannot read {path}: permission denied") from None
     role, common = role_of(data[1])
-    return Identity(data[0], data[1], data[2], role, common)
+    return Identity(data[0], data[1], data[2], role, common, directory)

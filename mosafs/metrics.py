@@ -49,6 +49,9 @@ RPC_SERVER_SECONDS = Histogram("mosafs_rpc_server_seconds", "Time to handle an R
                                ["service", "method"], buckets=_LATENCY)
 RPC_SERVER_ERRORS = Counter("mosafs_rpc_server_errors", "RPCs answered with an error",
                             ["service", "method", "code"])
+REFUSALS = Counter("mosafs_refusals", "Requests refused by who asked: reason bad_certificate "
+                   "(revoked, unreadable), role, capability (subtree, read-only, uid), "
+                   "permission (POSIX), token (chunk access)", ["reason"])
 RPC_CLIENT_SECONDS = Histogram("mosafs_rpc_client_seconds", "Time an RPC call took",
                                ["service", "method"], buckets=_LATENCY)
 RPC_CLIENT_ERRORS = Counter("mosafs_rpc_client_errors", "RPC calls that failed",

@@ -303,7 +303,7 @@ class OpenWriteRequest(_message.Message):
     def __init__(self, inode: _Optional[int] = ..., client_id: _Optional[str] = ...) -> None: ...
 
 class OpenWriteResponse(_message.Message):
-    __slots__ = ("lease_id", "lease_ttl_ms", "pool", "targets", "base_inode", "base_version", "base_chunks", "base_size")
+    __slots__ = ("lease_id", "lease_ttl_ms", "pool", "targets", "base_inode", "base_version", "base_chunks", "base_size", "write_token")
     LEASE_ID_FIELD_NUMBER: _ClassVar[int]
     LEASE_TTL_MS_FIELD_NUMBER: _ClassVar[int]
     POOL_FIELD_NUMBER: _ClassVar[int]
@@ -312,6 +312,7 @@ class OpenWriteResponse(_message.Message):
     BASE_VERSION_FIELD_NUMBER: _ClassVar[int]
     BASE_CHUNKS_FIELD_NUMBER: _ClassVar[int]
     BASE_SIZE_FIELD_NUMBER: _ClassVar[int]
+    WRITE_TOKEN_FIELD_NUMBER: _ClassVar[int]
     lease_id: int
     lease_ttl_ms: int
     pool: _common_pb2.PoolSettings
@@ -320,7 +321,8 @@ class OpenWriteResponse(_message.Message):
     base_version: int
     base_chunks: _containers.RepeatedCompositeFieldContainer[_common_pb2.ChunkRef]
     base_size: int
-    def __init__(self, lease_id: _Optional[int] = ..., lease_ttl_ms: _Optional[int] = ..., pool: _Optional[_Union[_common_pb2.PoolSettings, _Mapping]] = ..., targets: _Optional[_Iterable[_Union[_common_pb2.BenefactorAddress, _Mapping]]] = ..., base_inode: _Optional[int] = ..., base_version: _Optional[int] = ..., base_chunks: _Optional[_Iterable[_Union[_common_pb2.ChunkRef, _Mapping]]] = ..., base_size: _Optional[int] = ...) -> None: ...
+    write_token: bytes
+    def __init__(self, lease_id: _Optional[int] = ..., lease_ttl_ms: _Optional[int] = ..., pool: _Optional[_Union[_common_pb2.PoolSettings, _Mapping]] = ..., targets: _Optional[_Iterable[_Union[_common_pb2.BenefactorAddress, _Mapping]]] = ..., base_inode: _Optional[int] = ..., base_version: _Optional[int] = ..., base_chunks: _Optional[_Iterable[_Union[_common_pb2.ChunkRef, _Mapping]]] = ..., base_size: _Optional[int] = ..., write_token: _Optional[bytes] = ...) -> None: ...
 
 class RenewLeaseRequest(_message.Message):
     __slots__ = ("lease_id",)
@@ -329,10 +331,12 @@ class RenewLeaseRequest(_message.Message):
     def __init__(self, lease_id: _Optional[int] = ...) -> None: ...
 
 class RenewLeaseResponse(_message.Message):
-    __slots__ = ("lease_ttl_ms",)
+    __slots__ = ("lease_ttl_ms", "write_token")
     LEASE_TTL_MS_FIELD_NUMBER: _ClassVar[int]
+    WRITE_TOKEN_FIELD_NUMBER: _ClassVar[int]
     lease_ttl_ms: int
-    def __init__(self, lease_ttl_ms: _Optional[int] = ...) -> None: ...
+    write_token: bytes
+    def __init__(self, lease_ttl_ms: _Optional[int] = ..., write_token: _Optional[bytes] = ...) -> None: ...
 
 class ChunkPlacement(_message.Message):
     __slots__ = ("id", "benefactor_ids")
@@ -397,12 +401,14 @@ class LocateChunksRequest(_message.Message):
     def __init__(self, ids: _Optional[_Iterable[bytes]] = ...) -> None: ...
 
 class LocateChunksResponse(_message.Message):
-    __slots__ = ("locations", "benefactors")
+    __slots__ = ("locations", "benefactors", "unindexed")
     LOCATIONS_FIELD_NUMBER: _ClassVar[int]
     BENEFACTORS_FIELD_NUMBER: _ClassVar[int]
+    UNINDEXED_FIELD_NUMBER: _ClassVar[int]
     locations: _containers.RepeatedCompositeFieldContainer[ChunkLocation]
     benefactors: _containers.RepeatedCompositeFieldContainer[_common_pb2.BenefactorAddress]
-    def __init__(self, locations: _Optional[_Iterable[_Union[ChunkLocation, _Mapping]]] = ..., benefactors: _Optional[_Iterable[_Union[_common_pb2.BenefactorAddress, _Mapping]]] = ...) -> None: ...
+    unindexed: _containers.RepeatedCompositeFieldContainer[ChunkLocation]
+    def __init__(self, locations: _Optional[_Iterable[_Union[ChunkLocation, _Mapping]]] = ..., benefactors: _Optional[_Iterable[_Union[_common_pb2.BenefactorAddress, _Mapping]]] = ..., unindexed: _Optional[_Iterable[_Union[ChunkLocation, _Mapping]]] = ...) -> None: ...
 
 class GetBlockMapRequest(_message.Message):
     __slots__ = ("inode", "version")
@@ -413,12 +419,14 @@ class GetBlockMapRequest(_message.Message):
     def __init__(self, inode: _Optional[int] = ..., version: _Optional[int] = ...) -> None: ...
 
 class ChunkLocation(_message.Message):
-    __slots__ = ("id", "benefactor_ids")
+    __slots__ = ("id", "benefactor_ids", "token")
     ID_FIELD_NUMBER: _ClassVar[int]
     BENEFACTOR_IDS_FIELD_NUMBER: _ClassVar[int]
+    TOKEN_FIELD_NUMBER: _ClassVar[int]
     id: bytes
     benefactor_ids: _containers.RepeatedScalarFieldContainer[str]
-    def __init__(self, id: _Optional[bytes] = ..., benefactor_ids: _Optional[_Iterable[str]] = ...) -> None: ...
+    token: bytes
+    def __init__(self, id: _Optional[bytes] = ..., benefactor_ids: _Optional[_Iterable[str]] = ..., token: _Optional[bytes] = ...) -> None: ...
 
 class BlockMap(_message.Message):
     __slots__ = ("inode", "version", "size", "chunks", "locations", "benefactors")
@@ -507,12 +515,32 @@ class RegisterBenefactorRequest(_message.Message):
     def __init__(self, info: _Optional[_Union[_benefactor_pb2.BenefactorInfo, _Mapping]] = ...) -> None: ...
 
 class RegisterBenefactorResponse(_message.Message):
-    __slots__ = ("heartbeat_interval_ms", "lease_ms")
+    __slots__ = ("heartbeat_interval_ms", "lease_ms", "security")
     HEARTBEAT_INTERVAL_MS_FIELD_NUMBER: _ClassVar[int]
     LEASE_MS_FIELD_NUMBER: _ClassVar[int]
+    SECURITY_FIELD_NUMBER: _ClassVar[int]
     heartbeat_interval_ms: int
     lease_ms: int
-    def __init__(self, heartbeat_interval_ms: _Optional[int] = ..., lease_ms: _Optional[int] = ...) -> None: ...
+    security: SecurityState
+    def __init__(self, heartbeat_interval_ms: _Optional[int] = ..., lease_ms: _Optional[int] = ..., security: _Optional[_Union[SecurityState, _Mapping]] = ...) -> None: ...
+
+class SecurityState(_message.Message):
+    __slots__ = ("revoked", "token_keys")
+    REVOKED_FIELD_NUMBER: _ClassVar[int]
+    TOKEN_KEYS_FIELD_NUMBER: _ClassVar[int]
+    revoked: _containers.RepeatedScalarFieldContainer[bytes]
+    token_keys: _containers.RepeatedCompositeFieldContainer[TokenKey]
+    def __init__(self, revoked: _Optional[_Iterable[bytes]] = ..., token_keys: _Optional[_Iterable[_Union[TokenKey, _Mapping]]] = ...) -> None: ...
+
+class TokenKey(_message.Message):
+    __slots__ = ("id", "secret", "not_after_ms")
+    ID_FIELD_NUMBER: _ClassVar[int]
+    SECRET_FIELD_NUMBER: _ClassVar[int]
+    NOT_AFTER_MS_FIELD_NUMBER: _ClassVar[int]
+    id: int
+    secret: bytes
+    not_after_ms: int
+    def __init__(self, id: _Optional[int] = ..., secret: _Optional[bytes] = ..., not_after_ms: _Optional[int] = ...) -> None: ...
 
 class HeartbeatRequest(_message.Message):
     __slots__ = ("info",)
@@ -521,8 +549,10 @@ class HeartbeatRequest(_message.Message):
     def __init__(self, info: _Optional[_Union[_benefactor_pb2.BenefactorInfo, _Mapping]] = ...) -> None: ...
 
 class HeartbeatResponse(_message.Message):
-    __slots__ = ()
-    def __init__(self) -> None: ...
+    __slots__ = ("security",)
+    SECURITY_FIELD_NUMBER: _ClassVar[int]
+    security: SecurityState
+    def __init__(self, security: _Optional[_Union[SecurityState, _Mapping]] = ...) -> None: ...
 
 class ListBenefactorsRequest(_message.Message):
     __slots__ = ()

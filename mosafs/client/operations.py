@@ -23,6 +23,7 @@ import trio
 
 from mosafs import errors
 from mosafs._proto import manager_pb2 as mpb
+from mosafs.client import acting
 from mosafs.client.files import FileSystem
 
 log = logging.getLogger(__name__)
@@ -41,9 +42,27 @@ _KINDS = {
 _KIND_OF = {mode: kind for kind, mode in _KINDS.items() if kind != mpb.FILE_KIND_DIRECTORY}
 
 
+# Handlers without a request context act as the process that opened the handle.
+_FILE_HANDLE_OPS = frozenset({"read", "write", "flush", "fsync", "release"})
+_DIR_HANDLE_OPS = frozenset({"readdir", "releasedir"})
+
+
+def _set_acting(method_name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+    ctx: Any = kwargs.get("ctx", args[-1] if args else None)
+    if hasattr(ctx, "uid") and hasattr(ctx, "pid"):
+        acting.ACTING.set(acting.of_request(ctx.uid, ctx.gid, ctx.pid))
+    elif method_name in _FILE_HANDLE_OPS and len(args) > 1:
+        acting.ACTING.set(args[0].handle_acting.get(args[1]))
+    elif method_name in _DIR_HANDLE_OPS and len(args) > 1:
+        acting.ACTING.set(args[0].dir_acting.get(args[1]))
+    else:
+        acting.ACTING.set(None)
+
+
 def _errno_mapped(method: F) -> F:
     @functools.wraps(method)
     async def handler(*args: Any, **kwargs: Any) -> Any:
+        _set_acting(method.__name__, args, kwargs)
         try:
             return await method(*args, **kwargs)
         except pyfuse3.FUSEError:
@@ -89,6 +108,9 @@ class Operations(pyfuse3.Operations):
         # fh -> inode of every handle open for writing: what a stopping mount waits for
         # (their applications close them, and so commit them).
         self._writing: dict[int, int] = {}
+        # fh -> the ids of the process that opened it: what read, write and release act as
+        self.handle_acting: dict[int, acting.Acting | None] = {}
+        self.dir_acting: dict[int, acting.Acting | None] = {}
         self.stopping = False  # set at SIGTERM: no new opens for writing
 
     # -- stopping ------------------------------------------------------------------------------
@@ -106,6 +128,7 @@ class Operations(pyfuse3.Operations):
             raise pyfuse3.FUSEError(errno.EROFS)
 
     def _opened(self, fh: int, inode: int, flags: int) -> None:
+        self.handle_acting[fh] = acting.ACTING.get()
         if flags & os.O_ACCMODE != os.O_RDONLY:
             self._writing[fh] = inode
 
@@ -215,6 +238,7 @@ class Operations(pyfuse3.Operations):
         fh = self._next_dir
         self._next_dir += 1
         self._dirs[fh] = (inode, entries)
+        self.dir_acting[fh] = acting.ACTING.get()
         return fh
 
     @_errno_mapped
@@ -230,6 +254,7 @@ class Operations(pyfuse3.Operations):
     @_errno_mapped
     async def releasedir(self, fh: int) -> None:
         inode, _ = self._dirs.pop(fh, (0, []))
+        self.dir_acting.pop(fh, None)
         self.fs.release_listing(inode)
 
     # -- files -----------------------------------------------------------------------------
@@ -285,6 +310,7 @@ class Operations(pyfuse3.Operations):
             await self.fs.release(fh)  # the last writer's release may commit
         finally:
             self._writing.pop(fh, None)
+            self.handle_acting.pop(fh, None)
 
     # -- symlinks, special files, hard links ---------------------------------------------------
 

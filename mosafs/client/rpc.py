@@ -23,6 +23,7 @@ from mosafs._proto import benefactor_pb2_grpc as bgrpc
 from mosafs._proto import common_pb2 as cpb
 from mosafs._proto import manager_pb2 as mpb
 from mosafs._proto import manager_pb2_grpc as mgrpc
+from mosafs.client import acting
 from mosafs.rpc import chunkwire
 from mosafs.rpc.channels import channel
 from mosafs.rpc.errors import call, from_rpc_error
@@ -67,7 +68,8 @@ class ManagerClient:
         # manager may have run is never repeated.
         method = getattr(self._stub, name)
         return await self._rpc.run(functools.partial(
-            call, method, request, timeout=self._timeout, wait_for_ready=True))
+            call, method, request, timeout=self._timeout, wait_for_ready=True,
+            metadata=acting.metadata()))
 
     async def lookup(self, parent: int, name: str) -> mpb.Attr:
         return await self._call("Lookup", mpb.LookupRequest(parent=parent, name=name))

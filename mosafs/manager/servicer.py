@@ -14,8 +14,10 @@ from mosafs._proto import manager_pb2_grpc
 from mosafs.manager.core import Manager
 from mosafs.manager.folders import policy_of
 from mosafs.manager.metadata import SessionCommit
+from mosafs.manager.permissions import Guard, filtered
 from mosafs.rpc.errors import servicer
 from mosafs.rpc.handlers import add_decoding_in_handlers
+from mosafs.rpc.security import current_caller
 
 Ctx = grpc.ServicerContext
 
@@ -29,44 +31,62 @@ class ManagerServicer(manager_pb2_grpc.ManagerServicer):
     def __init__(self, manager: Manager) -> None:
         self._m = manager
         self._store = manager.store
+        # Who may do what (mosafs.manager.permissions): checked before each call below.
+        self._guard = Guard(manager.store)
 
     # --- namespace ------------------------------------------------------------------------
 
     def Lookup(self, request: pb.LookupRequest, context: Ctx) -> pb.Attr:
+        self._guard.lookup(current_caller(), request.parent, request.name)
         return self._store.lookup(request.parent, request.name)
 
     def GetAttr(self, request: pb.GetAttrRequest, context: Ctx) -> pb.Attr:
+        self._guard.stat(current_caller(), request.inode)
         return self._store.getattr(request.inode)
 
     def SetAttr(self, request: pb.SetAttrRequest, context: Ctx) -> pb.Attr:
+        self._guard.setattr(
+            current_caller(), request.inode, mode=_optional(request, "mode"),
+            uid=_optional(request, "uid"), gid=_optional(request, "gid"),
+            times=any(request.HasField(f) for f in ("atime_ns", "mtime_ns", "ctime_ns")))
         return self._store.setattr(
             request.inode, mode=_optional(request, "mode"), uid=_optional(request, "uid"),
             gid=_optional(request, "gid"), atime_ns=_optional(request, "atime_ns"),
             mtime_ns=_optional(request, "mtime_ns"), ctime_ns=_optional(request, "ctime_ns"))
 
     def ReadDir(self, request: pb.ReadDirRequest, context: Ctx) -> pb.ReadDirResponse:
+        names = self._guard.visible(current_caller(), request.inode)
         entries, more = self._store.readdir(request.inode, request.start_after, request.limit)
         out = pb.ReadDirResponse(more=more)
-        out.entries.extend(pb.DirEntry(name=name, attr=attr) for name, attr in entries)
+        out.entries.extend(pb.DirEntry(name=name, attr=attr)
+                           for name, attr in filtered(entries, names))
         return out
 
     def Mkdir(self, request: pb.MkdirRequest, context: Ctx) -> pb.Attr:
+        self._guard.create(current_caller(), request.parent, request.uid, request.gid,
+                           "Mkdir")
         return self._store.mkdir(request.parent, request.name, request.mode, request.uid,
                                  request.gid)
 
     def Create(self, request: pb.CreateRequest, context: Ctx) -> pb.Attr:
+        self._guard.create(current_caller(), request.parent, request.uid, request.gid,
+                           "Create")
         return self._store.create(request.parent, request.name, request.mode, request.uid,
                                   request.gid, exclusive=request.exclusive)
 
     def Unlink(self, request: pb.UnlinkRequest, context: Ctx) -> pb.Empty:
+        self._guard.remove(current_caller(), request.parent, request.name, "Unlink")
         self._store.unlink(request.parent, request.name)
         return pb.Empty()
 
     def Rmdir(self, request: pb.RmdirRequest, context: Ctx) -> pb.Empty:
+        self._guard.remove(current_caller(), request.parent, request.name, "Rmdir")
         self._store.rmdir(request.parent, request.name)
         return pb.Empty()
 
     def Rename(self, request: pb.RenameRequest, context: Ctx) -> pb.Empty:
+        self._guard.rename(current_caller(), request.old_parent, request.old_name,
+                           request.new_parent, request.new_name)
         self._store.rename(request.old_parent, request.old_name, request.new_parent,
                            request.new_name, no_replace=request.no_replace)
         return pb.Empty()
@@ -75,46 +95,59 @@ class ManagerServicer(manager_pb2_grpc.ManagerServicer):
         return self._m.statfs()
 
     def Symlink(self, request: pb.SymlinkRequest, context: Ctx) -> pb.Attr:
+        self._guard.create(current_caller(), request.parent, request.uid, request.gid,
+                           "Symlink")
         return self._store.symlink(request.parent, request.name, request.target, request.uid,
                                    request.gid)
 
     def Readlink(self, request: pb.ReadlinkRequest, context: Ctx) -> pb.ReadlinkResponse:
+        self._guard.inside(current_caller(), request.inode, "Readlink")
         return pb.ReadlinkResponse(target=self._store.readlink(request.inode))
 
     def Mknod(self, request: pb.MknodRequest, context: Ctx) -> pb.Attr:
+        self._guard.create(current_caller(), request.parent, request.uid, request.gid,
+                           "Mknod")
         return self._store.mknod(request.parent, request.name, request.kind, request.mode,
                                  request.uid, request.gid, request.rdev)
 
     def Link(self, request: pb.LinkRequest, context: Ctx) -> pb.Attr:
+        self._guard.link(current_caller(), request.inode, request.new_parent)
         return self._store.link(request.inode, request.new_parent, request.new_name)
 
     # --- extended attributes --------------------------------------------------------------
 
     def SetXattr(self, request: pb.SetXattrRequest, context: Ctx) -> pb.Empty:
+        self._guard.write(current_caller(), request.inode, "SetXattr")
         self._store.setxattr(request.inode, request.name, request.value,
                              create=request.create, replace=request.replace)
         return pb.Empty()
 
     def GetXattr(self, request: pb.GetXattrRequest, context: Ctx) -> pb.GetXattrResponse:
+        self._guard.read(current_caller(), request.inode, "GetXattr")
         return pb.GetXattrResponse(value=self._store.getxattr(request.inode, request.name))
 
     def ListXattr(self, request: pb.ListXattrRequest, context: Ctx) -> pb.ListXattrResponse:
+        self._guard.read(current_caller(), request.inode, "ListXattr")
         return pb.ListXattrResponse(names=self._store.listxattr(request.inode))
 
     def RemoveXattr(self, request: pb.RemoveXattrRequest, context: Ctx) -> pb.Empty:
+        self._guard.write(current_caller(), request.inode, "RemoveXattr")
         self._store.removexattr(request.inode, request.name)
         return pb.Empty()
 
     # --- write sessions -------------------------------------------------------------------
 
     def OpenWrite(self, request: pb.OpenWriteRequest, context: Ctx) -> pb.OpenWriteResponse:
+        self._guard.write(current_caller(), request.inode, "OpenWrite")
         return self._m.open_write(request.inode, request.client_id)
 
     def RenewLease(self, request: pb.RenewLeaseRequest, context: Ctx) -> pb.RenewLeaseResponse:
+        self._guard.writes_chunks(current_caller(), "RenewLease")
         return pb.RenewLeaseResponse(lease_ttl_ms=self._m.renew_lease(request.lease_id))
 
     def CommitVersion(self, request: pb.CommitVersionRequest,
                       context: Ctx) -> pb.CommitVersionResponse:
+        self._guard.inside(current_caller(), request.inode, "CommitVersion", changes=True)
         version, attr = self._m.commit_version(
             request.lease_id, request.inode,
             [(c.id, c.length) for c in request.chunks],
@@ -126,10 +159,12 @@ class ManagerServicer(manager_pb2_grpc.ManagerServicer):
         return pb.CommitVersionResponse(version=version, attr=attr)
 
     def AbortWrite(self, request: pb.AbortWriteRequest, context: Ctx) -> pb.Empty:
+        self._guard.writes_chunks(current_caller(), "AbortWrite")
         self._m.abort_write(request.lease_id)
         return pb.Empty()
 
     def FindChunks(self, request: pb.FindChunksRequest, context: Ctx) -> pb.FindChunksResponse:
+        self._guard.writes_chunks(current_caller(), "FindChunks")
         return pb.FindChunksResponse(present=self._m.find_chunks(list(request.ids)))
 
     def LocateChunks(self, request: pb.LocateChunksRequest,
@@ -139,10 +174,12 @@ class ManagerServicer(manager_pb2_grpc.ManagerServicer):
     # --- reads ----------------------------------------------------------------------------
 
     def GetBlockMap(self, request: pb.GetBlockMapRequest, context: Ctx) -> pb.BlockMap:
+        self._guard.read(current_caller(), request.inode, "GetBlockMap")
         return self._m.block_map(request.inode, request.version)
 
     def GetVersionStats(self, request: pb.GetVersionStatsRequest,
                         context: Ctx) -> pb.VersionStats:
+        self._guard.read(current_caller(), request.inode, "GetVersionStats")
         return self._m.version_stats(request.inode, request.version)
 
     # --- benefactor registry --------------------------------------------------------------
@@ -197,10 +234,12 @@ class ManagerServicer(manager_pb2_grpc.ManagerServicer):
 
     def ListVersions(self, request: pb.ListVersionsRequest,
                      context: Ctx) -> pb.ListVersionsResponse:
+        self._guard.read(current_caller(), request.inode, "ListVersions")
         return pb.ListVersionsResponse(versions=self._store.list_versions(request.inode))
 
     def RestoreVersion(self, request: pb.RestoreVersionRequest,
                        context: Ctx) -> pb.CommitVersionResponse:
+        self._guard.write(current_caller(), request.inode, "RestoreVersion")
         version, attr = self._m.restore_version(request.inode, request.version)
         return pb.CommitVersionResponse(version=version, attr=attr)
 

@@ -144,14 +144,16 @@ R = TypeVar("R")
 
 
 def call(method: Callable[..., R], request: Any, *, timeout: float | None = None,
-         wait_for_ready: bool | None = None) -> R:
+         wait_for_ready: bool | None = None,
+         metadata: tuple[tuple[str, str], ...] = ()) -> R:
     """Call a unary stub method; raise the domain error a failure stands for.
     WAIT_FOR_READY: while the server is unreachable, wait (up to TIMEOUT) for it to come
     back instead of failing at once; a call is still sent at most once."""
     try:
+        extra: dict[str, Any] = {"metadata": metadata} if metadata else {}
         if wait_for_ready is None:
-            return method(request, timeout=timeout)
-        return method(request, timeout=timeout, wait_for_ready=wait_for_ready)
+            return method(request, timeout=timeout, **extra)
+        return method(request, timeout=timeout, wait_for_ready=wait_for_ready, **extra)
     except grpc.RpcError as exc:
         raise from_rpc_error(exc) from None
 

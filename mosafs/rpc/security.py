@@ -4,32 +4,62 @@ A process configures its identity once at start (`configure`): its certificate, 
 the cluster's CA (mosafs.certs), or None for plaintext (`--insecure`). Every channel and
 server made afterwards (mosafs.rpc.channels) uses it: servers require a client certificate
 signed by the CA (a peer without one fails the handshake), and `Policy`, a server
-interceptor, checks the caller's role against mosafs.rpc.access before the handler runs
-(PERMISSION_DENIED otherwise) and records the RPC's time and errors (mosafs.metrics).
+interceptor, runs before every handler:
+
+1. the caller's certificate must not be revoked (mosafs.revocation): UNAUTHENTICATED;
+2. its role must be allowed the RPC (mosafs.rpc.access): PERMISSION_DENIED;
+3. the uid and groups the request acts as (metadata, mosafs.capability) must lie within
+   the certificate's capability: PERMISSION_DENIED. The resulting Caller is what the
+   handler's `current_caller()` returns (the manager checks subtrees and POSIX
+   permissions with it, mosafs.manager.permissions).
+
+Each refusal is logged on the "mosafs.audit" logger with the certificate's name and
+counted (metrics.REFUSALS by reason), and so is every admin RPC; the RPC's time and errors
+are recorded (mosafs.metrics).
 
 The command-line side (--tls-dir, --tls-name, --insecure) is mosafs.procutil's.
 """
 
 from __future__ import annotations
 
-import re
+import contextvars
+import functools
+import logging
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
 import grpc
 
-from mosafs import certs, metrics
-from mosafs.rpc.access import ACCESS
+from mosafs import capability, certs, metrics
+from mosafs.capability import Caller, Refused
+from mosafs.errors import ConfigError
+from mosafs.revocation import Revocations
+from mosafs.rpc.access import ACCESS, ADMIN
 
+audit = logging.getLogger("mosafs.audit")
 _identity: certs.Identity | None = None
-_OU = re.compile(r"(?:^|,)\s*OU=([^,]+)")
+_revocations = Revocations(None)
+_caller: contextvars.ContextVar[Caller] = contextvars.ContextVar("mosafs_caller",
+                                                                 default=capability.ROOT)
 
 
 def configure(identity: certs.Identity | None) -> None:
     """This process's identity for every channel and server from now on (None: plaintext)."""
-    global _identity
+    global _identity, _revocations
     _identity = identity
+    _revocations = Revocations(identity.directory if identity is not None else None)
+
+
+def revocations() -> Revocations:
+    """The certificates this process's servers refuse."""
+    return _revocations
+
+
+def current_caller() -> Caller:
+    """Who the RPC being handled comes from and acts as (capability.ROOT on plaintext
+    servers and outside RPCs)."""
+    return _caller.get()
 
 
 def current() -> certs.Identity | None:
@@ -50,15 +80,49 @@ def server_credentials(identity: certs.Identity) -> grpc.ServerCredentials:
 
 # --- authorization and RPC metrics -----------------------------------------------------------
 
+@functools.lru_cache(maxsize=1024)
+def _peer(pem: bytes) -> certs.PeerCertificate | None:
+    try:
+        return certs.peer_certificate(pem)
+    except ConfigError:
+        return None  # signed by our CA, yet states no role: refused as "without a role"
+
+
+def peer_certificate(context: grpc.ServicerContext) -> certs.PeerCertificate | None:
+    """The caller's certificate, parsed (None on a plaintext connection, or when it states
+    no mosafs role)."""
+    auth: dict[str, Any] = dict(context.auth_context())
+    pems: list[bytes] = list(auth.get("x509_pem_cert") or [])
+    return _peer(bytes(pems[0])) if pems else None
+
+
 def peer_role(context: grpc.ServicerContext) -> str | None:
     """The role the caller's certificate states (None on a plaintext connection)."""
-    auth: dict[str, Any] = dict(context.auth_context())
-    subjects: list[bytes] = list(auth.get("x509_subject") or [])
-    for subject in subjects:
-        match = _OU.search(bytes(subject).decode(errors="replace"))
-        if match:
-            return match.group(1)
-    return None
+    peer = peer_certificate(context)
+    return peer.role if peer is not None else None
+
+
+def _acting(context: grpc.ServicerContext) -> tuple[int | None, list[int] | None]:
+    """The uid and groups the request says it acts as (metadata set by the mount)."""
+    uid: int | None = None
+    gids: list[int] | None = None
+    for key, value in context.invocation_metadata() or ():
+        try:
+            if key == capability.UID_KEY:
+                uid = int(value)
+            elif key == capability.GIDS_KEY:
+                gids = [int(g) for g in str(value).split(",") if g]
+        except ValueError:
+            raise Refused("capability", f"metadata {key} is not a number list: "
+                                        f"{str(value)[:40]!r}") from None
+    return uid, gids
+
+
+def refuse(reason: str, name: str, method: str, message: str) -> None:
+    """Log and count a refused request (the caller answers it with a status)."""
+    metrics.REFUSALS.labels(reason).inc()
+    audit.info("refused %s from %s (%s): %s", method, name or "an unnamed peer", reason,
+               message)
 
 
 class Policy(grpc.ServerInterceptor):  # type: ignore[misc]
@@ -77,16 +141,37 @@ class Policy(grpc.ServerInterceptor):  # type: ignore[misc]
         return _wrapped(handler, self._label, method, allowed if self._secure else None)
 
 
+def _check(context: grpc.ServicerContext, method: str, allowed: frozenset[str]) -> Caller:
+    """The Caller of a request on a TLS server, or abort the RPC (see the module's doc)."""
+    peer = peer_certificate(context)
+    name = peer.name if peer is not None else ""
+    if peer is not None and _revocations.is_revoked(peer.fingerprint):
+        refuse("bad_certificate", name, method, "the certificate is revoked")
+        context.abort(grpc.StatusCode.UNAUTHENTICATED,
+                      f"certificate {name!r} has been revoked")
+    role = peer.role if peer is not None else None
+    if role not in allowed:
+        needs = " or ".join(sorted(allowed)) or "nobody"
+        message = (f"{method} needs a certificate of role {needs}; this one is "
+                   f"{role or 'without a mosafs role'}")
+        refuse("role", name, method, message)
+        context.abort(grpc.StatusCode.PERMISSION_DENIED, message)
+    assert peer is not None
+    if allowed is ADMIN:
+        audit.info("%s by %s (%s)", method, name, peer.role)
+    try:
+        uid, gids = _acting(context)
+        return capability.acting(peer.capability, name, peer.role, uid, gids,
+                                 peer.fingerprint)
+    except Refused as exc:
+        refuse(exc.reason, name, method, exc.message)
+        context.abort(grpc.StatusCode.PERMISSION_DENIED, exc.message)
+        raise  # abort raises; this line is for the type checker
+
+
 def _wrapped(handler: Any, label: str, method: str, allowed: frozenset[str] | None) -> Any:
     def check(context: grpc.ServicerContext) -> None:
-        if allowed is None:
-            return
-        role = peer_role(context)
-        if role not in allowed:
-            needs = " or ".join(sorted(allowed)) or "nobody"
-            context.abort(grpc.StatusCode.PERMISSION_DENIED,
-                          f"{method} needs a certificate of role {needs}; this one is "
-                          f"{role or 'without a mosafs role'}")
+        _caller.set(capability.ROOT if allowed is None else _check(context, method, allowed))
 
     def record(started: float, context: grpc.ServicerContext, failed: bool) -> None:
         metrics.RPC_SERVER_SECONDS.labels(label, method).observe(time.perf_counter() - started)

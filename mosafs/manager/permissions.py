@@ -1,0 +1,265 @@
+"""The manager's own access checks (DESIGN §11; docs/operations.md "Identities and
+capabilities"): before a namespace, write or read RPC runs, `Guard` checks the caller's
+capability (subtree, read-only; mosafs.capability) and the POSIX permissions of the uid
+and groups it acts as. A mount host's kernel checks the same permissions first; these hold
+against a client that sends raw RPCs with its key.
+
+Positions of an inode relative to a capability's subtrees:
+  inside    a subtree's directory or anything below it (a file by its folder: the
+            directory its first name is in, InodeRecord.parent);
+  above     a directory above a subtree: it may be looked up in (only the next name on
+            the way down), stat'ed and listed (ReadDir shows only that name);
+  outside   anything else: every request is refused, whether the name exists or not.
+
+POSIX rules, as Linux applies them: search (x) on a directory to look up in it, read (r)
+to list it, write and search (wx) to add or remove names; in a sticky directory only the
+owner of the name, of the directory, or root removes or replaces a name; chmod by the owner
+or root (a non-member owner's setgid bit is dropped by the store's rules); chown to
+another uid only by root, chgrp by the owner to one of their groups; times set by the
+owner, root, or a writer (a client cannot tell "now" from an explicit time); a hard link to
+a file one neither owns nor may read and write is refused (protected_hardlinks). Root
+(uid 0, where the capability allows it) passes every permission check.
+
+The checks read the store in their own transaction, before the operation's: a permission
+changed in between is seen by the next request (as with NFS). Refusals are logged on the
+"mosafs.audit" logger and counted (metrics.REFUSALS).
+"""
+
+from __future__ import annotations
+
+import logging
+import stat
+from collections.abc import Iterable
+from typing import TypeVar
+
+from mosafs import metrics
+from mosafs._proto import metadata_pb2
+from mosafs.capability import Caller
+from mosafs.errors import AccessDenied, NotFound, NotPermitted, ReadOnly
+from mosafs.manager.metadata import DIRECTORY, ROOT_INODE, MetadataStore
+
+audit = logging.getLogger("mosafs.audit")
+R, W, X = 4, 2, 1
+INSIDE, ABOVE, OUTSIDE = "inside", "above", "outside"
+_Rec = metadata_pb2.InodeRecord
+_A = TypeVar("_A")
+
+
+def _refuse(reason: str, caller: Caller, what: str, exc: Exception) -> Exception:
+    metrics.REFUSALS.labels(reason).inc()
+    audit.info("refused %s to %s (uid %d): %s", what, caller.name or "a plaintext peer",
+               caller.uid, exc)
+    return exc
+
+
+def may(rec: _Rec, caller: Caller, want: int) -> bool:
+    """Whether CALLER has the WANT bits (R|W|X) on REC by POSIX's rules."""
+    if caller.is_root:
+        # Root passes everything but executing a file without any x bit.
+        return not (want & X and rec.kind != DIRECTORY and not rec.mode & 0o111)
+    if caller.uid == rec.uid:
+        bits = rec.mode >> 6
+    elif caller.in_group(rec.gid):
+        bits = rec.mode >> 3
+    else:
+        bits = rec.mode
+    return bits & want == want
+
+
+class Guard:
+    """Checks for every RPC that touches the namespace or file data; each method returns
+    quietly or raises AccessDenied (EACCES), NotPermitted (EPERM) or ReadOnly (EROFS)."""
+
+    def __init__(self, store: MetadataStore) -> None:
+        self._store = store
+
+    # -- positions ----------------------------------------------------------------------
+
+    def _roots(self, tx: object, caller: Caller) -> list[list[tuple[int, bytes]]]:
+        """For each subtree of the capability: the chain [(dir inode, next name), ...]
+        from the root down to it, the subtree's own inode last with name b"". A subtree
+        that does not exist (yet) is left out."""
+        chains = []
+        for path in caller.capability.paths:
+            chain: list[tuple[int, bytes]] = []
+            ino: int | None = ROOT_INODE
+            for name in [p.encode() for p in path.split("/") if p]:
+                assert ino is not None
+                chain.append((ino, name))
+                ino = tx.child(ino, name)  # type: ignore[attr-defined]
+                if ino is None:
+                    break
+            if ino is not None:
+                chains.append([*chain, (ino, b"")])
+        return chains
+
+    def _position(self, tx: object, caller: Caller, ino: int) -> tuple[str, set[bytes]]:
+        """(position, names on the way down when ABOVE) of inode INO."""
+        if caller.capability.paths == ("/",):
+            return INSIDE, set()
+        rec = tx.find_inode(ino)  # type: ignore[attr-defined]
+        if rec is None:
+            return OUTSIDE, set()
+        directory = ino if rec.kind == DIRECTORY else rec.parent
+        if directory == 0:  # a file whose folder name is gone: no known place
+            return OUTSIDE, set()
+        chains = self._roots(tx, caller)
+        for chain in chains:
+            top = chain[-1][0]
+            if tx.is_ancestor(top, directory):  # type: ignore[attr-defined]
+                return INSIDE, set()
+        names = {name for chain in chains for d, name in chain[:-1] if d == ino}
+        if names and rec.kind == DIRECTORY:
+            return ABOVE, names
+        return OUTSIDE, set()
+
+    def _need(self, caller: Caller, what: str, ino: int, *, above_ok: bool = False,
+              want: int = 0, directory: bool = False) -> _Rec:
+        """The inode's record, after the capability and POSIX checks for WANT. DIRECTORY:
+        INO is used as a directory; when it is none, the operation's own NotADirectory
+        is the answer, so no permission is checked here."""
+        with self._store.transaction() as tx:
+            rec = tx.find_inode(ino)
+            if rec is None:
+                raise NotFound(f"no inode {ino}")
+            position, _ = self._position(tx, caller, ino)
+        if position == OUTSIDE or (position == ABOVE and not above_ok):
+            raise _refuse("capability", caller, what, AccessDenied(
+                f"{what}: inode {ino} is outside what certificate {caller.name!r} may "
+                f"reach ({caller.capability.describe()})"))
+        if directory and rec.kind != DIRECTORY:
+            return rec
+        if want and not may(rec, caller, want):
+            raise _refuse("permission", caller, what, AccessDenied(
+                f"{what}: uid {caller.uid} lacks {_bits(want)} permission on inode {ino} "
+                f"(mode {stat.S_IMODE(rec.mode):04o}, owner {rec.uid}:{rec.gid})"))
+        return rec
+
+    def _writable(self, caller: Caller, what: str) -> None:
+        if caller.capability.read_only:
+            raise _refuse("capability", caller, what, ReadOnly(
+                f"{what}: certificate {caller.name!r} is read-only"))
+
+    # -- lookups and listings -------------------------------------------------------------
+
+    def lookup(self, caller: Caller, parent: int, name: str) -> None:
+        with self._store.transaction() as tx:
+            position, names = self._position(tx, caller, parent)
+        if position == ABOVE and name.encode() not in names:
+            raise _refuse("capability", caller, "Lookup", AccessDenied(
+                f"Lookup: {name!r} in inode {parent} is outside what certificate "
+                f"{caller.name!r} may reach"))
+        self._need(caller, "Lookup", parent, above_ok=True, want=X, directory=True)
+
+    def visible(self, caller: Caller, ino: int) -> set[bytes] | None:
+        """The names of directory INO a ReadDir may show: None for all of them."""
+        self._need(caller, "ReadDir", ino, above_ok=True, want=R, directory=True)
+        with self._store.transaction() as tx:
+            position, names = self._position(tx, caller, ino)
+        return names if position == ABOVE else None
+
+    def stat(self, caller: Caller, ino: int, what: str = "GetAttr") -> None:
+        self._need(caller, what, ino, above_ok=True)
+
+    def read(self, caller: Caller, ino: int, what: str) -> None:
+        """File data and versions (GetBlockMap, version stats), xattrs: read permission."""
+        self._need(caller, what, ino, want=R)
+
+    def write(self, caller: Caller, ino: int, what: str) -> None:
+        """OpenWrite, RestoreVersion, SetXattr, RemoveXattr: write permission."""
+        self._writable(caller, what)
+        self._need(caller, what, ino, want=W)
+
+    def inside(self, caller: Caller, ino: int, what: str, *, changes: bool = False) -> None:
+        if changes:
+            self._writable(caller, what)
+        self._need(caller, what, ino)
+
+    def writes_chunks(self, caller: Caller, what: str) -> None:
+        """Lease and chunk-index calls only a writer makes."""
+        self._writable(caller, what)
+
+    # -- changes to directories ---------------------------------------------------------
+
+    def create(self, caller: Caller, parent: int, uid: int, gid: int, what: str) -> None:
+        """Mkdir, Create, Symlink, Mknod in PARENT, owned by UID:GID."""
+        self._writable(caller, what)
+        pdir = self._need(caller, what, parent, want=W | X, directory=True)
+        if caller.is_root:
+            return
+        setgid_gid = pdir.gid if pdir.mode & stat.S_ISGID else None
+        if uid != caller.uid or not (caller.in_group(gid) or gid == setgid_gid):
+            raise _refuse("permission", caller, what, AccessDenied(
+                f"{what}: uid {caller.uid} may not create a name owned by {uid}:{gid}"))
+
+    def remove(self, caller: Caller, parent: int, name: str, what: str) -> None:
+        """Unlink, Rmdir, and the source and target names of Rename."""
+        self._writable(caller, what)
+        pdir = self._need(caller, what, parent, want=W | X, directory=True)
+        if caller.is_root or not pdir.mode & stat.S_ISVTX or pdir.uid == caller.uid:
+            return
+        with self._store.transaction() as tx:
+            child = tx.child(parent, name.encode())
+            rec = tx.find_inode(child) if child is not None else None
+        if rec is not None and rec.uid != caller.uid:
+            raise _refuse("permission", caller, what, NotPermitted(
+                f"{what}: {name!r} is in a sticky directory and not owned by uid "
+                f"{caller.uid}"))
+
+    def rename(self, caller: Caller, old_parent: int, old_name: str, new_parent: int,
+               new_name: str) -> None:
+        self.remove(caller, old_parent, old_name, "Rename")
+        self.remove(caller, new_parent, new_name, "Rename")
+        if old_parent == new_parent or caller.is_root:
+            return
+        with self._store.transaction() as tx:
+            child = tx.child(old_parent, old_name.encode())
+            rec = tx.find_inode(child) if child is not None else None
+        # A directory that moves rewrites its "..": that needs write permission on it.
+        if rec is not None and rec.kind == DIRECTORY and not may(rec, caller, W):
+            raise _refuse("permission", caller, "Rename", AccessDenied(
+                f"Rename: moving directory {old_name!r} needs write permission on it"))
+
+    def link(self, caller: Caller, ino: int, new_parent: int) -> None:
+        self._writable(caller, "Link")
+        rec = self._need(caller, "Link", ino)
+        self._need(caller, "Link", new_parent, want=W | X, directory=True)
+        if not (caller.is_root or rec.uid == caller.uid or may(rec, caller, R | W)):
+            raise _refuse("permission", caller, "Link", NotPermitted(
+                f"Link: uid {caller.uid} neither owns inode {ino} nor may read and write "
+                f"it"))
+
+    # -- attributes -------------------------------------------------------------------------
+
+    def setattr(self, caller: Caller, ino: int, *, mode: int | None, uid: int | None,
+                gid: int | None, times: bool) -> None:
+        self._writable(caller, "SetAttr")
+        rec = self._need(caller, "SetAttr", ino)
+        if caller.is_root:
+            return
+        owner = rec.uid == caller.uid
+        problems: list[str] = []
+        if mode is not None and not owner:
+            problems.append("only the owner or root changes the mode")
+        if uid is not None and uid != rec.uid:
+            problems.append("only root gives a file to another uid")
+        if gid is not None and gid != rec.gid and not (owner and caller.in_group(gid)):
+            problems.append(f"only the owner changes the group, to one of their groups "
+                            f"(not {gid})")
+        if times and not (owner or may(rec, caller, W)):
+            problems.append("only the owner or a writer sets the times")
+        if problems:
+            raise _refuse("permission", caller, "SetAttr", NotPermitted(
+                f"SetAttr of inode {ino} by uid {caller.uid}: " + "; ".join(problems)))
+
+
+def _bits(want: int) -> str:
+    return "".join(c for bit, c in ((R, "r"), (W, "w"), (X, "x")) if want & bit)
+
+
+def filtered(entries: Iterable[tuple[str, _A]], names: set[bytes] | None,
+             ) -> list[tuple[str, _A]]:
+    """ReadDir's entries, less those a directory above a subtree hides."""
+    if names is None:
+        return list(entries)
+    return [(name, attr) for name, attr in entries if name.encode() in names]

@@ -1,0 +1,235 @@
+"""Per-client capabilities and revocation, attacked over raw RPCs (the generated stubs) on a
+real TLS manager and benefactor: a client certificate restricted to /jobA (uid 1000)
+reaches nothing outside /jobA and cannot act as another uid inside it; a read-only one
+changes nothing; POSIX permissions hold for the uid a request acts as; a revoked
+certificate is refused by the manager and the benefactor within 5 s."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import grpc
+import pytest
+
+from mosafs import certs
+from mosafs._proto import benefactor_pb2 as bpb
+from mosafs._proto import benefactor_pb2_grpc as bgrpc
+from mosafs._proto import manager_pb2 as mpb
+from mosafs._proto import manager_pb2_grpc as mgrpc
+from mosafs.capability import GIDS_KEY, UID_KEY
+from mosafs.rpc.channels import channel
+from tests import harness
+from tests.harness import cli, scrape
+
+Code = grpc.StatusCode
+ROOT = 1
+
+
+@pytest.fixture(scope="module")
+def tls(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    directory = tmp_path_factory.mktemp("tls")
+    assert cli("certs", "init", "--dir", str(directory)).returncode == 0
+    for name in ("manager", "benefactor", "admin"):
+        assert cli("certs", "issue", name, "--role", name, "--dir", str(directory)).returncode == 0
+    issued = [("jobA", ["--path", "/jobA", "--uid", "1000", "--gids", "1000"]),
+              ("reader", ["--path", "/jobA", "--read-only", "--uid", "1000"]),
+              ("anyuser", []), ("doomed", ["--allow-root"])]
+    for name, flags in issued:
+        done = cli("certs", "issue", name, "--role", "client", "--dir", str(directory), *flags)
+        assert done.returncode == 0, done.stderr
+    return directory
+
+
+@pytest.fixture(scope="module")
+def cluster(tls: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
+    work = tmp_path_factory.mktemp("caps")
+    manager = harness.start("manager", ["manager", "--data-dir", str(work / "m"),
+                                        "--tls-dir", str(tls)], work)
+    benefactor = harness.start("benefactor", [
+        "benefactor", "--data-dir", str(work / "b"), "--manager", manager.address,
+        "--tls-dir", str(tls)], work)
+    try:
+        admin = stub(manager.address, tls, "admin")
+        # /jobA (uid 1000), /jobB (root's, 0700) with a 0600 file, /jobA/private (uid 1001).
+        a = admin.Mkdir(mpb.MkdirRequest(parent=ROOT, name="jobA", mode=0o755, uid=1000,
+                                         gid=1000)).inode
+        b = admin.Mkdir(mpb.MkdirRequest(parent=ROOT, name="jobB", mode=0o700)).inode
+        secret = admin.Create(mpb.CreateRequest(parent=b, name="secret", mode=0o600)).inode
+        other = admin.Mkdir(mpb.MkdirRequest(parent=a, name="private", mode=0o700, uid=1001,
+                                             gid=1001)).inode
+        mine = admin.Create(mpb.CreateRequest(parent=a, name="mine", mode=0o644, uid=1000,
+                                              gid=1000)).inode
+        yield {"manager": manager, "benefactor": benefactor, "jobA": a, "jobB": b,
+               "secret": secret, "private": other, "mine": mine}
+    finally:
+        for proc in (benefactor, manager):
+            proc.stop()
+
+
+def stub(address: str, tls: Path, name: str) -> mgrpc.ManagerStub:
+    return mgrpc.ManagerStub(channel(address, certs.load(tls, name)))
+
+
+def refused(call: Callable[[], Any]) -> grpc.StatusCode:
+    with pytest.raises(grpc.RpcError) as info:
+        call()
+    return info.value.code()  # type: ignore[no-any-return]
+
+
+def as_uid(uid: int, *gids: int) -> dict[str, Any]:
+    return {"metadata": ((UID_KEY, str(uid)), (GIDS_KEY, ",".join(map(str, gids or (uid,)))))}
+
+
+class Acting:
+    """A stub whose every call says it acts as one uid (as the mount does)."""
+
+    def __init__(self, target: Any, uid: int) -> None:
+        self._target = target
+        self._uid = uid
+
+    def __getattr__(self, name: str) -> Callable[..., Any]:
+        method = getattr(self._target, name)
+        return lambda request: method(request, **as_uid(self._uid))
+
+
+def test_services_restricted_client_reaches_nothing_outside_its_subtree(
+        cluster: dict[str, Any], tls: Path) -> None:
+    job: Any = Acting(stub(cluster["manager"].address, tls, "jobA"), 1000)
+    b, secret = cluster["jobB"], cluster["secret"]
+    attempts: list[tuple[str, Callable[[], Any]]] = [
+        ("lookup jobB", lambda: job.Lookup(mpb.LookupRequest(parent=ROOT, name="jobB"))),
+        ("lookup a name that does not exist",
+         lambda: job.Lookup(mpb.LookupRequest(parent=ROOT, name="nothing"))),
+        ("getattr", lambda: job.GetAttr(mpb.GetAttrRequest(inode=secret))),
+        ("readdir", lambda: job.ReadDir(mpb.ReadDirRequest(inode=b))),
+        ("blockmap", lambda: job.GetBlockMap(mpb.GetBlockMapRequest(inode=secret))),
+        ("create", lambda: job.Create(mpb.CreateRequest(parent=b, name="x", mode=0o644,
+                                                        uid=1000, gid=1000))),
+        ("create at the root", lambda: job.Create(mpb.CreateRequest(
+            parent=ROOT, name="x", mode=0o644, uid=1000, gid=1000))),
+        ("mkdir", lambda: job.Mkdir(mpb.MkdirRequest(parent=b, name="d", mode=0o755,
+                                                     uid=1000, gid=1000))),
+        ("unlink", lambda: job.Unlink(mpb.UnlinkRequest(parent=b, name="secret"))),
+        ("unlink jobB", lambda: job.Rmdir(mpb.RmdirRequest(parent=ROOT, name="jobB"))),
+        ("rename out", lambda: job.Rename(mpb.RenameRequest(
+            old_parent=b, old_name="secret", new_parent=cluster["jobA"], new_name="s"))),
+        ("rename jobA itself", lambda: job.Rename(mpb.RenameRequest(
+            old_parent=ROOT, old_name="jobA", new_parent=ROOT, new_name="jobC"))),
+        ("chmod", lambda: job.SetAttr(mpb.SetAttrRequest(inode=secret, mode=0o4777))),
+        ("chown", lambda: job.SetAttr(mpb.SetAttrRequest(inode=secret, uid=1000))),
+        ("chmod the root", lambda: job.SetAttr(mpb.SetAttrRequest(inode=ROOT, mode=0))),
+        ("setxattr", lambda: job.SetXattr(mpb.SetXattrRequest(inode=secret, name="user.x",
+                                                              value=b"1"))),
+        ("getxattr", lambda: job.GetXattr(mpb.GetXattrRequest(inode=secret, name="user.x"))),
+        ("listxattr", lambda: job.ListXattr(mpb.ListXattrRequest(inode=secret))),
+        ("openwrite", lambda: job.OpenWrite(mpb.OpenWriteRequest(inode=secret))),
+        ("link in", lambda: job.Link(mpb.LinkRequest(inode=secret,
+                                                     new_parent=cluster["jobA"],
+                                                     new_name="stolen"))),
+        ("versions", lambda: job.ListVersions(mpb.ListVersionsRequest(inode=secret))),
+        ("fsck (admin)", lambda: job.Fsck(mpb.FsckRequest())),
+    ]
+    for what, call in attempts:
+        assert refused(call) == Code.PERMISSION_DENIED, what
+    # The way down is visible, and only it: the root lists jobA alone.
+    listing = job.ReadDir(mpb.ReadDirRequest(inode=ROOT))
+    assert [e.name for e in listing.entries] == ["jobA"]
+    assert job.Lookup(mpb.LookupRequest(parent=ROOT, name="jobA")).inode == cluster["jobA"]
+
+
+def test_services_restricted_client_acts_only_as_its_uid_with_posix_permissions(
+        cluster: dict[str, Any], tls: Path) -> None:
+    job = stub(cluster["manager"].address, tls, "jobA")
+    a = cluster["jobA"]
+    # Another uid, root included, and a group outside the capability: refused.
+    for metadata in (as_uid(1001), as_uid(0), as_uid(1000, 1000, 1001)):
+        assert refused(lambda m=metadata: job.GetAttr(mpb.GetAttrRequest(inode=a), **m)) \
+            == Code.PERMISSION_DENIED
+    # A name owned by someone else, and the 0700 directory of uid 1001: refused by POSIX.
+    assert refused(lambda: job.Create(mpb.CreateRequest(
+        parent=a, name="f", mode=0o644, uid=1001, gid=1001), **as_uid(1000))) \
+        == Code.PERMISSION_DENIED
+    assert refused(lambda: job.ReadDir(mpb.ReadDirRequest(inode=cluster["private"]),
+                                       **as_uid(1000))) == Code.PERMISSION_DENIED
+    assert refused(lambda: job.Create(mpb.CreateRequest(
+        parent=cluster["private"], name="f", mode=0o644, uid=1000, gid=1000),
+        **as_uid(1000))) == Code.PERMISSION_DENIED
+    # Inside, as itself: works, and the new file is its own.
+    made = job.Create(mpb.CreateRequest(parent=a, name="ok", mode=0o644, uid=1000, gid=1000),
+                      **as_uid(1000))
+    assert (made.uid, made.gid) == (1000, 1000)
+    assert job.SetAttr(mpb.SetAttrRequest(inode=made.inode, mode=0o600),
+                       **as_uid(1000)).mode & 0o7777 == 0o600
+    # It may not give its file away.
+    assert refused(lambda: job.SetAttr(mpb.SetAttrRequest(inode=made.inode, uid=1001),
+                                       **as_uid(1000))) == Code.PERMISSION_DENIED
+    job.Unlink(mpb.UnlinkRequest(parent=a, name="ok"), **as_uid(1000))
+
+
+def test_services_unrestricted_client_is_still_bound_by_posix_and_root_squash(
+        cluster: dict[str, Any], tls: Path) -> None:
+    """A client certificate without --allow-root: any uid but root, which is squashed."""
+    anyone = stub(cluster["manager"].address, tls, "anyuser")
+    secret, b = cluster["secret"], cluster["jobB"]
+    # As root (squashed to nobody) and as uid 1000: root's 0600 file in a 0700 directory.
+    for metadata in (as_uid(0), as_uid(1000), {}):
+        assert refused(lambda m=metadata: anyone.Lookup(
+            mpb.LookupRequest(parent=b, name="secret"), **m)) == Code.PERMISSION_DENIED
+        assert refused(lambda m=metadata: anyone.GetBlockMap(
+            mpb.GetBlockMapRequest(inode=secret), **m)) == Code.PERMISSION_DENIED
+        assert refused(lambda m=metadata: anyone.Unlink(
+            mpb.UnlinkRequest(parent=b, name="secret"), **m)) == Code.PERMISSION_DENIED
+        assert refused(lambda m=metadata: anyone.SetAttr(
+            mpb.SetAttrRequest(inode=secret, mode=0o4777), **m)) == Code.PERMISSION_DENIED
+    # The admin certificate, acting as root, may.
+    admin = stub(cluster["manager"].address, tls, "admin")
+    assert admin.Lookup(mpb.LookupRequest(parent=b, name="secret")).inode == secret
+
+
+def test_services_read_only_client_changes_nothing(cluster: dict[str, Any], tls: Path) -> None:
+    reader = stub(cluster["manager"].address, tls, "reader")
+    a, mine = cluster["jobA"], cluster["mine"]
+    assert reader.GetAttr(mpb.GetAttrRequest(inode=mine), **as_uid(1000)).inode == mine
+    for call in (
+        lambda: reader.Create(mpb.CreateRequest(parent=a, name="w", mode=0o644, uid=1000,
+                                                gid=1000), **as_uid(1000)),
+        lambda: reader.SetAttr(mpb.SetAttrRequest(inode=mine, mode=0o600), **as_uid(1000)),
+        lambda: reader.OpenWrite(mpb.OpenWriteRequest(inode=mine), **as_uid(1000)),
+        lambda: reader.Unlink(mpb.UnlinkRequest(parent=a, name="mine"), **as_uid(1000)),
+    ):
+        assert refused(call) == Code.PERMISSION_DENIED
+
+
+def test_services_refusals_are_counted_and_audited(cluster: dict[str, Any], tls: Path) -> None:
+    job = stub(cluster["manager"].address, tls, "jobA")
+    refused(lambda: job.GetAttr(mpb.GetAttrRequest(inode=cluster["secret"]), **as_uid(1000)))
+    metrics = scrape(cluster["manager"].ready["metrics"])
+    assert metrics.get('mosafs_refusals_total{reason=capability}', 0) >= 1
+    assert "refused GetAttr to jobA" in cluster["manager"].log()
+
+
+def test_services_revoked_certificate_is_refused_within_5s(
+        cluster: dict[str, Any], tls: Path) -> None:
+    manager = stub(cluster["manager"].address, tls, "doomed")
+    benefactor = bgrpc.BenefactorStub(channel(cluster["benefactor"].address,
+                                              certs.load(tls, "doomed")))
+    assert manager.GetAttr(mpb.GetAttrRequest(inode=ROOT)).inode == ROOT
+    benefactor.GetInfo(bpb.GetInfoRequest())
+    done = cli("certs", "revoke", "doomed", "--dir", str(tls))
+    assert done.returncode == 0, done.stderr
+    started = time.monotonic()
+    for call in (lambda: manager.GetAttr(mpb.GetAttrRequest(inode=ROOT)),
+                 lambda: benefactor.GetInfo(bpb.GetInfoRequest())):
+        while True:  # the same connections as before: refused per call, not per handshake
+            try:
+                call()
+            except grpc.RpcError as exc:
+                assert exc.code() == Code.UNAUTHENTICATED
+                break
+            assert time.monotonic() - started < 5.0, "still served 5 s after the revocation"
+            time.sleep(0.1)
+    listed = cli("certs", "list", "--dir", str(tls))
+    assert "doomed.crt" in listed.stdout and "(revoked)" in listed.stdout

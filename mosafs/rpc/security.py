@@ -154,7 +154,9 @@ def _check(context: grpc.ServicerContext, method: str, allowed: frozenset[str]) 
         needs = " or ".join(sorted(allowed)) or "nobody"
         message = (f"{method} needs a certificate of role {needs}; this one is "
                    f"{role or 'without a mosafs role'}")
-        refuse("role", name, method, message)
+        # A certificate of our CA that states no role (or a capability we cannot read) is
+        # a bad certificate; one with the wrong role is refused for its role.
+        refuse("role" if peer is not None else "bad_certificate", name, method, message)
         context.abort(grpc.StatusCode.PERMISSION_DENIED, message)
     assert peer is not None
     if allowed is ADMIN:

@@ -101,6 +101,15 @@ class AccessDenied(MosafsError):
     exit_code = 77  # EX_NOPERM
 
 
+class TokenRefused(AccessDenied):
+    """A benefactor refused a chunk transfer: no chunk access token, or one that is
+    malformed, expired, forged, signed with a key it does not know, or issued for another
+    chunk or another certificate (docs/operations.md, "Chunk access tokens"). A reader
+    whose token expired asks the manager for the block-map again."""
+
+    kind = "token-refused"
+
+
 class ReadOnly(MosafsError):
     """A change to something that is read-only: the mount's views of older versions."""
 
@@ -188,7 +197,7 @@ class InternalError(MosafsError):
 ALL_ERRORS: tuple[type[MosafsError], ...] = (
     MosafsError, InvalidArgument, ConfigError, NotFound, AlreadyExists, NotADirectory,
     IsADirectory, DirectoryNotEmpty, NameTooLong, NotPermitted, NotSupported, AccessDenied,
-    ReadOnly,
+    TokenRefused, ReadOnly,
     NoAttribute,
     ValueTooLarge, NoSpace, LeaseExpired, FailedPrecondition,
     IntegrityError, Unavailable, DeadlineExceeded, ResourceExhausted, InternalError,

@@ -78,6 +78,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--insecure", action="store_true",
                         help="plaintext gRPC: no certificates (default: mutual TLS with "
                              "certificates made in DATA_DIR/tls)")
+    parser.add_argument("--chunk-tokens", choices=["on", "off"], default="on",
+                        help="off: the manager issues no chunk access tokens and benefactors "
+                             "check none; only to measure their cost (default on; "
+                             "plaintext clusters have none)")
     parser.add_argument("--ready-file", help=argparse.SUPPRESS)
 
 
@@ -261,6 +265,8 @@ class Cluster:
             manager_args += ["--chunker", self.args.chunker]
         if self.args.gc_grace is not None:
             manager_args += ["--gc-grace", str(self.args.gc_grace)]
+        if self.args.chunk_tokens == "off":
+            manager_args += ["--chunk-tokens", "off"]
         self.manager = self._spawn("manager", manager_args)
         address = self.manager.ready["address"]
         self.benefactors = [

@@ -95,7 +95,7 @@ class ChunkRecord(_message.Message):
     def __init__(self, length: _Optional[int] = ..., refcount: _Optional[int] = ..., benefactor_ids: _Optional[_Iterable[str]] = ..., pool: _Optional[str] = ...) -> None: ...
 
 class BenefactorRecord(_message.Message):
-    __slots__ = ("address", "pool", "capacity_bytes", "free_bytes", "chunks", "registered_ns", "draining")
+    __slots__ = ("address", "pool", "capacity_bytes", "free_bytes", "chunks", "registered_ns", "draining", "certificate")
     ADDRESS_FIELD_NUMBER: _ClassVar[int]
     POOL_FIELD_NUMBER: _ClassVar[int]
     CAPACITY_BYTES_FIELD_NUMBER: _ClassVar[int]
@@ -103,6 +103,7 @@ class BenefactorRecord(_message.Message):
     CHUNKS_FIELD_NUMBER: _ClassVar[int]
     REGISTERED_NS_FIELD_NUMBER: _ClassVar[int]
     DRAINING_FIELD_NUMBER: _ClassVar[int]
+    CERTIFICATE_FIELD_NUMBER: _ClassVar[int]
     address: str
     pool: str
     capacity_bytes: int
@@ -110,7 +111,8 @@ class BenefactorRecord(_message.Message):
     chunks: int
     registered_ns: int
     draining: bool
-    def __init__(self, address: _Optional[str] = ..., pool: _Optional[str] = ..., capacity_bytes: _Optional[int] = ..., free_bytes: _Optional[int] = ..., chunks: _Optional[int] = ..., registered_ns: _Optional[int] = ..., draining: _Optional[bool] = ...) -> None: ...
+    certificate: str
+    def __init__(self, address: _Optional[str] = ..., pool: _Optional[str] = ..., capacity_bytes: _Optional[int] = ..., free_bytes: _Optional[int] = ..., chunks: _Optional[int] = ..., registered_ns: _Optional[int] = ..., draining: _Optional[bool] = ..., certificate: _Optional[str] = ...) -> None: ...
 
 class PoolRecord(_message.Message):
     __slots__ = ("settings",)

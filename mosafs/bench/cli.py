@@ -72,6 +72,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     w.add_argument("--insecure", action="store_true",
                    help="run the cluster plaintext (default: mutual TLS, as `mosafs up`); "
                         "the two runs give the cost of TLS")
+    w.add_argument("--chunk-tokens", choices=["on", "off"], default="on",
+                   help="off: the cluster issues and checks no chunk access tokens; the two "
+                        "runs give their cost (default on)")
     w.add_argument("--peer", choices=["auto", "moosefs", "none"], default="auto",
                    help="the MooseFS peer: moosefs (an error where it cannot run: not "
                         "installed, not root), auto (where mfsmaster, mfschunkserver and "
@@ -321,6 +324,7 @@ def _run_write(args: argparse.Namespace) -> int:
     repeat = _given(args.repeat, 1 if args.quick else 3)
     options = Options(size=size, memory_size=memory, repeat=repeat, keep=args.keep,
                       quick=args.quick, tls=not args.insecure, peer=args.peer,
+                      chunk_tokens=args.chunk_tokens == "on",
                       peer_fsync=args.peer_fsync,
                       writers=_given(args.writers, 2 if args.quick else 4),
                       series_size=_given(args.series_mib, 16 if args.quick else 1024) * mib,

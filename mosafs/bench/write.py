@@ -90,6 +90,7 @@ class Options:
     quick: bool = False
     seed: str = "mosafs-bench-write"
     tls: bool = True                 # mutual TLS between the cluster's processes
+    chunk_tokens: bool = True        # benefactors check chunk access tokens (with TLS)
     peer: str = "auto"               # auto | moosefs | none: the MooseFS peer
     peer_fsync: bool = False         # MooseFS chunkservers fsync each chunk before close
     writers: int = 4                 # concurrent writers (and always 1)
@@ -124,6 +125,7 @@ def run_benchmark(options: Options, command: str = "mosafs bench write") -> dict
             "read_block_bytes": READ_BLOCK,
             "null_repeat": options.repeat,
             "tls": options.tls,
+            "chunk_tokens": options.chunk_tokens,
             "memory_size_bytes": options.memory_size,
             "peer": options.peer,
             "peer_fsync": options.peer_fsync,
@@ -365,7 +367,8 @@ def _committed(m: _Mosafs, path: Path, size: int) -> dict[str, Any]:
 def _mosafs_phase(workdir: Path, options: Options, notes: list[str],
                   after: Callable[[_Mosafs], None] | None = None) -> dict[str, Any]:
     workdir.mkdir(parents=True, exist_ok=True)
-    m = _Mosafs(workdir, tls=options.tls)
+    m = _Mosafs(workdir, [] if options.chunk_tokens else ["--chunk-tokens", "off"],
+                tls=options.tls)
     out: dict[str, Any] = {}
     try:
         m.start()

@@ -117,6 +117,8 @@ def run(args: argparse.Namespace) -> int:
     from mosafs.benefactor.ingest import IngestLimiter
     from mosafs.benefactor.replication import ChunkReplicator
     from mosafs.benefactor.scrub import Scrubber, ScrubLoop
+    from mosafs.benefactor.tokens import TokenChecker
+    from mosafs.rpc import security
     from mosafs.rpc.peers import BenefactorPeers
 
     if not 0 < args.inventory_interval < 1e7:
@@ -126,14 +128,16 @@ def run(args: argparse.Namespace) -> int:
         info = InfoSource(store, load_or_create_identity(store.data_dir), args.pool)
         peers = BenefactorPeers()
         replicator = ChunkReplicator(store, peers.put)
-        registrar = Registrar(manager, info) if manager else None
+        # Tokens bind to certificates and come from a manager: without either, none.
+        tokens = TokenChecker(required=bool(manager) and security.current() is not None)
+        registrar = Registrar(manager, info, SecurityUpdates(tokens)) if manager else None
         rounds = GarbageRounds(store, _reviewer(registrar, info))
         scrubber = Scrubber(store, _corrupt_reporter(registrar, info) if registrar else None)
         scrubs = ScrubLoop(scrubber, args.scrub_rate)
         ingest = IngestLimiter(args.ingest_rate) if args.ingest_rate else None
         _register_metrics(store)
         srv, port = listen(lambda srv: add_to_server(srv, store, info, replicator, rounds.run,
-                                                     scrubber, ingest), args.listen,
+                                                     scrubber, ingest, tokens), args.listen,
                            label="benefactor", max_concurrent_rpcs=args.max_concurrent_rpcs)
         info.address = advertised_address(listen_host, port, args.advertise)
         inventory = InventoryLoop(registrar, rounds, args.inventory_interval) if registrar else None
@@ -243,6 +247,27 @@ class InventoryLoop:
                 log.exception("bug in the inventory round")
 
 
+class SecurityUpdates:
+    """Applies the manager's SecurityState (registration and heartbeat answers): the chunk
+    token keys, and the certificates it revoked."""
+
+    def __init__(self, tokens: Any) -> None:
+        self._tokens = tokens
+        self._announced = False
+
+    def __call__(self, state: Any) -> None:
+        from mosafs.rpc import security
+
+        if self._tokens.update((k.id, k.secret, k.not_after_ms) for k in state.token_keys):
+            log.info("the manager sent new keys only for chunk access tokens (it lost the "
+                     "old ones): tokens signed before are refused, and readers ask again")
+        security.revocations().add_remote(state.revoked)
+        if not self._announced and self._tokens.required:
+            self._announced = True
+            log.info("chunk access tokens %s", "checked" if state.token_keys
+                     else "off: the manager issues none (--chunk-tokens off)")
+
+
 class InfoSource:
     """Builds the BenefactorInfo for GetInfo and heartbeats; the address is set once bound."""
 
@@ -313,9 +338,11 @@ class Registrar:
     """Registers with the manager (retrying with backoff), then heartbeats; re-registers
     when the manager no longer knows us. Runs in a daemon thread until stop()."""
 
-    def __init__(self, manager: str, info: Callable[[], benefactor_pb2.BenefactorInfo]) -> None:
+    def __init__(self, manager: str, info: Callable[[], benefactor_pb2.BenefactorInfo],
+                 security: Callable[[Any], None] | None = None) -> None:
         self._manager = manager
         self._info = info
+        self._security = security or (lambda state: None)
         self._stop = threading.Event()
         self._lock = threading.Lock()  # guards the channel against stop() closing it
         self._channel: grpc.Channel | None = None
@@ -400,6 +427,7 @@ class Registrar:
                 delay = min(delay * 2, BACKOFF_MAX_S)
                 continue
             self._link.succeeded()
+            self._security(response.security)
             self.registered.set()  # an inventory round follows: copies count again
             interval = response.heartbeat_interval_ms / 1000 or DEFAULT_HEARTBEAT_S
             log.info("registered with manager %s as %s (heartbeat every %.1fs)",
@@ -415,7 +443,7 @@ class Registrar:
         while not self._stop.wait(interval):
             request = manager_pb2.HeartbeatRequest(info=self._info())
             try:
-                self._call("Heartbeat", request, timeout)
+                reply = self._call("Heartbeat", request, timeout)
             except NotFound:
                 self._link.succeeded()
                 log.info("manager %s does not know this benefactor (restarted or expired "
@@ -427,3 +455,4 @@ class Registrar:
                 self._link.failed(exc)
                 continue
             self._link.succeeded()
+            self._security(reply.security)

@@ -2,11 +2,17 @@
 
 Errors are mapped to status codes only by @servicer (mosafs.rpc.errors): InvalidArgument
 -> INVALID_ARGUMENT, NotFound -> NOT_FOUND, IntegrityError -> DATA_LOSS, NoSpace ->
-RESOURCE_EXHAUSTED.
+RESOURCE_EXHAUSTED, TokenRefused -> PERMISSION_DENIED.
+
+Chunk bytes move only against a chunk access token (mosafs.benefactor.tokens), sent in
+the metadata `mosafs-token-bin`: GetChunk a read token of that chunk, PutChunk a write
+token, except from a benefactor certificate (a peer's copy for replication). Refusals are
+counted (metrics.REFUSALS, reason "token") and logged on "mosafs.audit".
 """
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
@@ -20,11 +26,13 @@ from mosafs.benefactor.garbage import RoundResult
 from mosafs.benefactor.ingest import IngestLimiter
 from mosafs.benefactor.replication import ChunkReplicator
 from mosafs.benefactor.scrub import Scrubber
-from mosafs.errors import IntegrityError
+from mosafs.benefactor.tokens import TokenChecker
+from mosafs.errors import IntegrityError, TokenRefused
 from mosafs.ids import check_id
 from mosafs.rpc import chunkwire
 from mosafs.rpc.errors import servicer
 from mosafs.rpc.handlers import add_decoding_in_handlers
+from mosafs.rpc.security import current_caller, refuse
 
 
 @dataclass(frozen=True)
@@ -54,10 +62,12 @@ def info_message(identity: Identity, store: ChunkStore) -> pb.BenefactorInfo:
 class BenefactorServicer(pb_grpc.BenefactorServicer):
     def __init__(self, store: ChunkStore, info: Callable[[], pb.BenefactorInfo],
                  replicator: ChunkReplicator, garbage_round: Callable[[], RoundResult],
-                 scrubber: Scrubber, ingest: IngestLimiter | None = None) -> None:
+                 scrubber: Scrubber, ingest: IngestLimiter | None = None,
+                 tokens: TokenChecker | None = None) -> None:
         # INFO is a callable: the address is known only once the server has bound its port,
         # after the servicer was added.
         self._ingest = ingest
+        self._tokens = tokens or TokenChecker(required=False)
         self._store = store
         self._info = info
         self._replicator = replicator
@@ -66,6 +76,10 @@ class BenefactorServicer(pb_grpc.BenefactorServicer):
 
     def PutChunk(self, request: chunkwire.PutChunk,
                  context: grpc.ServicerContext) -> pb.PutChunkResponse:
+        caller = current_caller()
+        if caller.role != "benefactor":  # a peer's copy needs no token
+            with _audited("PutChunk", caller.name):
+                self._tokens.check_write(_token(context), caller.fingerprint)
         data = request.data  # a view into the received message (mosafs.rpc.chunkwire)
         size = memoryview(data).nbytes
         if self._ingest is not None:
@@ -77,6 +91,9 @@ class BenefactorServicer(pb_grpc.BenefactorServicer):
 
     def GetChunk(self, request: pb.GetChunkRequest,
                  context: grpc.ServicerContext) -> bytes:
+        caller = current_caller()
+        with _audited("GetChunk", caller.name):
+            self._tokens.check_read(_token(context), check_id(request.id), caller.fingerprint)
         if request.verify and self._scrubber.check(check_id(request.id)) == CORRUPT:
             raise IntegrityError(f"chunk {request.id.hex()} was corrupt here: deleted, and "
                                  "reported for repair")
@@ -116,12 +133,32 @@ class BenefactorServicer(pb_grpc.BenefactorServicer):
         return self._info()
 
 
+def _token(context: grpc.ServicerContext) -> bytes:
+    """The chunk access token the call carries (b"" without one)."""
+    for key, value in context.invocation_metadata() or ():
+        if key == chunkwire.TOKEN_KEY:  # a "-bin" key: grpc hands over bytes
+            return value if isinstance(value, bytes) else value.encode()
+    return b""
+
+
+@contextlib.contextmanager
+def _audited(method: str, name: str) -> Iterator[None]:
+    """Count and log a token refusal (the servicer wrapper answers it)."""
+    try:
+        yield
+    except TokenRefused as exc:
+        refuse("token", name, method, exc.message)
+        raise
+
+
 def add_to_server(server: grpc.Server, store: ChunkStore,
                   info: Callable[[], pb.BenefactorInfo], replicator: ChunkReplicator,
                   garbage_round: Callable[[], RoundResult], scrubber: Scrubber,
-                  ingest: IngestLimiter | None = None) -> None:
+                  ingest: IngestLimiter | None = None,
+                  tokens: TokenChecker | None = None) -> None:
     add_decoding_in_handlers(
         pb_grpc.add_BenefactorServicer_to_server,
-        BenefactorServicer(store, info, replicator, garbage_round, scrubber, ingest), server,
+        BenefactorServicer(store, info, replicator, garbage_round, scrubber, ingest, tokens),
+        server,
         codecs={"PutChunk": (chunkwire.decode_put, None),
                 "GetChunk": (None, chunkwire.encode_get_response)})

@@ -40,6 +40,14 @@ _KINDS = {
     mpb.FILE_KIND_CHAR_DEVICE: stat.S_IFCHR,
 }
 _KIND_OF = {mode: kind for kind, mode in _KINDS.items() if kind != mpb.FILE_KIND_DIRECTORY}
+# The times the manager stores: +-9223372036 s, 1677-09-21 .. 2262-04-11 (docs/metadata.md,
+# "Attribute values"). The kernel passes any 64-bit seconds (`touch -d 1000-01-01`); like
+# Linux for every file system of a narrower range (timestamp_truncate), they are clamped.
+_TIME_NS_MAX = ((1 << 63) - 1) // 10**9 * 10**9
+
+
+def _clamp_time(ns: int) -> int:
+    return min(max(ns, -_TIME_NS_MAX), _TIME_NS_MAX)
 
 
 # Handlers without a request context act as the process that opened the handle.
@@ -190,9 +198,9 @@ class Operations(pyfuse3.Operations):
         if fields.update_gid:
             changes["gid"] = attr.st_gid
         if fields.update_atime:
-            changes["atime_ns"] = attr.st_atime_ns
+            changes["atime_ns"] = _clamp_time(attr.st_atime_ns)
         if fields.update_mtime:
-            changes["mtime_ns"] = attr.st_mtime_ns
+            changes["mtime_ns"] = _clamp_time(attr.st_mtime_ns)
         size = attr.st_size if fields.update_size else None
         return self._entry(await self.fs.setattr(inode, size, **changes))
 

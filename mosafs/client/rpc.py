@@ -34,6 +34,7 @@ T = TypeVar("T")
 METADATA_TIMEOUT = 30.0
 CHUNK_TIMEOUT = 120.0
 PUT_METHOD = "/mosafs.v1.Benefactor/PutChunk"
+LOCATE_BATCH = 65_536  # ids per LocateChunks call (the manager's limit)
 GET_METHOD = "/mosafs.v1.Benefactor/GetChunk"
 
 
@@ -152,8 +153,10 @@ class ManagerClient:
     async def open_write(self, inode: int, client_id: str) -> mpb.OpenWriteResponse:
         return await self._call("OpenWrite", mpb.OpenWriteRequest(inode=inode, client_id=client_id))
 
-    async def renew_lease(self, lease_id: int) -> None:
-        await self._call("RenewLease", mpb.RenewLeaseRequest(lease_id=lease_id))
+    async def renew_lease(self, lease_id: int) -> bytes:
+        """Renew a write lease; the fresh write token (b"": the cluster issues none)."""
+        reply = await self._call("RenewLease", mpb.RenewLeaseRequest(lease_id=lease_id))
+        return bytes(reply.write_token)
 
     async def abort_write(self, lease_id: int) -> None:
         await self._call("AbortWrite", mpb.AbortWriteRequest(lease_id=lease_id))
@@ -165,12 +168,21 @@ class ManagerClient:
         reply = await self._call("FindChunks", mpb.FindChunksRequest(ids=chunk_ids))
         return list(reply.present)
 
-    async def locate(self, chunk_ids: Sequence[bytes]) -> dict[bytes, list[str]]:
-        """Replica addresses of each chunk id the index knows."""
-        reply = await self._call("LocateChunks", mpb.LocateChunksRequest(ids=chunk_ids))
-        by_id = {b.id: b.address for b in reply.benefactors}
-        return {loc.id: [by_id[b] for b in loc.benefactor_ids if b in by_id]
-                for loc in reply.locations}
+    async def locate(self, chunk_ids: Sequence[bytes]
+                     ) -> tuple[dict[bytes, list[str]], dict[bytes, bytes]]:
+        """Replica addresses of each chunk id the index knows, and a read token of each id
+        (also of those it does not know: chunks this mount stored and has not committed)."""
+        addresses: dict[bytes, list[str]] = {}
+        tokens: dict[bytes, bytes] = {}
+        for start in range(0, len(chunk_ids), LOCATE_BATCH):
+            reply = await self._call("LocateChunks", mpb.LocateChunksRequest(
+                ids=chunk_ids[start:start + LOCATE_BATCH]))
+            by_id = {b.id: b.address for b in reply.benefactors}
+            for loc in reply.locations:
+                addresses[loc.id] = [by_id[b] for b in loc.benefactor_ids if b in by_id]
+            tokens.update((loc.id, loc.token) for loc in (*reply.locations, *reply.unindexed)
+                          if loc.token)
+        return addresses, tokens
 
     async def block_map(self, inode: int, version: int = 0) -> mpb.BlockMap:
         return await self._call("GetBlockMap", mpb.GetBlockMapRequest(inode=inode, version=version))
@@ -241,9 +253,9 @@ class Benefactors:
         for ch in self._channels:
             ch.close()
 
-    def _get(self, address: str, chunk_id: bytes) -> bytes | memoryview:
+    def _get(self, address: str, chunk_id: bytes, token: bytes) -> bytes | memoryview:
         data: bytes | memoryview = call(self._link(address).get, bpb.GetChunkRequest(id=chunk_id),
-                    timeout=CHUNK_TIMEOUT)
+                    timeout=CHUNK_TIMEOUT, metadata=_token(token))
         ids.verify(chunk_id, data)  # readers verify every chunk, whoever sent it
         return data
 
@@ -252,25 +264,33 @@ class Benefactors:
         """A chunk's PutChunk message, framed once for all its targets."""
         return chunkwire.encode_put(chunk_id, data)
 
-    async def put(self, target: cpb.BenefactorAddress, message: bytes) -> bool:
-        """Store a chunk framed by frame(). Started as a gRPC future, not in a thread: the
-        call runs in gRPC's own threads (TLS, the socket) and only its completion comes
-        back to trio, which saves the two thread hand-offs per put that were a fifth of
-        a data-path worker's CPU (py-spy, docs/benchmarks.md)."""
-        future = self._link(target.address).put.future(message, timeout=CHUNK_TIMEOUT)
+    async def put(self, target: cpb.BenefactorAddress, message: bytes, token: bytes) -> bool:
+        """Store a chunk framed by frame(), with the write session's TOKEN. Started as a
+        gRPC future, not in a thread: the call runs in gRPC's own threads (TLS, the
+        socket) and only its completion comes back to trio, which saves the two thread
+        hand-offs per put that were a fifth of a data-path worker's CPU (py-spy,
+        docs/benchmarks.md)."""
+        future = self._link(target.address).put.future(message, timeout=CHUNK_TIMEOUT,
+                                                        metadata=_token(token) or None)
         reply = await completion(future)
         return bool(reply.already_present)
 
-    async def get(self, address: str, chunk_id: bytes) -> bytes | memoryview:
-        """A chunk's verified bytes (a view into the received message)."""
-        return await self._rpc.run(self._get, address, chunk_id)
+    async def get(self, address: str, chunk_id: bytes, token: bytes) -> bytes | memoryview:
+        """A chunk's verified bytes (a view into the received message); TOKEN: its read
+        token from the block-map."""
+        return await self._rpc.run(self._get, address, chunk_id, token)
 
-    def _report_bad(self, address: str, chunk_id: bytes) -> None:
+    def _report_bad(self, address: str, chunk_id: bytes, token: bytes) -> None:
         call(self._link(address).get, bpb.GetChunkRequest(id=chunk_id, verify=True),
-             timeout=CHUNK_TIMEOUT)
+             timeout=CHUNK_TIMEOUT, metadata=_token(token))
 
-    async def report_bad(self, address: str, chunk_id: bytes) -> None:
+    async def report_bad(self, address: str, chunk_id: bytes, token: bytes) -> None:
         """Tell ADDRESS its copy of a chunk did not verify here: it hashes the copy itself
         (a reader's word alone deletes nothing) and, if it is corrupt, deletes it and has
         the manager repair it (DESIGN §3)."""
-        await self._rpc.run(self._report_bad, address, chunk_id)
+        await self._rpc.run(self._report_bad, address, chunk_id, token)
+
+
+def _token(token: bytes) -> tuple[tuple[str, bytes], ...]:
+    """The metadata that carries a chunk access token (none without one: plaintext)."""
+    return ((chunkwire.TOKEN_KEY, token),) if token else ()

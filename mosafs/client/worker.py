@@ -45,6 +45,7 @@ class _Session:
     targets: list[cpb.BenefactorAddress]
     copies: int
     stored: Stored = field(default_factory=Stored)
+    write_token: bytes = b""  # the lease's, replaced by each renewal's ("token" frames)
 
 
 class _Worker:
@@ -68,6 +69,10 @@ class _Worker:
                     await pipeline.append(payload)  # type: ignore[arg-type]
             elif op == "open":
                 self._open(header)
+            elif op == "token":
+                stream = self.streams.get(header["stream"])
+                if stream is not None:  # a stream finishing may be gone already
+                    stream[1].write_token = header["token"]
             elif op == "finish":
                 nursery.start_soon(self._finish, header["stream"])
             elif op == "get":
@@ -78,7 +83,8 @@ class _Worker:
     def _open(self, header: dict[str, Any]) -> None:
         session = _Session(self.ctx, header["inode"],
                            [cpb.BenefactorAddress(id=i, address=a) for i, a in header["targets"]],
-                           header["copies"], Stored(ids=set(header["ids"])))
+                           header["copies"], Stored(ids=set(header["ids"])),
+                           header.get("token", b""))
         pipeline = Pipeline(session, self.ctx.chunker(header["spec"], header["preferred"]))
         pipeline.start()
         self.streams[header["stream"]] = (pipeline, session)
@@ -104,7 +110,8 @@ class _Worker:
         reply: dict[str, Any] = {"stream": header["stream"]}
         data: Any = b""
         try:
-            data = await self.ctx.fetcher.fetch(header["id"], header["addresses"])
+            data = await self.ctx.fetcher.fetch(header["id"], header["addresses"],
+                                                header.get("token", b""))
         except errors.MosafsError as exc:
             reply["error"] = (exc.kind, exc.message)
         await self._reply(reply, data)

@@ -38,6 +38,7 @@ from mosafs.manager.metadata import (
 )
 from mosafs.manager.registry import Clock, Registry
 from mosafs.manager.replication import CopyFn, Redundancy, Replicator
+from mosafs.manager.tokens import TokenAuthority
 
 log = logging.getLogger(__name__)
 
@@ -69,12 +70,14 @@ class Manager:
     def __init__(self, store: MetadataStore, config: ManagerConfig | None = None, *,
                  clock: Clock = time.monotonic, copy: CopyFn | None = None,
                  run_round: RoundFn | None = None, scrub: ScrubFn | None = None,
-                 has: HasFn | None = None) -> None:
+                 has: HasFn | None = None, tokens: TokenAuthority | None = None) -> None:
         """COPY asks one benefactor to copy chunks to another (replication); RUN_ROUND asks
         one to run a garbage-collection round now (`mosafs gc`). Without them nothing is
         replicated or collected on demand (unit tests of the metadata protocol). SCRUB asks
-        one to verify every chunk now, HAS which ids it holds (`mosafs scrub`)."""
+        one to verify every chunk now, HAS which ids it holds (`mosafs scrub`). TOKENS
+        signs chunk access tokens (None: none are issued: plaintext, or turned off)."""
         self.config = config or ManagerConfig()
+        self.tokens = tokens
         self.store = store
         self.registry = Registry(store, lease_s=self.config.benefactor_lease_s, clock=clock)
         self.leases = LeaseTable(self.config.write_lease_s, clock=clock)
@@ -91,9 +94,11 @@ class Manager:
 
     # --- write sessions -------------------------------------------------------------------
 
-    def open_write(self, inode: int, client_id: str) -> manager_pb2.OpenWriteResponse:
+    def open_write(self, inode: int, client_id: str,
+                   holder: bytes = b"") -> manager_pb2.OpenWriteResponse:
         """A write lease, the pool's settings and targets, and the base version: the file's
-        newest, else the newest file of its series (the folder decides pool and series)."""
+        newest, else the newest file of its series (the folder decides pool and series);
+        a write token for the lease, issued to HOLDER (a certificate's fingerprint)."""
         if len(client_id) > MAX_CLIENT_ID:
             raise InvalidArgument(f"client id longer than {MAX_CLIENT_ID} characters")
         context = self.folders.write_context(inode)  # NotFound / IsADirectory first
@@ -112,7 +117,7 @@ class Manager:
         out = manager_pb2.OpenWriteResponse(
             lease_id=lease.id, lease_ttl_ms=self.leases.ttl_ms, pool=pool, targets=targets,
             base_inode=base.inode if base.version else 0, base_version=base.version,
-            base_size=base.size)
+            base_size=base.size, write_token=self.write_token(lease.id, holder))
         out.base_chunks.extend(common_pb2.ChunkRef(id=cid, length=n) for cid, n in base.chunks)
         return out
 
@@ -120,6 +125,31 @@ class Manager:
         """Renew a write lease; returns its TTL in ms."""
         self.leases.renew(lease_id)
         return self.leases.ttl_ms
+
+    def write_token(self, lease_id: int, holder: bytes) -> bytes:
+        """A token that lets HOLDER put chunks for LEASE_ID (b"": none issued)."""
+        if self.tokens is None or not holder:
+            return b""
+        return self.tokens.write_token(lease_id, holder)
+
+    def _sign_reads(self, locations: Sequence[manager_pb2.ChunkLocation],
+                    holder: bytes) -> None:
+        """A read token for HOLDER in each of LOCATIONS (none without tokens or holder)."""
+        if self.tokens is None or not holder or not locations:
+            return
+        for location, token in zip(locations, self.tokens.read_tokens(
+                [loc.id for loc in locations], holder), strict=True):
+            location.token = token
+
+    def security_state(self, revoked: Iterable[bytes]) -> manager_pb2.SecurityState:
+        """What benefactors must know to check callers: the certificates REVOKED and the
+        keys chunk access tokens are signed with (none: tokens are off)."""
+        out = manager_pb2.SecurityState(revoked=list(revoked))
+        if self.tokens is not None:
+            out.token_keys.extend(manager_pb2.TokenKey(id=k.id, secret=k.secret,
+                                                       not_after_ms=k.not_after_ms)
+                                  for k in self.tokens.published())
+        return out
 
     def commit_version(
         self, lease_id: int, inode: int, chunks: Iterable[ChunkEntry],
@@ -186,9 +216,14 @@ class Manager:
                 and any(self.registry.is_alive(b) for b in rec.benefactor_ids)
                 for rec in records]
 
-    def locate_chunks(self, ids: Sequence[bytes]) -> manager_pb2.LocateChunksResponse:
+    def locate_chunks(self, ids: Sequence[bytes],
+                      holder: bytes = b"") -> manager_pb2.LocateChunksResponse:
         """Where copies of each distinct id the index holds are (live benefactors first),
-        with the addresses of every benefactor named; ids the index lacks are left out."""
+        with the addresses of every benefactor named; ids the index lacks are listed in
+        `unindexed`. Each gets a read token for HOLDER: a writer reads back the chunks of
+        its base and those it stored (a spill). Naming an id is all it takes, as for
+        dedupe: whoever knows an id could commit it into a file of their own and read it
+        there (docs/operations.md, "Chunk access tokens")."""
         if len(ids) > MAX_FIND_CHUNKS:
             raise InvalidArgument(f"LocateChunks takes at most {MAX_FIND_CHUNKS} ids, got "
                                   f"{len(ids)}: split the batch")
@@ -200,6 +235,12 @@ class Manager:
         out = manager_pb2.LocateChunksResponse()
         for cid, bids in found:
             out.locations.add(id=cid, benefactor_ids=_live_first(bids, alive))
+        if self.tokens is not None and holder:
+            known = {cid for cid, _ in found}
+            out.unindexed.extend(manager_pb2.ChunkLocation(id=cid) for cid in distinct
+                                 if cid not in known)
+            self._sign_reads(out.locations, holder)
+            self._sign_reads(out.unindexed, holder)
         addresses = self.store.benefactor_addresses(named)
         out.benefactors.extend(common_pb2.BenefactorAddress(id=bid, address=addresses[bid])
                                for bid in named if bid in addresses)
@@ -319,9 +360,12 @@ class Manager:
 
     # --- reads and status -----------------------------------------------------------------
 
-    def block_map(self, inode: int, version: int = 0) -> manager_pb2.BlockMap:
-        """The block-map with each chunk's live benefactors listed first."""
+    def block_map(self, inode: int, version: int = 0,
+                  holder: bytes = b"") -> manager_pb2.BlockMap:
+        """The block-map with each chunk's live benefactors listed first, and a read token
+        for HOLDER for each chunk (the caller may read this version)."""
         out = self.store.block_map(inode, version)
+        self._sign_reads(out.locations, holder)
         alive = self.registry.alive_among(b.id for b in out.benefactors)
         for location in out.locations:
             if len(location.benefactor_ids) > 1:  # one copy: nothing to order

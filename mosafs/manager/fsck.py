@@ -25,6 +25,12 @@ What is checked, and the repair of each finding (docs/metadata.md has the table)
                         entry naming it: set
   bad_kind              an inode of a kind mosafs does not know: not repairable
   rdev                  a device number on an inode that is not a device node: cleared
+  attribute             an attribute outside what SetAttr accepts (stores written before it
+                        checked): mode bits outside 0o7777 masked, a symlink's mode 0777,
+                        the root directory's owner rwx added; uid/gid 2**32-1 (or above
+                        MAX_OWNER_ID) set to 65534 (nobody/nogroup; setuid and setgid
+                        cleared, as chown does); times outside MIN_TIME_NS..MAX_TIME_NS
+                        clamped into it
   file_folder           a regular file whose parent/name is not one of its entries: cleared
                         (a file of no known folder; its next rename gives it one again)
   orphan_xattr          extended attributes of a missing inode: deleted
@@ -61,14 +67,20 @@ from mosafs.manager.metadata import (
     DEVICES,
     DIRECTORY,
     KINDS,
+    MAX_OWNER_ID,
+    MAX_TIME_NS,
+    MIN_TIME_NS,
     REGULAR,
     ROOT_INODE,
+    ROOT_OWNER_BITS,
+    SYMLINK,
     MetadataStore,
     kind_name,
 )
 
 _U64 = struct.Struct(">Q")
 _VKEY = struct.Struct(">QQ")
+NOBODY = 65534  # the owner an unusable uid or gid is repaired to (nobody, nogroup)
 MAX_FINDINGS = 10_000  # in one report; the rest are counted in a last finding
 
 
@@ -161,6 +173,35 @@ class _Check:
                              f"{rec.rdev:#x}; only device nodes have one")
                 rec.rdev = 0
                 self._put_inode(ino, rec)
+            self._attributes(ino, rec)
+
+    def _attributes(self, ino: int, rec: metadata_pb2.InodeRecord) -> None:
+        """Mode, owner and times within what SetAttr and the creates accept
+        (docs/metadata.md, "Attribute values"); repaired to the nearest value that is."""
+        wrong = []
+        mode = rec.mode & 0o7777
+        if rec.kind == SYMLINK:
+            mode = 0o777
+        elif ino == ROOT_INODE:
+            mode |= ROOT_OWNER_BITS
+        for what in ("uid", "gid"):
+            value = getattr(rec, what)
+            if value > MAX_OWNER_ID:
+                wrong.append(f"{what} {value}")
+                setattr(rec, what, NOBODY)
+                mode &= ~0o6000  # as chown(2) does: no setuid/setgid for the new owner
+        if mode != rec.mode:
+            wrong.append(f"mode {rec.mode:#o}")
+            rec.mode = mode
+        for what in ("atime_ns", "mtime_ns", "ctime_ns"):
+            value = getattr(rec, what)
+            if not MIN_TIME_NS <= value <= MAX_TIME_NS:
+                wrong.append(f"{what} {value}")
+                setattr(rec, what, min(max(value, MIN_TIME_NS), MAX_TIME_NS))
+        if wrong:
+            self.out.add("attribute", f"inode {ino} ({kind_name(rec.kind)}) has "
+                         f"{', '.join(wrong)}: outside what SetAttr accepts")
+            self._put_inode(ino, rec)
 
     def _dirents(self, inodes: dict[int, metadata_pb2.InodeRecord],
                  ) -> tuple[Counter[int], Counter[int], dict[int, int]]:

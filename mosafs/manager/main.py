@@ -80,6 +80,21 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "units; default 16G): its map grows by itself up to it, and "
                              "the disk's free space; near it, creates fail with ENOSPC "
                              "while deletions still work (docs/metadata.md)")
+    tokens = parser.add_argument_group(
+        "chunk access tokens", "benefactors serve and take chunk bytes only against "
+        "tokens this manager signs for the caller's certificate (docs/operations.md); a "
+        "plaintext manager (--insecure) issues none")
+    tokens.add_argument("--chunk-tokens", choices=["on", "off"], default="on",
+                        help="off: issue none, and benefactors check none; only to measure "
+                             "their cost (docs/benchmarks.md), never in production "
+                             "(default on)")
+    tokens.add_argument("--token-ttl", type=_seconds, default=600.0, metavar="SECONDS",
+                        help="how long a token is valid (default 600); a reader whose "
+                             "token expired asks for the block-map again")
+    tokens.add_argument("--token-rotate", type=_seconds, default=600.0, metavar="SECONDS",
+                        help="a new signing key this often (default 600; at least 4 "
+                             "heartbeat intervals, so benefactors know a key before it "
+                             "signs); a key is kept until its tokens have expired")
     parser.add_argument("--ready-file", metavar="PATH",
                         help="write {address, pid, data_dir, metrics} as JSON here once "
                              "serving")
@@ -106,6 +121,14 @@ def run(args: argparse.Namespace) -> int:
     if args.benefactor_lease < args.heartbeat_interval:
         raise ConfigError("--benefactor-lease must be at least --heartbeat-interval "
                           "(otherwise live benefactors flap between alive and dead)")
+    if args.token_ttl < args.write_lease:
+        raise ConfigError("--token-ttl must be at least --write-lease: a write session's "
+                          "token is replaced at each lease renewal (every third of the "
+                          "lease), so it must outlive the lease")
+    if args.token_rotate < 4 * args.heartbeat_interval:
+        raise ConfigError("--token-rotate must be at least 4 times --heartbeat-interval: "
+                          "benefactors learn the next key from heartbeat answers before "
+                          "it signs a token")
     data_dir = Path(args.data_dir).resolve()
     data_dir.mkdir(parents=True, exist_ok=True)
 
@@ -131,7 +154,7 @@ def run(args: argparse.Namespace) -> int:
         peers = BenefactorPeers()
         manager = Manager(store, config, copy=peers.replicate,
                           run_round=peers.run_garbage_round, scrub=peers.scrub,
-                          has=peers.has)
+                          has=peers.has, tokens=_token_authority(args, data_dir))
         _register_metrics(manager)
         srv, port = listen(add_to_server(manager), args.listen, label="manager")
         replicator = manager.replicator
@@ -159,6 +182,24 @@ def run(args: argparse.Namespace) -> int:
             peers.close()
     log.info("stopped")
     return 0
+
+
+def _token_authority(args: argparse.Namespace, data_dir: Path) -> Any:
+    """The signer of chunk access tokens (docs/operations.md), or None: plaintext (no
+    certificate to bind a token to), or --chunk-tokens off."""
+    from mosafs.manager.tokens import KEYS_FILE, TokenAuthority
+    from mosafs.rpc import security
+
+    if security.current() is None:
+        log.info("chunk access tokens off: plaintext cluster (--insecure)")
+        return None
+    if args.chunk_tokens == "off":
+        log.warning("chunk access tokens off (--chunk-tokens off): any client certificate "
+                    "may read and write every chunk by id; use this only to measure their "
+                    "cost")
+        return None
+    return TokenAuthority(ttl_s=args.token_ttl, rotate_s=args.token_rotate,
+                          path=data_dir / KEYS_FILE)
 
 
 def _register_metrics(manager: Any) -> None:

@@ -60,6 +60,11 @@ Invariants (every write transaction keeps them):
     names (each + 1) at most 64 KiB.
   - Pool "default" exists. A benefactor's pool exists. Every folders key names an existing
     directory, and the pool it assigns exists.
+  - Attributes (docs/metadata.md, "Attribute values"): mode is permission bits (0o7777;
+    a symlink's 0o777; the root directory's owner keeps rwx, ROOT_OWNER_BITS); uid and
+    gid are 0..MAX_OWNER_ID (2**32-1, "unchanged" in chown(2), owns nothing); times are
+    within MIN_TIME_NS..MAX_TIME_NS; a version is at most MAX_FILE_SIZE bytes; rdev is at
+    most MAX_RDEV. Whoever asks, no request stores anything else.
 mosafs.manager.fsck checks every one of these (`mosafs fsck`) and repairs what it can.
 
 The map grows by itself up to the ceiling `map_size` (mosafs.manager.mapsize): every
@@ -85,8 +90,10 @@ from typing import Any, TypeVar, cast
 
 import lmdb
 
+from mosafs import metrics
 from mosafs._proto import common_pb2, manager_pb2, metadata_pb2
 from mosafs.errors import (
+    AccessDenied,
     AlreadyExists,
     ConfigError,
     DirectoryNotEmpty,
@@ -100,6 +107,7 @@ from mosafs.errors import (
     NotFound,
     NotPermitted,
     NotSupported,
+    ResourceExhausted,
     ValueTooLarge,
 )
 from mosafs.ids import ID_LEN
@@ -131,6 +139,17 @@ MAX_SESSION_BYTES = 64  # a client's write session id (CommitVersionRequest.sess
 _MAX_U64 = (1 << 64) - 1
 _MAX_U32 = (1 << 32) - 1
 _MIN_I64, _MAX_I64 = -(1 << 63), (1 << 63) - 1
+# Attribute values (docs/metadata.md, "Attribute values"): what the store accepts is what
+# every layer between it and a program's stat() can represent.
+UNCHANGED_ID = _MAX_U32  # (uid_t)-1: "leave it" in chown(2) and SetAttr; never an owner
+MAX_OWNER_ID = _MAX_U32 - 1  # the largest uid/gid an inode may have (capability.MAX_ID)
+_NS = 1_000_000_000
+TIME_SEC_MAX = _MAX_I64 // _NS  # 9223372036 s: Linux's KTIME_SEC_MAX
+MAX_TIME_NS = TIME_SEC_MAX * _NS  # 2262-04-11T23:47:16Z
+MIN_TIME_NS = -MAX_TIME_NS  # 1677-09-21T00:12:44Z; -2**63 is outside
+MAX_FILE_SIZE = 4 << 40  # 4 TiB, the client's limit (mosafs.client.files.writer)
+MAX_RDEV = _MAX_U32  # the device numbers FUSE carries (majors < 4096, minors < 2**20)
+ROOT_OWNER_BITS = 0o700  # the root directory's owner always keeps rwx
 
 DIRECTORY = manager_pb2.FILE_KIND_DIRECTORY
 REGULAR = manager_pb2.FILE_KIND_REGULAR
@@ -255,8 +274,10 @@ def _merge_placements(
 
 
 def _permissions(mode: int, kind: int) -> int:
-    """Permission bits of MODE; the file-type bits of KIND are tolerated (FUSE passes them)."""
-    if not 0 <= mode <= _MAX_U32 or mode & ~0o7777 not in (0, _TYPE_BITS[kind]):
+    """Permission bits of MODE (0o7777: rwx for owner, group and others, setuid, setgid,
+    sticky); the file-type bits of KIND are tolerated (FUSE passes them), any other bit is
+    InvalidArgument. What is stored is MODE & 0o7777: the kind never changes."""
+    if not 0 <= mode <= _MAX_U32 or mode & ~0o7777 not in (0, _TYPE_BITS.get(kind, 0)):
         raise InvalidArgument(f"mode {mode:#o} has bits outside the permission bits 0o7777")
     return mode & 0o7777
 
@@ -267,16 +288,58 @@ def _check_u64(value: int, what: str) -> int:
     return value
 
 
+def _check_id(value: int, what: str) -> int:
+    """An owner (uid or gid) an inode may be given: 0..MAX_OWNER_ID. 2**32-1 is (uid_t)-1,
+    which chown(2) reads as "unchanged" and the kernel as no user at all (INVALID_UID): an
+    inode owned by it could not be stat'ed, chmod'ed (EOVERFLOW) or chown'ed (EPERM) by
+    anyone, root included."""
+    if value == UNCHANGED_ID:
+        raise InvalidArgument(f"{what} {value} is (uid_t)-1, which means \"unchanged\" in "
+                              f"chown(2): it cannot own anything")
+    if not 0 <= value <= MAX_OWNER_ID:
+        raise InvalidArgument(f"{what} {value} is outside 0..{MAX_OWNER_ID}")
+    return value
+
+
 def _check_owner(uid: int, gid: int) -> None:
-    for what, value in (("uid", uid), ("gid", gid)):
-        if not 0 <= value <= _MAX_U32:
-            raise InvalidArgument(f"{what} {value} is not an unsigned 32-bit integer")
+    """The owner of a new inode (Create, Mkdir, Mknod, Symlink): uid and gid in
+    0..MAX_OWNER_ID; 2**32-1 ("unchanged") is refused, there being nothing to keep."""
+    _check_id(uid, "uid")
+    _check_id(gid, "gid")
+
+
+def _owner_change(value: int | None, what: str) -> int | None:
+    """The uid or gid a SetAttr sets: None for "unchanged" (absent, or 2**32-1 as in
+    chown(2)), else a value _check_id accepts."""
+    if value is None or value == UNCHANGED_ID:
+        return None
+    return _check_id(value, what)
 
 
 def _check_time(value: int, what: str) -> int:
-    if not _MIN_I64 <= value <= _MAX_I64:
-        raise InvalidArgument(f"{what} {value} is not a signed 64-bit integer")
+    """A time in ns since the epoch: MIN_TIME_NS..MAX_TIME_NS, +-9223372036 whole seconds
+    (1677-09-21T00:12:44Z .. 2262-04-11T23:47:16Z). Every such time is a signed 64-bit
+    count of nanoseconds whose (seconds, nanoseconds) split joins again without overflow
+    (the kernel's timespec64/ktime conversions, C's tv_sec * 1e9 + tv_nsec, Python's
+    os.stat st_*time_ns), and whose negation fits too; INT64_MIN (-2**63), the sentinel
+    of so many programs, is outside."""
+    if not MIN_TIME_NS <= value <= MAX_TIME_NS:
+        raise InvalidArgument(f"{what} {value} is outside {MIN_TIME_NS}..{MAX_TIME_NS} ns "
+                              f"(1677-09-21 .. 2262-04-11)")
     return value
+
+
+def check_certificate(bid: str, rec: metadata_pb2.BenefactorRecord | None,
+                      certificate: str) -> None:
+    """AccessDenied when benefactor BID was registered by another certificate than
+    CERTIFICATE ("" on either side: a plaintext cluster, or a record from before)."""
+    if rec is not None and rec.certificate and certificate and rec.certificate != certificate:
+        metrics.REFUSALS.labels("capability").inc()
+        logging.getLogger("mosafs.audit").info(
+            "refused to let %s speak for benefactor %s (registered by %s)", certificate, bid,
+            rec.certificate)
+        raise AccessDenied(f"benefactor {bid} belongs to certificate {rec.certificate!r}; "
+                           f"{certificate!r} may not speak for it")
 
 
 def kind_name(kind: int) -> str:
@@ -889,24 +952,55 @@ class MetadataStore:
         gid: int | None = None, atime_ns: int | None = None, mtime_ns: int | None = None,
         ctime_ns: int | None = None,
     ) -> manager_pb2.Attr:
-        """Change the given attributes of any kind of inode. atime and mtime are stored
-        exactly as given; ctime becomes CTIME_NS when given, else the manager's clock."""
-        if mode is not None and not 0 <= mode <= 0o7777:
-            raise InvalidArgument(f"mode {mode:#o} has bits outside the permission bits 0o7777")
-        _check_owner(uid or 0, gid or 0)
+        """Change the given attributes of any kind of inode (None: unchanged). Whoever
+        asks, no value can leave an inode that stat, chmod or chown cannot handle
+        (docs/metadata.md, "Attribute values"):
+
+        - MODE: permission bits only (0o7777; the inode's own file-type bits are
+          tolerated, as FUSE passes them, others are InvalidArgument): the kind never
+          changes. A symbolic link keeps 0o777 (NotSupported otherwise, as Linux's
+          fchmodat(AT_SYMLINK_NOFOLLOW)). The root directory keeps its owner's rwx
+          (ROOT_OWNER_BITS; InvalidArgument otherwise), so it is never locked.
+        - UID, GID: 0..MAX_OWNER_ID; 2**32-1 means unchanged, as -1 in chown(2).
+        - ATIME_NS, MTIME_NS: stored as given, within MIN_TIME_NS..MAX_TIME_NS.
+        - CTIME_NS: the manager's clock at the change when absent (the mount never sends
+          one); a given one (a tool restoring metadata) is stored as given, within the same
+          range.
+        Every value is checked before anything is written: a refused request changes
+        nothing."""
+        uid = _owner_change(uid, "uid")
+        gid = _owner_change(gid, "gid")
+        if mode is not None and not 0 <= mode <= _MAX_U32:
+            raise InvalidArgument(f"mode {mode:#o} has bits outside the permission bits "
+                                  f"0o7777")
         for what, value in (("atime_ns", atime_ns), ("mtime_ns", mtime_ns),
                             ("ctime_ns", ctime_ns)):
             if value is not None:
                 _check_time(value, what)
         with self._write() as tx:
             rec = tx.inode(inode)
-            for name, value in (("mode", mode), ("uid", uid), ("gid", gid),
-                                ("atime_ns", atime_ns), ("mtime_ns", mtime_ns)):
+            if mode is not None:
+                rec.mode = self._new_mode(inode, rec, mode)
+            for name, value in (("uid", uid), ("gid", gid), ("atime_ns", atime_ns),
+                                ("mtime_ns", mtime_ns)):
                 if value is not None:
                     setattr(rec, name, value)
             rec.ctime_ns = time.time_ns() if ctime_ns is None else ctime_ns
             tx.put_inode(inode, rec)
             return _attr(inode, rec)
+
+    @staticmethod
+    def _new_mode(inode: int, rec: metadata_pb2.InodeRecord, mode: int) -> int:
+        """The permission bits a SetAttr of MODE gives INODE (see setattr)."""
+        perm = _permissions(mode, rec.kind)
+        if rec.kind == SYMLINK and perm != 0o777:
+            raise NotSupported(f"inode {inode} is a symbolic link: its mode is always 0777 "
+                               f"(mode {perm:#o} asked)")
+        if inode == ROOT_INODE and perm & ROOT_OWNER_BITS != ROOT_OWNER_BITS:
+            raise InvalidArgument(f"mode {perm:#o} for the root directory: its owner keeps "
+                                  f"read, write and search (0o700) so that the file system "
+                                  f"stays usable")
+        return perm
 
     def readdir(
         self, inode: int, start_after: str = "", limit: int = 0,
@@ -932,6 +1026,9 @@ class MetadataStore:
     @_rerun_if_grown
     def mkdir(self, parent: int, name: str, mode: int, uid: int = 0,
               gid: int = 0) -> manager_pb2.Attr:
+        """A new empty directory NAME in PARENT. MODE: permission bits (0o7777; S_IFDIR
+        tolerated); UID, GID: its owner, 0..MAX_OWNER_ID (2**32-1 is refused: it means
+        "unchanged" and owns nothing). Times: the manager's clock."""
         raw = check_new_name(name)
         perm = _permissions(mode, DIRECTORY)
         _check_owner(uid, gid)
@@ -954,7 +1051,8 @@ class MetadataStore:
     @_rerun_if_grown
     def create(self, parent: int, name: str, mode: int, uid: int = 0, gid: int = 0, *,
                exclusive: bool = False) -> manager_pb2.Attr:
-        """A new empty regular file; an existing one is returned unless EXCLUSIVE (O_EXCL)."""
+        """A new empty regular file; an existing one is returned unless EXCLUSIVE (O_EXCL).
+        MODE, UID and GID as for mkdir (S_IFREG tolerated in MODE)."""
         raw = check_new_name(name)
         perm = _permissions(mode, REGULAR)
         _check_owner(uid, gid)
@@ -1097,7 +1195,8 @@ class MetadataStore:
 
     def symlink(self, parent: int, name: str, target: bytes, uid: int = 0,
                 gid: int = 0) -> manager_pb2.Attr:
-        """A symbolic link: mode 0777, size = the target's length in bytes."""
+        """A symbolic link: mode 0777, size = the target's length in bytes. UID and GID as
+        for mkdir."""
         raw = check_new_name(name)
         target = check_symlink_target(target)
         _check_owner(uid, gid)
@@ -1120,12 +1219,17 @@ class MetadataStore:
         """A FIFO, a socket or a block or character device node with device number RDEV:
         metadata only (the kernel does the rest), size 0. Anything else is NotPermitted:
         regular files, directories and symlinks have calls of their own. Who may make a
-        device node is the kernel's check (CAP_MKNOD) before the request gets here."""
+        device node is the kernel's check (CAP_MKNOD) before the request gets here.
+        MODE, UID and GID as for mkdir (the kind's S_IF* bits tolerated in MODE); RDEV at
+        most MAX_RDEV, the numbers FUSE carries."""
         _check_mknod_kind(name, kind)
         raw = check_new_name(name)
         perm = _permissions(mode, kind)
         _check_owner(uid, gid)
-        _check_u64(rdev, "rdev")
+        if _check_u64(rdev, "rdev") > MAX_RDEV:
+            raise InvalidArgument(f"mknod {name[:80]!r}: device number {rdev:#x} is not one "
+                                  f"FUSE carries (0..{MAX_RDEV:#x}: majors below 4096, "
+                                  f"minors below 2**20)")
         if rdev and kind not in DEVICES:
             raise InvalidArgument(f"mknod {name[:80]!r}: {kind_name(kind)} has no device "
                                   f"number (rdev {rdev:#x} given)")
@@ -1313,15 +1417,19 @@ class MetadataStore:
         Every chunk must be in the index already or be named in PLACEMENTS (id -> benefactor
         ids where the client stored it). Placements of ids the block-map does not name are
         validated and ignored: the index only tracks referenced chunks. BASE_* name the
-        version the write deduped against (for shared_chunks). MTIME_NS 0: the commit time.
-        POOL: the pool the write stored new chunks in (their records keep it: their R).
-        SESSION: whether the version is provisional, and the provisional version of the
-        same write session it replaces (dropped here, with its chunk references, if it is
-        still the newest; docs/lifecycle.md, Versions).
+        version the write deduped against (for shared_chunks). MTIME_NS 0: the commit time,
+        else a time _check_time accepts. The version's size (the sum of the lengths) is at
+        most MAX_FILE_SIZE (ResourceExhausted, EFBIG, beyond). POOL: the pool the write
+        stored new chunks in (their records keep it: their R). SESSION: whether the version
+        is provisional, and the provisional version of the same write session it replaces
+        (dropped here, with its chunk references, if it is still the newest;
+        docs/lifecycle.md, Versions).
         """
         entries = check_chunks(chunks)
         placed = _merge_placements(placements)
         _check_u64(new_bytes, "new_bytes")
+        if mtime_ns:
+            _check_time(mtime_ns, "mtime_ns")
         session.check()
         occurrences: Counter[bytes] = Counter(cid for cid, _ in entries)
         lengths: dict[bytes, int] = {}
@@ -1329,6 +1437,10 @@ class MetadataStore:
             if lengths.setdefault(cid, length) != length:
                 raise InvalidArgument(f"chunk {cid.hex()} appears with lengths "
                                       f"{lengths[cid]} and {length}")
+        size = sum(lengths[cid] * count for cid, count in occurrences.items())
+        if size > MAX_FILE_SIZE:
+            raise ResourceExhausted(f"a version of {size} bytes is over the largest file "
+                                    f"mosafs stores ({MAX_FILE_SIZE} bytes, 4 TiB)")
         now = time.time_ns()
         with self._write(grows=True) as tx:
             rec = tx.regular_file(inode)  # NotFound: unlinked while the client wrote
@@ -1348,9 +1460,9 @@ class MetadataStore:
                                   replaced.stored_entries)
             base_ids = self._base_ids(tx, base_inode, base_version) if base_version else set()
             vrec = metadata_pb2.VersionRecord(
-                size=sum(lengths[cid] * count for cid, count in occurrences.items()),
-                chunks=len(entries), base_inode=base_inode, base_version=base_version,
-                new_bytes=new_bytes, commit_time_ns=now, mtime_ns=mtime_ns or now)
+                size=size, chunks=len(entries), base_inode=base_inode,
+                base_version=base_version, new_bytes=new_bytes, commit_time_ns=now,
+                mtime_ns=mtime_ns or now)
             counted = _count_sources(vrec, entries, base_ids, stored)
             if session.provisional:
                 vrec.provisional = True
@@ -1669,12 +1781,17 @@ class MetadataStore:
 
     @_rerun_if_grown
     def register_benefactor(self, bid: str, address: str, pool: str, capacity_bytes: int,
-                            free_bytes: int, chunks: int) -> metadata_pb2.BenefactorRecord:
+                            free_bytes: int, chunks: int,
+                            certificate: str = "") -> metadata_pb2.BenefactorRecord:
         """Record a (re-)registration. POOL "" keeps the pool it is in (a new benefactor:
-        the default pool); a pool named joins it. Draining survives re-registration."""
+        the default pool); a pool named joins it. Draining survives re-registration.
+        CERTIFICATE: the registering certificate's name; an id first registered by another
+        certificate is refused (AccessDenied), so one benefactor key cannot speak for the
+        others."""
         check_benefactor_id(bid)
         with self._write() as tx:
             old = tx.benefactor(bid)
+            check_certificate(bid, old, certificate)
             pool = pool or (old.pool if old is not None else pools.DEFAULT_POOL)
             if tx.pool(pool) is None:
                 raise InvalidArgument(f"benefactor {bid}: no pool {pool!r} (mosafs pool list)")
@@ -1683,7 +1800,8 @@ class MetadataStore:
             rec = metadata_pb2.BenefactorRecord(
                 address=address, pool=pool, capacity_bytes=capacity_bytes,
                 free_bytes=free_bytes, chunks=chunks, registered_ns=time.time_ns(),
-                draining=old is not None and old.draining)
+                draining=old is not None and old.draining,
+                certificate=certificate or (old.certificate if old is not None else ""))
             tx.put_benefactor(bid, rec)
             return rec
 

@@ -36,7 +36,7 @@ from mosafs import metrics
 from mosafs._proto import metadata_pb2
 from mosafs.capability import Caller
 from mosafs.errors import AccessDenied, NotFound, NotPermitted, ReadOnly
-from mosafs.manager.metadata import DIRECTORY, ROOT_INODE, MetadataStore
+from mosafs.manager.metadata import DIRECTORY, ROOT_INODE, UNCHANGED_ID, MetadataStore
 
 audit = logging.getLogger("mosafs.audit")
 R, W, X = 4, 2, 1
@@ -237,6 +237,9 @@ class Guard:
         rec = self._need(caller, "SetAttr", ino)
         if caller.is_root:
             return
+        # 2^32-1 leaves the owner as it is (chown(2)'s -1): no change to check.
+        uid = None if uid == UNCHANGED_ID else uid
+        gid = None if gid == UNCHANGED_ID else gid
         owner = rec.uid == caller.uid
         problems: list[str] = []
         if mode is not None and not owner:

@@ -33,13 +33,14 @@ from dataclasses import dataclass
 
 from mosafs._proto import benefactor_pb2, common_pb2, manager_pb2, metadata_pb2
 from mosafs.errors import FailedPrecondition, InvalidArgument, NoSpace, NotFound, Unavailable
-from mosafs.manager.metadata import MetadataStore, check_benefactor_id
+from mosafs.manager.metadata import MetadataStore, check_benefactor_id, check_certificate
 
 Clock = Callable[[], float]
 MiB = 1 << 20
 # Below this much free space a benefactor takes no new chunks: the largest default chunk
 # (4 MiB) with room for the puts in flight when it was last heard from.
 FULL_BELOW_BYTES = 16 * MiB
+MAX_BYTES = (1 << 64) - 1  # a uint64 of the protocol
 
 
 def check_address(address: str) -> str:
@@ -78,19 +79,27 @@ class Registry:
         for bid, rec in store.benefactors().items():
             self._soft[bid] = _Soft(_info(bid, rec), now, rec.draining, heard=False)
 
-    def register(self, info: benefactor_pb2.BenefactorInfo) -> None:
+    def register(self, info: benefactor_pb2.BenefactorInfo, certificate: str = "") -> None:
+        """CERTIFICATE: the caller's certificate name, which the id stays bound to."""
         bid = check_benefactor_id(info.id)
         check_address(info.address)
         rec = self._store.register_benefactor(
-            bid, info.address, info.pool, info.capacity_bytes, info.free_bytes, info.chunks)
+            bid, info.address, info.pool, info.capacity_bytes, info.free_bytes, info.chunks,
+            certificate)
         self._remember(info, rec)
 
-    def heartbeat(self, info: benefactor_pb2.BenefactorInfo) -> None:
+    def vouch(self, bid: str, certificate: str) -> None:
+        """AccessDenied unless CERTIFICATE may speak for benefactor BID (the one that
+        registered it; "" on plaintext clusters)."""
+        check_certificate(check_benefactor_id(bid), self._store.benefactor(bid), certificate)
+
+    def heartbeat(self, info: benefactor_pb2.BenefactorInfo, certificate: str = "") -> None:
         """NotFound tells the benefactor to register (again)."""
         bid = check_benefactor_id(info.id)
         rec = self._store.benefactor(bid)
         if rec is None:
             raise NotFound(f"benefactor {bid} is not registered: register first")
+        check_certificate(bid, rec, certificate)
         if info.address and info.address != rec.address:
             raise NotFound(f"benefactor {bid} is registered at {rec.address}, not at "
                            f"{info.address}: register again")
@@ -223,9 +232,11 @@ class Registry:
         return [common_pb2.BenefactorAddress(id=b.id, address=b.address) for b in chosen]
 
     def capacity(self) -> tuple[int, int]:
-        """(capacity, free) bytes summed over live benefactors."""
+        """(capacity, free) bytes summed over live benefactors, each at most 2**64-1 (what
+        StatFs carries: every benefactor states its own figures, up to 2**64-1 each)."""
         live = self.live()
-        return sum(b.capacity_bytes for b in live), sum(b.free_bytes for b in live)
+        return (min(sum(b.capacity_bytes for b in live), MAX_BYTES),
+                min(sum(b.free_bytes for b in live), MAX_BYTES))
 
     def alive_among(self, bids: Iterable[str]) -> set[str]:
         """The ids of BIDS that are alive (one lock for the whole set)."""

@@ -17,7 +17,7 @@ from mosafs.manager.metadata import SessionCommit
 from mosafs.manager.permissions import Guard, filtered
 from mosafs.rpc.errors import servicer
 from mosafs.rpc.handlers import add_decoding_in_handlers
-from mosafs.rpc.security import current_caller
+from mosafs.rpc.security import current_caller, revocations
 
 Ctx = grpc.ServicerContext
 
@@ -139,11 +139,14 @@ class ManagerServicer(manager_pb2_grpc.ManagerServicer):
 
     def OpenWrite(self, request: pb.OpenWriteRequest, context: Ctx) -> pb.OpenWriteResponse:
         self._guard.write(current_caller(), request.inode, "OpenWrite")
-        return self._m.open_write(request.inode, request.client_id)
+        return self._m.open_write(request.inode, request.client_id,
+                                  current_caller().fingerprint)
 
     def RenewLease(self, request: pb.RenewLeaseRequest, context: Ctx) -> pb.RenewLeaseResponse:
         self._guard.writes_chunks(current_caller(), "RenewLease")
-        return pb.RenewLeaseResponse(lease_ttl_ms=self._m.renew_lease(request.lease_id))
+        ttl = self._m.renew_lease(request.lease_id)
+        return pb.RenewLeaseResponse(lease_ttl_ms=ttl, write_token=self._m.write_token(
+            request.lease_id, current_caller().fingerprint))
 
     def CommitVersion(self, request: pb.CommitVersionRequest,
                       context: Ctx) -> pb.CommitVersionResponse:
@@ -169,13 +172,18 @@ class ManagerServicer(manager_pb2_grpc.ManagerServicer):
 
     def LocateChunks(self, request: pb.LocateChunksRequest,
                      context: Ctx) -> pb.LocateChunksResponse:
-        return self._m.locate_chunks(list(request.ids))
+        caller = current_caller()
+        # Tokens by id are for writers, who read back their base and what they stored; a
+        # read-only certificate reads through block-maps (docs/operations.md).
+        holder = b"" if caller.capability.read_only else caller.fingerprint
+        return self._m.locate_chunks(list(request.ids), holder)
 
     # --- reads ----------------------------------------------------------------------------
 
     def GetBlockMap(self, request: pb.GetBlockMapRequest, context: Ctx) -> pb.BlockMap:
         self._guard.read(current_caller(), request.inode, "GetBlockMap")
-        return self._m.block_map(request.inode, request.version)
+        return self._m.block_map(request.inode, request.version,
+                                 current_caller().fingerprint)
 
     def GetVersionStats(self, request: pb.GetVersionStatsRequest,
                         context: Ctx) -> pb.VersionStats:
@@ -186,15 +194,17 @@ class ManagerServicer(manager_pb2_grpc.ManagerServicer):
 
     def RegisterBenefactor(self, request: pb.RegisterBenefactorRequest,
                            context: Ctx) -> pb.RegisterBenefactorResponse:
-        self._m.registry.register(request.info)
+        self._m.registry.register(request.info, current_caller().name)
         config = self._m.config
         return pb.RegisterBenefactorResponse(
             heartbeat_interval_ms=int(config.heartbeat_interval_s * 1000),
-            lease_ms=int(config.benefactor_lease_s * 1000))
+            lease_ms=int(config.benefactor_lease_s * 1000),
+            security=self._m.security_state(revocations().fingerprints()))
 
     def Heartbeat(self, request: pb.HeartbeatRequest, context: Ctx) -> pb.HeartbeatResponse:
-        self._m.registry.heartbeat(request.info)
-        return pb.HeartbeatResponse()
+        self._m.registry.heartbeat(request.info, current_caller().name)
+        return pb.HeartbeatResponse(
+            security=self._m.security_state(revocations().fingerprints()))
 
     def ListBenefactors(self, request: pb.ListBenefactorsRequest,
                         context: Ctx) -> pb.ListBenefactorsResponse:
@@ -205,6 +215,7 @@ class ManagerServicer(manager_pb2_grpc.ManagerServicer):
         return self._m.cluster_status()
 
     def ReportInventory(self, request: pb.InventoryReport, context: Ctx) -> pb.InventoryReply:
+        self._m.registry.vouch(request.benefactor_id, current_caller().name)
         entries = [(e.id, e.touched_ns) for e in request.entries]
         release, waiting = self._m.report_inventory(request.benefactor_id, entries)
         return pb.InventoryReply(release=release, waiting=waiting)
@@ -215,6 +226,7 @@ class ManagerServicer(manager_pb2_grpc.ManagerServicer):
     # --- integrity ------------------------------------------------------------------------
 
     def ReportCorruptChunks(self, request: pb.CorruptChunksReport, context: Ctx) -> pb.Empty:
+        self._m.registry.vouch(request.benefactor_id, current_caller().name)
         self._m.report_corrupt(request.benefactor_id, list(request.ids))
         return pb.Empty()
 

@@ -28,6 +28,9 @@ _ID_FIELD = b"\x0a\x20"   # field 1, length-delimited, 32 bytes: the chunk id
 _DATA_TAG_PUT = 0x12      # field 2, length-delimited: the chunk's bytes
 _DATA_TAG_GET = 0x0A      # GetChunkResponse's field 1
 _ID_LEN = 32
+# The gRPC metadata key of a chunk access token (mosafs.manager.tokens): a GetChunk carries
+# the chunk's read token, a PutChunk the write session's token. "-bin": the value is bytes.
+TOKEN_KEY = "mosafs-token-bin"
 
 
 @dataclass(frozen=True, slots=True)

@@ -37,6 +37,7 @@ _CODES: dict[type[errors.MosafsError], grpc.StatusCode] = {
     errors.NotSupported: grpc.StatusCode.UNIMPLEMENTED,
     errors.ReadOnly: grpc.StatusCode.PERMISSION_DENIED,
     errors.AccessDenied: grpc.StatusCode.PERMISSION_DENIED,
+    errors.TokenRefused: grpc.StatusCode.PERMISSION_DENIED,
     errors.NoAttribute: grpc.StatusCode.NOT_FOUND,
     errors.ValueTooLarge: grpc.StatusCode.INVALID_ARGUMENT,
     errors.NoSpace: grpc.StatusCode.RESOURCE_EXHAUSTED,
@@ -145,7 +146,7 @@ R = TypeVar("R")
 
 def call(method: Callable[..., R], request: Any, *, timeout: float | None = None,
          wait_for_ready: bool | None = None,
-         metadata: tuple[tuple[str, str], ...] = ()) -> R:
+         metadata: tuple[tuple[str, str | bytes], ...] = ()) -> R:
     """Call a unary stub method; raise the domain error a failure stands for.
     WAIT_FOR_READY: while the server is unreachable, wait (up to TIMEOUT) for it to come
     back instead of failing at once; a call is still sent at most once."""

@@ -34,6 +34,8 @@ def tls(tmp_path_factory: pytest.TempPathFactory) -> Path:
     assert cli("certs", "init", "--dir", str(directory)).returncode == 0
     for name in ("manager", "benefactor", "admin"):
         assert cli("certs", "issue", name, "--role", name, "--dir", str(directory)).returncode == 0
+    assert cli("certs", "issue", "impostor", "--role", "benefactor", "--dir",
+               str(directory)).returncode == 0
     issued = [("jobA", ["--path", "/jobA", "--uid", "1000", "--gids", "1000"]),
               ("reader", ["--path", "/jobA", "--read-only", "--uid", "1000"]),
               ("anyuser", []), ("doomed", ["--allow-root"])]
@@ -163,6 +165,11 @@ def test_services_restricted_client_acts_only_as_its_uid_with_posix_permissions(
     assert (made.uid, made.gid) == (1000, 1000)
     assert job.SetAttr(mpb.SetAttrRequest(inode=made.inode, mode=0o600),
                        **as_uid(1000)).mode & 0o7777 == 0o600
+    # 2^32-1 leaves the owner as it is (chown(2)'s -1): allowed to the owner.
+    unchanged = 2**32 - 1
+    kept = job.SetAttr(mpb.SetAttrRequest(inode=made.inode, uid=unchanged, gid=unchanged,
+                                          mode=0o640), **as_uid(1000))
+    assert (kept.uid, kept.gid, kept.mode & 0o7777) == (1000, 1000, 0o640)
     # It may not give its file away.
     assert refused(lambda: job.SetAttr(mpb.SetAttrRequest(inode=made.inode, uid=1001),
                                        **as_uid(1000))) == Code.PERMISSION_DENIED
@@ -233,3 +240,22 @@ def test_services_revoked_certificate_is_refused_within_5s(
             time.sleep(0.1)
     listed = cli("certs", "list", "--dir", str(tls))
     assert "doomed.crt" in listed.stdout and "(revoked)" in listed.stdout
+
+
+def test_services_a_benefactor_certificate_speaks_only_for_its_own_id(
+        cluster: dict[str, Any], tls: Path) -> None:
+    """A stolen benefactor key cannot re-register, heartbeat or report for another
+    benefactor (a corruption report would drop that benefactor's copies)."""
+    admin = stub(cluster["manager"].address, tls, "admin")
+    real = admin.ListBenefactors(mpb.ListBenefactorsRequest()).benefactors[0].info
+    impostor = stub(cluster["manager"].address, tls, "impostor")
+    for call in (
+        lambda: impostor.RegisterBenefactor(mpb.RegisterBenefactorRequest(info=real)),
+        lambda: impostor.Heartbeat(mpb.HeartbeatRequest(info=real)),
+        lambda: impostor.ReportCorruptChunks(mpb.CorruptChunksReport(
+            benefactor_id=real.id, ids=[bytes(32)])),
+        lambda: impostor.ReportInventory(mpb.InventoryReport(benefactor_id=real.id)),
+    ):
+        assert refused(call) == Code.PERMISSION_DENIED
+    assert admin.ListBenefactors(mpb.ListBenefactorsRequest()).benefactors[0].info.address \
+        == real.address

@@ -18,6 +18,7 @@ from mosafs._proto import manager_pb2 as mpb
 from mosafs._proto import manager_pb2_grpc as mgrpc
 from mosafs.ids import chunk_id
 from mosafs.rpc.channels import channel
+from mosafs.rpc.chunkwire import TOKEN_KEY
 from tests import harness
 from tests.harness import cli, scrape
 
@@ -115,10 +116,22 @@ def test_services_roles_decide_what_a_certificate_may_call(cluster, tls: Path) -
         assert code_of(lambda: mgrpc.ManagerStub(ch).Lookup(
             mpb.LookupRequest(parent=1, name="x"), timeout=10)) == Code.PERMISSION_DENIED
     data = b"a chunk stored over mutual TLS"
+    # Chunk bytes move against tokens the manager signs (tests/services/test_chunk_tokens.py).
+    with channel(manager, admin) as ch:
+        shared = mgrpc.ManagerStub(ch).Create(mpb.CreateRequest(
+            parent=1, name="shared", mode=0o666), timeout=10).inode
+    with channel(manager, client) as ch:
+        stub = mgrpc.ManagerStub(ch)
+        lease = stub.OpenWrite(mpb.OpenWriteRequest(inode=shared, client_id="t"), timeout=10)
+        located = stub.LocateChunks(mpb.LocateChunksRequest(ids=[chunk_id(data)]), timeout=10)
+    write = ((TOKEN_KEY, lease.write_token),)
+    read = ((TOKEN_KEY, located.unindexed[0].token),)
     with channel(benefactor, client) as ch:
         stub = bgrpc.BenefactorStub(ch)
-        stub.PutChunk(bpb.PutChunkRequest(id=chunk_id(data), data=data), timeout=10)
-        assert stub.GetChunk(bpb.GetChunkRequest(id=chunk_id(data)), timeout=10).data == data
+        stub.PutChunk(bpb.PutChunkRequest(id=chunk_id(data), data=data), timeout=10,
+                      metadata=write)
+        assert stub.GetChunk(bpb.GetChunkRequest(id=chunk_id(data)), timeout=10,
+                             metadata=read).data == data
         assert code_of(lambda: stub.RunGarbageRound(bpb.GarbageRoundRequest(), timeout=10)) \
             == Code.PERMISSION_DENIED
     # The admin commands: an ordinary client certificate is refused with exit code 77.

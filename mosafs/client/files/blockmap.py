@@ -1,14 +1,21 @@
-"""An immutable view of one file version's block-map: offsets to chunks, and where each
-chunk is stored."""
+"""An immutable view of one file version's block-map: offsets to chunks, where each chunk
+is stored, and the read token a benefactor wants for it (mosafs.manager.tokens)."""
 
 from __future__ import annotations
 
 import bisect
 import itertools
+import math
+import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 
 from mosafs._proto import manager_pb2 as mpb
+from mosafs.manager.tokens import expiry_s
+
+# A view's tokens are renewed once this share of their life is left: before they expire,
+# so that reads and read-ahead are not refused first.
+RENEW_AT = 0.1
 
 
 @dataclass(frozen=True, slots=True)
@@ -24,12 +31,23 @@ class BlockMapView:
     # Replica addresses by chunk id; a chunk missing here is located on demand.
     addresses: dict[bytes, list[str]] = field(default_factory=dict)
     starts: tuple[int, ...] = ()
+    # Read tokens by chunk id (none on a plaintext cluster); they expire (--token-ttl):
+    # the reader asks for a fresh view shortly before (renew_by), or when refused.
+    tokens: dict[bytes, bytes] = field(default_factory=dict)
+    renew_by: float = math.inf  # wall clock, seconds since the epoch
 
     @classmethod
     def build(cls, version: int, entries: Sequence[ChunkEntry],
-              addresses: dict[bytes, list[str]] | None = None) -> BlockMapView:
+              addresses: dict[bytes, list[str]] | None = None,
+              tokens: dict[bytes, bytes] | None = None) -> BlockMapView:
         starts = tuple(itertools.accumulate((e.length for e in entries), initial=0))
-        return cls(version, tuple(entries), dict(addresses or {}), starts)
+        tokens = dict(tokens or {})
+        renew_by = math.inf
+        if tokens:
+            now = time.time()
+            expires = min(expiry_s(t) for t in tokens.values())
+            renew_by = expires - RENEW_AT * max(0.0, expires - now)
+        return cls(version, tuple(entries), dict(addresses or {}), starts, tokens, renew_by)
 
     @classmethod
     def from_proto(cls, bm: mpb.BlockMap) -> BlockMapView:
@@ -37,7 +55,12 @@ class BlockMapView:
         addresses = {loc.id: [by_id[b] for b in loc.benefactor_ids if b in by_id]
                      for loc in bm.locations}
         entries = [ChunkEntry(c.id, c.length) for c in bm.chunks]
-        return cls.build(bm.version, entries, addresses)
+        tokens = {loc.id: loc.token for loc in bm.locations if loc.token}
+        return cls.build(bm.version, entries, addresses, tokens)
+
+    def where(self, chunk_id: bytes) -> tuple[list[str], bytes]:
+        """A chunk's replica addresses and read token, as the fetcher takes them."""
+        return self.addresses.get(chunk_id, []), self.tokens.get(chunk_id, b"")
 
     @property
     def size(self) -> int:

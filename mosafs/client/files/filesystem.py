@@ -6,6 +6,7 @@ from __future__ import annotations
 import itertools
 import logging
 import os
+import time
 from dataclasses import dataclass
 
 import trio
@@ -384,9 +385,34 @@ class FileSystem:
                 if session.dirty:
                     return await session.read(offset, size)
         view = await self._view(handle, session)
-        data = await self._read_view(view, offset, size, handle.ahead)
+        try:
+            data = await self._read_view(view, offset, size, handle.ahead)
+        except errors.TokenRefused as exc:
+            # Read tokens expire (--token-ttl): a file kept open that long reads on with
+            # the tokens of a block-map asked for again, once.
+            log.info("inode %d: a benefactor refused a read token (%s); asking for the "
+                     "block-map again", handle.inode, exc.message)
+            view = await self._renew_tokens(handle, view)
+            data = await self._read_view(view, offset, size, handle.ahead)
         metrics.CLIENT_READ.inc(len(data))
         return data
+
+    async def _renew_tokens(self, handle: Handle, view: BlockMapView) -> BlockMapView:
+        """VIEW's version again, with fresh read tokens (the handle keeps it)."""
+        try:
+            if is_virtual(handle.inode):
+                fresh = BlockMapView.from_proto(await self.versions.block_map(handle.inode))
+            else:
+                fresh = BlockMapView.from_proto(
+                    await self.manager.block_map(handle.inode, view.version))
+        except errors.NotFound:
+            # Unlinked while open (its chunks outlive the name while this mount reads
+            # them): tokens by chunk id instead.
+            _, tokens = await self.manager.locate(sorted({e.id for e in view.entries}))
+            fresh = BlockMapView.build(view.version, view.entries, view.addresses, tokens)
+        if handle.view is view:  # not replaced by a newer version meanwhile
+            handle.view = fresh
+        return fresh
 
     async def _view(self, handle: Handle, session: WriteSession | None) -> BlockMapView:
         latest = self._latest.get(handle.inode, 0)
@@ -403,6 +429,11 @@ class FileSystem:
                     handle.view = await session.view()
                 # Unlinked while open: the chunks outlive the name (no garbage collection
                 # while this mount holds the view), so this handle keeps its version.
+        elif time.time() >= handle.view.renew_by:
+            try:
+                await self._renew_tokens(handle, handle.view)
+            except errors.MosafsError as exc:  # the tokens may do yet; a refusal retries
+                log.info("inode %d: cannot renew its read tokens yet: %s", handle.inode, exc)
         return handle.view
 
     def _new_readahead(self) -> ReadAhead:
@@ -420,7 +451,7 @@ class FileSystem:
             entry = view.entries[index]
             if sequential and self.ctx.fetcher.cached(entry.id) is None:
                 ahead.stalled(view.starts[index])  # read-ahead did not cover the latency
-            data = await self.ctx.fetcher.get(entry.id, view.addresses.get(entry.id, []))
+            data = await self.ctx.fetcher.get(entry.id, *view.where(entry.id))
             parts.append(data[lo:hi])
             last = index
         if last >= 0:
@@ -435,7 +466,7 @@ class FileSystem:
             budget -= view.entries[stop].length
             stop += 1
         for entry in view.entries[start:stop]:
-            self.ctx.fetcher.prefetch(entry.id, view.addresses.get(entry.id, []))
+            self.ctx.fetcher.prefetch(entry.id, *view.where(entry.id))
 
     async def truncate(self, inode: int, size: int) -> None:
         """truncate(2)/ftruncate(2): through the open session, or a short-lived one."""

@@ -9,7 +9,8 @@ window blocks `write`, which is the back-pressure) to the pipeline task.
 
 The pipeline runs in the mount's process, or in a data-path worker process
 (mosafs.client.worker, mosafs.client.files.remote) that runs this same code; SESSION is
-anything with `ctx` (a ClientContext), `stored` (Stored), `targets`, `copies` and `inode`.
+anything with `ctx` (a ClientContext), `stored` (Stored), `targets`, `copies`, `inode` and
+`write_token` (read at every put: a lease renewal replaces it).
 """
 
 from __future__ import annotations
@@ -216,7 +217,8 @@ class Pipeline:
                     break
                 target = targets[(cursor + attempt) % len(targets)]
                 try:
-                    await self.session.ctx.benefactors.put(target, message)
+                    await self.session.ctx.benefactors.put(target, message,
+                                                           self.session.write_token)
                 except (errors.Unavailable, errors.DeadlineExceeded, errors.NoSpace) as exc:
                     failures.append(f"{target.address}: {exc.message}")
                     full += isinstance(exc, errors.NoSpace)

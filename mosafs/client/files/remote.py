@@ -14,10 +14,13 @@ a pickled header dict, then the payload bytes. Both ends are this program (the m
 starts each worker and hands it one end): pickle crosses no trust boundary.
 
     mount -> worker  {"op": "hello", config, identity, logging}   once, first
-                     {"op": "open", "stream", spec, preferred, targets, copies, ids, inode}
+                     {"op": "open", "stream", spec, preferred, targets, copies, ids, inode,
+                      token}                                       token: the write token
                      {"op": "data", "stream"} + appended bytes
+                     {"op": "token", "stream", "token"}           a lease renewal's token
                      {"op": "finish", "stream"}
-                     {"op": "get", "stream", "id", "addresses"}   a chunk for a reader
+                     {"op": "get", "stream", "id", "addresses", "token"}   a chunk for a
+                                                                  reader, its read token
     worker -> mount  {"backend"} or {"error"}                     once, first: ready
                      {"stream", "entries", "placements", "addresses", "new_bytes",
                       "hashed_bytes", "hash_seconds", "backend"} or {"stream", "error"}
@@ -252,11 +255,12 @@ def _raise(error: tuple[str, str]) -> None:
     raise errors.BY_KIND.get(kind, errors.InternalError)(message)
 
 
-async def fetch_remote(link: WorkerLink, chunk_id: bytes,
-                       addresses: list[str] | Any) -> memoryview:
+async def fetch_remote(link: WorkerLink, chunk_id: bytes, addresses: list[str] | Any,
+                       token: bytes = b"") -> memoryview:
     """A chunk's verified bytes, fetched by the worker behind LINK."""
     reply, payload = await link.request({"op": "get", "stream": next(_streams),
-                                         "id": chunk_id, "addresses": list(addresses)})
+                                         "id": chunk_id, "addresses": list(addresses),
+                                         "token": token})
     if "error" in reply:
         _raise(reply["error"])
     return memoryview(payload)
@@ -273,13 +277,19 @@ class RemotePipeline:
         # header and two sends each); a large write goes as it is.
         self._small = Pieces()
         self._small_bytes = 0
+        self.finished = False  # the worker forgot the stream: no more token updates
 
     async def open(self, spec: str, preferred: str) -> None:
         s = self.session
         await self.link.send({
             "op": "open", "stream": self.stream, "spec": spec, "preferred": preferred,
             "targets": [(t.id, t.address) for t in s.targets], "copies": s.copies,
-            "ids": list(s.stored.ids), "inode": s.inode})
+            "ids": list(s.stored.ids), "inode": s.inode, "token": s.write_token})
+
+    async def send_token(self, token: bytes) -> None:
+        """The session's write token after a lease renewal: the worker's puts use it."""
+        if not self.finished:
+            await self.link.send({"op": "token", "stream": self.stream, "token": token})
 
     async def append(self, data: bytes) -> None:
         if len(data) >= SMALL_FRAME and not self._small:
@@ -303,6 +313,7 @@ class RemotePipeline:
 
     async def finish(self) -> list[ChunkEntry]:
         await self.send_rest()
+        self.finished = True
         reply, _ = await self.link.request({"op": "finish", "stream": self.stream})
         if "error" in reply:
             _raise(reply["error"])

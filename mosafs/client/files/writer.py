@@ -116,6 +116,11 @@ class WriteSession:
         self.lock = trio.Lock()
         self.stored = Stored()
         self.lease: mpb.OpenWriteResponse | None = None
+        # Lets the pipelines put chunks (mosafs.manager.tokens): the lease's, replaced by
+        # every renewal's, and handed to the data-path workers that run this session's
+        # streams (_remotes).
+        self.write_token = b""
+        self._remotes: list[RemotePipeline] = []
         self.prefix: list[ChunkEntry] = []
         self.committed_version = 0
         self.size = 0
@@ -177,6 +182,7 @@ class WriteSession:
             await self.ctx.manager.abort_write(lease.lease_id)
             raise errors.NoSpace("no live benefactor with free space")
         self.lease = lease
+        self.write_token = lease.write_token
         if self.ctx.config.dedupe_with_base:
             self.stored.ids.update(c.id for c in lease.base_chunks)
 
@@ -203,11 +209,21 @@ class WriteSession:
                 if lease is None:
                     continue
                 try:
-                    await self.ctx.manager.renew_lease(lease.lease_id)
+                    token = await self.ctx.manager.renew_lease(lease.lease_id)
+                    if token and self.lease is lease:
+                        await self._new_token(token)
                 except errors.LeaseExpired:
                     self._renewal_refused(lease)
                 except errors.MosafsError as exc:
                     log.warning("cannot renew the write lease of inode %d: %s", self.inode, exc)
+
+    async def _new_token(self, token: bytes) -> None:
+        """A renewal's write token: local pipelines read it at every put; the workers that
+        run this session's streams are sent it."""
+        self.write_token = token
+        self._remotes = [r for r in self._remotes if not r.finished]
+        for remote in self._remotes:
+            await remote.send_token(token)
 
     def _renewal_refused(self, lease: mpb.OpenWriteResponse) -> None:
         """The manager no longer knows LEASE. A commit may have used it up while the renewal
@@ -336,20 +352,25 @@ class WriteSession:
         view = await self.view(entries)
         fd = self._spill.fileno()
         for entry, start in zip(view.entries, view.starts, strict=False):
-            data = await self.ctx.fetcher.get(entry.id, view.addresses.get(entry.id, []))
+            data = await self.ctx.fetcher.get(entry.id, *view.where(entry.id))
             with _local_file_errors(self.inode):
                 os.pwrite(fd, data, start)
         with _local_file_errors(self.inode):
             os.ftruncate(fd, self.size)
 
     async def view(self, entries: list[ChunkEntry] | None = None) -> BlockMapView:
-        """ENTRIES (default: the committed content) as a readable view, every chunk located."""
+        """ENTRIES (default: the committed content) as a readable view, every chunk located
+        and with a fresh read token (also those this session stored: the manager signs
+        tokens for ids its index does not have yet)."""
         entries = self.prefix if entries is None else entries
-        view = BlockMapView.build(self.committed_version, entries, self.stored.addresses)
-        missing = {e.id for e in entries if e.id not in view.addresses}
-        if missing:
-            view.addresses.update(await self.ctx.manager.locate(sorted(missing)))
-        return view
+        addresses = dict(self.stored.addresses)
+        tokens: dict[bytes, bytes] = {}
+        ids = sorted({e.id for e in entries})
+        if ids:
+            located, tokens = await self.ctx.manager.locate(ids)
+            for cid, where in located.items():
+                addresses.setdefault(cid, where)  # where this session put it first
+        return BlockMapView.build(self.committed_version, entries, addresses, tokens)
 
     # -- commit ----------------------------------------------------------------------------
 
@@ -400,6 +421,7 @@ class WriteSession:
         assert self.lease is not None
         remote = RemotePipeline(self, link)
         await remote.open(self.lease.pool.chunker, self.lease.pool.hash_backend)
+        self._remotes.append(remote)
         return remote
 
     async def _rechunk(self) -> list[ChunkEntry]:

@@ -1,0 +1,226 @@
+"""Chunk access tokens on a real TLS manager and two benefactors (docs/operations.md,
+"Chunk access tokens"): a benefactor serves a chunk only against an unexpired read token
+the manager signed for that chunk and the caller's certificate, and takes one only
+against a write token (or from a peer benefactor); tokens signed before a key rotation
+still work until they expire. Attacked over raw RPCs with the generated stubs."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import grpc
+import pytest
+
+from mosafs import certs
+from mosafs._proto import benefactor_pb2 as bpb
+from mosafs._proto import benefactor_pb2_grpc as bgrpc
+from mosafs._proto import common_pb2 as cpb
+from mosafs._proto import manager_pb2 as mpb
+from mosafs._proto import manager_pb2_grpc as mgrpc
+from mosafs.capability import GIDS_KEY, UID_KEY
+from mosafs.ids import chunk_id
+from mosafs.manager import tokens
+from mosafs.rpc.channels import channel
+from mosafs.rpc.chunkwire import TOKEN_KEY
+from tests import harness
+from tests.harness import cli, scrape
+
+Code = grpc.StatusCode
+ROOT = 1
+TTL_S = 4.0      # short, so that a test sees a token expire
+ROTATE_S = 2.0   # a new key every 2 s: 8 heartbeats of 0.25 s
+SECRET = b"the bytes of /jobB/secret, which jobA may not read" * 100
+
+
+@pytest.fixture(scope="module")
+def tls(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    directory = tmp_path_factory.mktemp("tls")
+    assert cli("certs", "init", "--dir", str(directory)).returncode == 0
+    for name in ("manager", "benefactor", "admin", "client"):
+        assert cli("certs", "issue", name, "--role", name, "--dir", str(directory)).returncode == 0
+    done = cli("certs", "issue", "jobA", "--role", "client", "--dir", str(directory),
+               "--path", "/jobA", "--uid", "1000", "--gids", "1000")
+    assert done.returncode == 0, done.stderr
+    return directory
+
+
+def manager_stub(address: str, tls: Path, name: str) -> mgrpc.ManagerStub:
+    return mgrpc.ManagerStub(channel(address, certs.load(tls, name)))
+
+
+def benefactor_stub(address: str, tls: Path, name: str) -> bgrpc.BenefactorStub:
+    return bgrpc.BenefactorStub(channel(address, certs.load(tls, name)))
+
+
+def with_token(token: bytes, uid: int | None = None) -> dict[str, Any]:
+    metadata: list[tuple[str, str | bytes]] = [(TOKEN_KEY, token)] if token else []
+    if uid is not None:
+        metadata += [(UID_KEY, str(uid)), (GIDS_KEY, str(uid))]
+    return {"metadata": tuple(metadata), "timeout": 10}
+
+
+def refusal(call: Callable[[], Any]) -> tuple[grpc.StatusCode, str]:
+    with pytest.raises(grpc.RpcError) as info:
+        call()
+    return info.value.code(), info.value.details() or ""
+
+
+@pytest.fixture(scope="module")
+def cluster(tls: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
+    """A TLS manager with short-lived tokens, two benefactors, and /jobB/secret (root's,
+    0700 directory) stored on the first benefactor."""
+    work = tmp_path_factory.mktemp("tokens")
+    manager = harness.start("manager", [
+        "manager", "--data-dir", str(work / "m"), "--tls-dir", str(tls),
+        "--heartbeat-interval", "0.25", "--write-lease", str(TTL_S), "--token-ttl", str(TTL_S),
+        "--token-rotate", str(ROTATE_S)], work)
+    benefactors = [harness.start(f"benefactor-{i}", [
+        "benefactor", "--data-dir", str(work / f"b{i}"), "--manager", manager.address,
+        "--tls-dir", str(tls)], work) for i in range(2)]
+    try:
+        admin = manager_stub(manager.address, tls, "admin")
+        deadline = time.monotonic() + 30
+        while sum(b.alive for b in admin.ListBenefactors(
+                mpb.ListBenefactorsRequest(), timeout=10).benefactors) < 2:
+            assert time.monotonic() < deadline, "the benefactors did not register"
+            time.sleep(0.1)
+        job_b = admin.Mkdir(mpb.MkdirRequest(parent=ROOT, name="jobB", mode=0o700)).inode
+        admin.Mkdir(mpb.MkdirRequest(parent=ROOT, name="jobA", mode=0o755, uid=1000,
+                                     gid=1000))
+        secret = admin.Create(mpb.CreateRequest(parent=job_b, name="secret", mode=0o600)).inode
+        lease = admin.OpenWrite(mpb.OpenWriteRequest(inode=secret, client_id="test"))
+        assert len(lease.write_token) == tokens.WRITE_TOKEN_BYTES
+        by_id = {b.ready["id"]: b for b in benefactors}
+        first = by_id[lease.targets[0].id]
+        benefactor_stub(first.address, tls, "admin").PutChunk(
+            bpb.PutChunkRequest(id=chunk_id(SECRET), data=SECRET),
+            **with_token(lease.write_token))
+        admin.CommitVersion(mpb.CommitVersionRequest(
+            lease_id=lease.lease_id, inode=secret,
+            chunks=[cpb.ChunkRef(id=chunk_id(SECRET), length=len(SECRET))],
+            placements=[mpb.ChunkPlacement(id=chunk_id(SECRET),
+                                           benefactor_ids=[lease.targets[0].id])]))
+        second = next(b for b in benefactors if b is not first)
+        yield {"manager": manager, "admin": admin, "secret": secret, "holder": first,
+               "other": second, "benefactors": benefactors}
+    finally:
+        for proc in (*benefactors, manager):
+            proc.stop()
+
+
+def read_token(cluster: dict[str, Any]) -> bytes:
+    """A fresh read token of /jobB/secret's chunk, issued to the admin certificate."""
+    bm = cluster["admin"].GetBlockMap(mpb.GetBlockMapRequest(inode=cluster["secret"]))
+    (location,) = bm.locations
+    assert location.id == chunk_id(SECRET) and len(location.token) == tokens.READ_TOKEN_BYTES
+    return bytes(location.token)
+
+
+def test_services_get_chunk_of_job_b_needs_a_valid_token(cluster: dict[str, Any],
+                                                          tls: Path) -> None:
+    address, cid = cluster["holder"].address, chunk_id(SECRET)
+    admin = benefactor_stub(address, tls, "admin")
+    job_a = benefactor_stub(address, tls, "jobA")
+    token = read_token(cluster)
+    assert admin.GetChunk(bpb.GetChunkRequest(id=cid), **with_token(token)).data == SECRET
+    # jobA cannot have the block-map of /jobB, so it has no token of its own ...
+    code, _ = refusal(lambda: manager_stub(cluster["manager"].address, tls, "jobA").GetBlockMap(
+        mpb.GetBlockMapRequest(inode=cluster["secret"]), **with_token(b"", 1000)))
+    assert code == Code.PERMISSION_DENIED
+    forged = bytearray(token)
+    forged[-1] ^= 0x01
+    unknown_key = token[:5] + bytes([token[5] ^ 0xFF]) + token[6:]  # key id's last byte
+    for sent, why in [(b"", "no chunk access token"),
+                      (token, "issued to another certificate"),  # ... nor admin's
+                      (bytes(forged), "forged"),
+                      (token[:40], "malformed"),
+                      (unknown_key, "does not know")]:
+        code, details = refusal(lambda s=sent: job_a.GetChunk(
+            bpb.GetChunkRequest(id=cid), **with_token(s, 1000)))
+        assert code == Code.PERMISSION_DENIED and why in details, (why, details)
+    # ... and the verify path of GetChunk (a reader reporting a bad copy) is no way round.
+    code, _ = refusal(lambda: job_a.GetChunk(bpb.GetChunkRequest(id=cid, verify=True),
+                                             **with_token(b"", 1000)))
+    assert code == Code.PERMISSION_DENIED
+
+
+def test_services_token_for_another_chunk_is_refused(cluster: dict[str, Any],
+                                                     tls: Path) -> None:
+    data = b"a chunk a writer stored and may read back before its commit"
+    client = manager_stub(cluster["manager"].address, tls, "client")
+    located = client.LocateChunks(mpb.LocateChunksRequest(ids=[chunk_id(data)]))
+    assert not located.locations and located.unindexed[0].id == chunk_id(data)
+    mine = located.unindexed[0].token
+    stub = benefactor_stub(cluster["holder"].address, tls, "client")
+    code, details = refusal(lambda: stub.GetChunk(bpb.GetChunkRequest(id=chunk_id(SECRET)),
+                                                  **with_token(mine)))
+    assert code == Code.PERMISSION_DENIED and "not for chunk" in details
+
+
+def test_services_expired_token_is_refused(cluster: dict[str, Any], tls: Path) -> None:
+    stub = benefactor_stub(cluster["holder"].address, tls, "admin")
+    token = read_token(cluster)
+    expiry = tokens.parse(token).expiry_ms / 1000
+    time.sleep(max(0.0, expiry - time.time()) + 0.2)
+    code, details = refusal(lambda: stub.GetChunk(bpb.GetChunkRequest(id=chunk_id(SECRET)),
+                                                  **with_token(token)))
+    assert code == Code.PERMISSION_DENIED and "expired" in details
+    fresh = read_token(cluster)  # what a reader does next
+    assert stub.GetChunk(bpb.GetChunkRequest(id=chunk_id(SECRET)),
+                         **with_token(fresh)).data == SECRET
+
+
+def test_services_put_chunk_needs_a_write_token_unless_from_a_benefactor(
+        cluster: dict[str, Any], tls: Path) -> None:
+    address = cluster["other"].address
+    data = b"bytes a client tries to store without a write session"
+    request = bpb.PutChunkRequest(id=chunk_id(data), data=data)
+    client = benefactor_stub(address, tls, "client")
+    lease = manager_stub(cluster["manager"].address, tls, "admin").OpenWrite(
+        mpb.OpenWriteRequest(inode=cluster["secret"], client_id="puts"))
+    for sent, why in [(b"", "PutChunk needs a write token"),
+                      (read_token(cluster), "a read token was sent"),
+                      (lease.write_token, "issued to another certificate")]:
+        code, details = refusal(lambda s=sent: client.PutChunk(request, **with_token(s)))
+        assert code == Code.PERMISSION_DENIED and why in details, (why, details)
+    cluster["admin"].AbortWrite(mpb.AbortWriteRequest(lease_id=lease.lease_id))
+    # A peer copy: a benefactor certificate needs no token.
+    peer = benefactor_stub(address, tls, "benefactor")
+    assert not peer.PutChunk(request, timeout=10).already_present
+    # Replication between the two benefactors (their own certificates) goes through.
+    copy = benefactor_stub(cluster["holder"].address, tls, "admin").ReplicateChunks(
+        bpb.ReplicateChunksRequest(ids=[chunk_id(SECRET)], target_address=address),
+        timeout=30)
+    assert list(copy.copied) == [True], copy.errors
+    copied = benefactor_stub(address, tls, "admin").GetChunk(
+        bpb.GetChunkRequest(id=chunk_id(SECRET)), **with_token(read_token(cluster)))
+    assert copied.data == SECRET
+
+
+def test_services_tokens_of_a_retired_key_work_until_they_expire(cluster: dict[str, Any],
+                                                                 tls: Path) -> None:
+    stub = benefactor_stub(cluster["holder"].address, tls, "admin")
+    old = read_token(cluster)
+    old_key = tokens.parse(old).key_id
+    deadline = time.monotonic() + 3 * ROTATE_S
+    while tokens.parse(new := read_token(cluster)).key_id == old_key:
+        assert time.monotonic() < deadline, "the manager did not rotate its key"
+        time.sleep(0.1)
+    # Right after the rotation: the benefactor knew the new key before it signed, and
+    # keeps the old one while its tokens are in date.
+    for token in (new, old):
+        assert stub.GetChunk(bpb.GetChunkRequest(id=chunk_id(SECRET)),
+                             **with_token(token)).data == SECRET
+
+
+def test_services_token_refusals_are_counted_and_audited(cluster: dict[str, Any],
+                                                         tls: Path) -> None:
+    holder = cluster["holder"]
+    refusal(lambda: benefactor_stub(holder.address, tls, "client").GetChunk(
+        bpb.GetChunkRequest(id=chunk_id(SECRET)), timeout=10))
+    metrics = scrape(holder.ready["metrics"])
+    assert metrics.get("mosafs_refusals_total{reason=token}", 0) >= 1
+    assert "refused GetChunk from client (token)" in holder.log()

@@ -164,6 +164,15 @@ def stop_event() -> threading.Event:
     return event
 
 
+def wait_for_stop(event: threading.Event) -> None:
+    """Block the main thread until EVENT (from stop_event) is set. Waits in short slices:
+    the kernel may deliver SIGTERM to any thread (gRPC's, when the main thread already
+    has a signal pending), and then only the main thread's next bytecode runs Python's
+    handler; one untimed wait would sleep through it."""
+    while not event.wait(0.5):
+        pass
+
+
 _WILDCARD_HOSTS = {"", "0.0.0.0", "::", "[::]"}
 
 

@@ -38,6 +38,7 @@ def add_init_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def add_issue_arguments(parser: argparse.ArgumentParser) -> None:
+    from mosafs.argtypes import bounded_int
     from mosafs.certs import ROLES
 
     parser.add_argument("name", help="the certificate's name: NAME.crt and NAME.key")
@@ -52,7 +53,7 @@ def add_issue_arguments(parser: argparse.ArgumentParser) -> None:
     cap.add_argument("--path", action="append", default=[], metavar="PATH",
                      help="a subtree the holder may reach (repeatable; default /)")
     cap.add_argument("--read-only", action="store_true", help="refuse every change")
-    cap.add_argument("--uid", type=int, metavar="UID",
+    cap.add_argument("--uid", type=bounded_int(0, 2**32 - 2, what="a uid"), metavar="UID",
                      help="the only uid the holder may act as")
     cap.add_argument("--gids", metavar="GID,GID", help="the groups the holder may act as")
     cap.add_argument("--allow-root", action="store_true",

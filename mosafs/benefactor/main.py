@@ -97,6 +97,7 @@ def run(args: argparse.Namespace) -> int:
         split_address,
         start_daemon,
         stop_event,
+        wait_for_stop,
         write_ready_file,
     )
 
@@ -153,7 +154,7 @@ def run(args: argparse.Namespace) -> int:
                      info.id, store.data_dir, port, info.address,
                      args.pool or "as registered",
                      f"manager {manager}" if manager else "standalone: no manager")
-            stop.wait()
+            wait_for_stop(stop)
             log.info("stopping")
         finally:
             scrubs.stop()

@@ -12,7 +12,6 @@ counted (metrics.REFUSALS, reason "token") and logged on "mosafs.audit".
 
 from __future__ import annotations
 
-import contextlib
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
@@ -78,8 +77,10 @@ class BenefactorServicer(pb_grpc.BenefactorServicer):
                  context: grpc.ServicerContext) -> pb.PutChunkResponse:
         caller = current_caller()
         if caller.role != "benefactor":  # a peer's copy needs no token
-            with _audited("PutChunk", caller.name):
+            try:
                 self._tokens.check_write(_token(context), caller.fingerprint)
+            except TokenRefused as exc:
+                raise _refused("PutChunk", caller.name, exc) from None
         data = request.data  # a view into the received message (mosafs.rpc.chunkwire)
         size = memoryview(data).nbytes
         if self._ingest is not None:
@@ -92,8 +93,10 @@ class BenefactorServicer(pb_grpc.BenefactorServicer):
     def GetChunk(self, request: pb.GetChunkRequest,
                  context: grpc.ServicerContext) -> bytes:
         caller = current_caller()
-        with _audited("GetChunk", caller.name):
+        try:
             self._tokens.check_read(_token(context), check_id(request.id), caller.fingerprint)
+        except TokenRefused as exc:
+            raise _refused("GetChunk", caller.name, exc) from None
         if request.verify and self._scrubber.check(check_id(request.id)) == CORRUPT:
             raise IntegrityError(f"chunk {request.id.hex()} was corrupt here: deleted, and "
                                  "reported for repair")
@@ -141,14 +144,10 @@ def _token(context: grpc.ServicerContext) -> bytes:
     return b""
 
 
-@contextlib.contextmanager
-def _audited(method: str, name: str) -> Iterator[None]:
-    """Count and log a token refusal (the servicer wrapper answers it)."""
-    try:
-        yield
-    except TokenRefused as exc:
-        refuse("token", name, method, exc.message)
-        raise
+def _refused(method: str, name: str, exc: TokenRefused) -> TokenRefused:
+    """EXC, counted and logged (the servicer wrapper answers it)."""
+    refuse("token", name, method, exc.message)
+    return exc
 
 
 def add_to_server(server: grpc.Server, store: ChunkStore,

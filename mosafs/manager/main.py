@@ -109,6 +109,7 @@ def run(args: argparse.Namespace) -> int:
         split_address,
         start_daemon,
         stop_event,
+        wait_for_stop,
         write_ready_file,
     )
 
@@ -172,7 +173,7 @@ def run(args: argparse.Namespace) -> int:
             log.info("manager serving %s on %s (default pool: %s, R=%d, W=%d, %s)", data_dir,
                      address, pool.chunker, pool.replication, pool.stripe_width,
                      pool.write_semantics)
-            stop.wait()
+            wait_for_stop(stop)
             log.info("stopping")
         finally:
             for loop in background:

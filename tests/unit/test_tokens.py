@@ -60,7 +60,8 @@ def test_round_trip_and_format() -> None:
     assert (parsed.kind, parsed.subject, parsed.holder) == (tokens.READ, CHUNK, ME)
     assert parsed.expiry_ms == int(clock.now * 1000) + 60_000
     checker.check_read(read, CHUNK, ME)
-    assert checker.check_write(write, ME) == 12345
+    checker.check_write(write, ME)
+    assert tokens.parse(write).subject == (12345).to_bytes(8, "big")
     assert authority.read_tokens([CHUNK, OTHER_CHUNK], ME)[1] == \
         authority.read_token(OTHER_CHUNK, ME)
 
@@ -176,3 +177,10 @@ def test_bad_settings_and_holders() -> None:
         authority.read_token(CHUNK, b"")  # a plaintext caller has no certificate
     with pytest.raises(ValueError):
         authority.read_token(b"short", ME)
+
+
+def test_precomputed_mac_is_hmac_sha256() -> None:
+    for size in (32, 64, 100):  # a key longer than SHA-256's block is hashed first
+        secret = os.urandom(size)
+        for body in (b"", b"x" * 78, os.urandom(1000)):
+            assert tokens.Mac(secret)(body) == tokens.sign(secret, body)

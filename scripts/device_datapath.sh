@@ -22,7 +22,9 @@
 #             per step, torch.save to the mount vs the local disk -> torch.json;
 #   grpc      benchmarks/grpc_put.py, every mode, plaintext and TLS, three runs each: the
 #             benefactor's floor, step by step (transport, framing, BLAKE3, the store)
-#             -> grpc.jsonl.
+#             -> grpc.jsonl;
+#   tokens    benchmarks/token_cost.py: write and read through the mount with chunk access
+#             tokens on and off, five cycles each, alternating -> tokens.json.
 set -u
 STEPS=${STEPS:-env profile backends}
 OUT=${OUT:-/tmp/mosafs-datapath}
@@ -83,6 +85,9 @@ if step backends; then
 fi
 if step write; then
     run write 560 $PY -m mosafs bench write --json --peer none --writers 8
+fi
+if step tokens; then  # chunk access tokens on and off, alternating: their cost
+    run tokens 560 $PY benchmarks/token_cost.py --size-mib 1536 --cycles 5
 fi
 if step torch; then
     run torch 540 $PY benchmarks/torch_checkpoint.py --size-mib 1024 --steps 5 --device cuda

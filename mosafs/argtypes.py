@@ -122,3 +122,20 @@ def take_negative_values(parser: argparse.ArgumentParser) -> None:
     '-5d' as an unknown option and says "expected one argument", which hides the mistake.
     PARSER must have no option that itself looks like a negative number."""
     parser._negative_number_matcher = _NEGATIVE_VALUE  # argparse has no public setting
+
+
+def redundancy_arg(text: str) -> str:
+    """An argparse type: a pool's redundancy, `replicas:R` or `ec:K+M`, checked as the
+    manager checks it (the same one-line reason)."""
+    from mosafs.errors import ConfigError
+    from mosafs.manager.pools import parse_redundancy
+
+    try:
+        return str(parse_redundancy(text))
+    except ConfigError as exc:
+        raise argparse.ArgumentTypeError(exc.message) from None
+
+
+def ec_min_chunk_arg(text: str) -> int:
+    """An argparse type: an EC pool's threshold, a size of 0..64 MiB (the largest chunk)."""
+    return byte_size(0, 64 * MiB)(text)

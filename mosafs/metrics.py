@@ -21,7 +21,10 @@ Manager:
   mosafs_manager_pruned_versions_total, mosafs_manager_metadata_write_transactions_total,
   mosafs_manager_chunks, mosafs_manager_under_replicated_chunks,
   mosafs_manager_replication_backlog_bytes, mosafs_manager_lost_chunks,
-  mosafs_manager_replication_rate_bytes, mosafs_manager_benefactors{state}
+  mosafs_manager_replication_rate_bytes, mosafs_manager_benefactors{state},
+  mosafs_manager_replicated_bytes_total (copies, and fragments rebuilt or moved),
+  mosafs_manager_ec_short_chunks, mosafs_manager_ec_missing_fragments,
+  mosafs_manager_ec_lost_chunks, mosafs_manager_conversion_remaining_chunks{pool}
 Benefactor:
   mosafs_benefactor_put_chunks_total{outcome} (stored | present), mosafs_benefactor_put_bytes_total,
   mosafs_benefactor_served_bytes_total, mosafs_benefactor_corrupt_chunks_total,
@@ -73,7 +76,8 @@ MANAGER_COMMITS = Counter("mosafs_manager_commits", "Versions committed")
 MANAGER_COMMITTED = Counter("mosafs_manager_committed_bytes", "Bytes of versions committed")
 MANAGER_PRUNED = Counter("mosafs_manager_pruned_versions", "Versions removed by pruning")
 MANAGER_REPLICATED = Counter("mosafs_manager_replicated_bytes",
-                             "Bytes copied between benefactors by replication")
+                             "Bytes copied between benefactors by replication, and of "
+                             "fragments rebuilt or moved")
 MANAGER_REPLICATION_FAILURES = Counter("mosafs_manager_replication_failures",
                                        "Replication requests that stopped early", ["reason"])
 MANAGER_REDUNDANT_SECONDS = Histogram(

@@ -36,6 +36,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from mosafs.argtypes import ec_min_chunk_arg, redundancy_arg
 from mosafs.client.main import (
     add_hash_backend_argument,
     add_stop_timeout_argument,
@@ -57,7 +58,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--benefactors", type=int, default=3, help="storage daemons (default 3)")
     parser.add_argument("--replication", type=int,
                         help="replication factor R of the default pool (default 2, or 1 "
-                             "with a single benefactor)")
+                             "with a single benefactor); short for --redundancy replicas:R")
+    parser.add_argument("--redundancy", type=redundancy_arg, metavar="replicas:R|ec:K+M",
+                        help="the default pool's redundancy: R whole copies, or K data + M "
+                             "parity fragments on K+M distinct benefactors (ec:4+2 needs "
+                             "--benefactors 6 or more; docs/erasure_pools.md)")
+    parser.add_argument("--ec-min-chunk", type=ec_min_chunk_arg, metavar="SIZE",
+                        help="with ec:K+M, chunks smaller than this are kept as M+1 copies "
+                             "(default 128K)")
     parser.add_argument("--write-semantics", choices=["pessimistic", "optimistic"],
                         default="pessimistic",
                         help="close returns once every chunk has R copies (pessimistic, the "
@@ -107,6 +115,17 @@ def run(args: argparse.Namespace) -> int:
     if args.replication is not None and not 1 <= args.replication <= args.benefactors:
         raise ConfigError(f"--replication must be 1..{args.benefactors} (the number of "
                           f"benefactors), got {args.replication}")
+    if args.redundancy is not None:
+        from mosafs.manager.pools import parse_redundancy
+
+        kind = parse_redundancy(args.redundancy)
+        if args.replication is not None and str(kind) != f"replicas:{args.replication}":
+            raise ConfigError(f"--replication {args.replication} and --redundancy "
+                              f"{args.redundancy} disagree: give one of them")
+        if kind.width > args.benefactors:
+            raise ConfigError(f"--redundancy {kind} needs {kind.width} benefactors (one per "
+                              f"{'fragment' if kind.coded else 'copy'}): pass --benefactors "
+                              f"{kind.width} or more, got {args.benefactors}")
     if args.gc_grace is not None and not 0 < args.gc_grace < 1e6:
         raise ConfigError(f"--gc-grace must be a positive number of seconds, got {args.gc_grace}")
     check_stop_timeout(args.stop_timeout)
@@ -259,8 +278,13 @@ class Cluster:
 
     def _start_all(self) -> None:
         manager_args = ["manager", "--data-dir", str(self.data_dir / "manager")]
-        manager_args += ["--replication", str(self._replication()),
-                         "--write-semantics", self.args.write_semantics]
+        if self.args.redundancy is not None:
+            manager_args += ["--redundancy", self.args.redundancy]
+        else:
+            manager_args += ["--replication", str(self._replication())]
+        if self.args.ec_min_chunk is not None:
+            manager_args += ["--ec-min-chunk", str(self.args.ec_min_chunk)]
+        manager_args += ["--write-semantics", self.args.write_semantics]
         if self.args.chunker:
             manager_args += ["--chunker", self.args.chunker]
         if self.args.gc_grace is not None:

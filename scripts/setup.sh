@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
 # Everything mosafs needs on a fresh Debian (12, Python 3.11): FUSE 3, a compiler for
-# pyfuse3, a virtualenv in .venv with the package. `--dev` adds the test and lint tools,
-# and the programs the tool tests run on the mount (rsync, git).
+# pyfuse3, ISA-L (erasure coding, docs/erasure.md), a virtualenv in .venv with the
+# package. `--dev` adds the test and lint tools, and the programs the tool tests run on
+# the mount (rsync, git).
 # Safe to run again: it only installs what is missing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-packages=(fuse3 libfuse3-dev pkg-config gcc python3-dev python3-venv)
+packages=(fuse3 libfuse3-dev pkg-config gcc python3-dev python3-venv libisal2)
 [ "${1:-}" = "--dev" ] && packages+=(rsync git)
 missing=()
 for p in "${packages[@]}"; do

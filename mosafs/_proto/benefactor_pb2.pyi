@@ -1,8 +1,8 @@
 from google.protobuf.internal import containers as _containers
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import message as _message
-from collections.abc import Iterable as _Iterable
-from typing import ClassVar as _ClassVar, Optional as _Optional
+from collections.abc import Iterable as _Iterable, Mapping as _Mapping
+from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 
 DESCRIPTOR: _descriptor.FileDescriptor
 
@@ -123,3 +123,59 @@ class ScrubProgress(_message.Message):
     done: bool
     corrupt_ids: _containers.RepeatedScalarFieldContainer[bytes]
     def __init__(self, checked_chunks: _Optional[int] = ..., checked_bytes: _Optional[int] = ..., total_chunks: _Optional[int] = ..., total_bytes: _Optional[int] = ..., corrupt_chunks: _Optional[int] = ..., done: _Optional[bool] = ..., corrupt_ids: _Optional[_Iterable[bytes]] = ...) -> None: ...
+
+class BlobSource(_message.Message):
+    __slots__ = ("index", "address", "token")
+    INDEX_FIELD_NUMBER: _ClassVar[int]
+    ADDRESS_FIELD_NUMBER: _ClassVar[int]
+    TOKEN_FIELD_NUMBER: _ClassVar[int]
+    index: int
+    address: str
+    token: bytes
+    def __init__(self, index: _Optional[int] = ..., address: _Optional[str] = ..., token: _Optional[bytes] = ...) -> None: ...
+
+class RecodeTarget(_message.Message):
+    __slots__ = ("index", "address")
+    INDEX_FIELD_NUMBER: _ClassVar[int]
+    ADDRESS_FIELD_NUMBER: _ClassVar[int]
+    index: int
+    address: str
+    def __init__(self, index: _Optional[int] = ..., address: _Optional[str] = ...) -> None: ...
+
+class RecodeChunkRequest(_message.Message):
+    __slots__ = ("chunk_id", "length", "copies", "ec_k", "ec_m", "fragment_ids", "fragments", "out_k", "out_m", "targets")
+    CHUNK_ID_FIELD_NUMBER: _ClassVar[int]
+    LENGTH_FIELD_NUMBER: _ClassVar[int]
+    COPIES_FIELD_NUMBER: _ClassVar[int]
+    EC_K_FIELD_NUMBER: _ClassVar[int]
+    EC_M_FIELD_NUMBER: _ClassVar[int]
+    FRAGMENT_IDS_FIELD_NUMBER: _ClassVar[int]
+    FRAGMENTS_FIELD_NUMBER: _ClassVar[int]
+    OUT_K_FIELD_NUMBER: _ClassVar[int]
+    OUT_M_FIELD_NUMBER: _ClassVar[int]
+    TARGETS_FIELD_NUMBER: _ClassVar[int]
+    chunk_id: bytes
+    length: int
+    copies: _containers.RepeatedCompositeFieldContainer[BlobSource]
+    ec_k: int
+    ec_m: int
+    fragment_ids: _containers.RepeatedScalarFieldContainer[bytes]
+    fragments: _containers.RepeatedCompositeFieldContainer[BlobSource]
+    out_k: int
+    out_m: int
+    targets: _containers.RepeatedCompositeFieldContainer[RecodeTarget]
+    def __init__(self, chunk_id: _Optional[bytes] = ..., length: _Optional[int] = ..., copies: _Optional[_Iterable[_Union[BlobSource, _Mapping]]] = ..., ec_k: _Optional[int] = ..., ec_m: _Optional[int] = ..., fragment_ids: _Optional[_Iterable[bytes]] = ..., fragments: _Optional[_Iterable[_Union[BlobSource, _Mapping]]] = ..., out_k: _Optional[int] = ..., out_m: _Optional[int] = ..., targets: _Optional[_Iterable[_Union[RecodeTarget, _Mapping]]] = ...) -> None: ...
+
+class RecodeChunkResponse(_message.Message):
+    __slots__ = ("fragment_ids", "stored", "errors", "target_problems", "unreadable")
+    FRAGMENT_IDS_FIELD_NUMBER: _ClassVar[int]
+    STORED_FIELD_NUMBER: _ClassVar[int]
+    ERRORS_FIELD_NUMBER: _ClassVar[int]
+    TARGET_PROBLEMS_FIELD_NUMBER: _ClassVar[int]
+    UNREADABLE_FIELD_NUMBER: _ClassVar[int]
+    fragment_ids: _containers.RepeatedScalarFieldContainer[bytes]
+    stored: _containers.RepeatedScalarFieldContainer[bool]
+    errors: _containers.RepeatedScalarFieldContainer[str]
+    target_problems: _containers.RepeatedScalarFieldContainer[str]
+    unreadable: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, fragment_ids: _Optional[_Iterable[bytes]] = ..., stored: _Optional[_Iterable[bool]] = ..., errors: _Optional[_Iterable[str]] = ..., target_problems: _Optional[_Iterable[str]] = ..., unreadable: _Optional[_Iterable[int]] = ...) -> None: ...

@@ -69,6 +69,11 @@ class BenefactorStub:
                 request_serializer=mosafs_dot_v1_dot_benefactor__pb2.ScrubRequest.SerializeToString,
                 response_deserializer=mosafs_dot_v1_dot_benefactor__pb2.ScrubProgress.FromString,
                 _registered_method=True)
+        self.RecodeChunk = channel.unary_unary(
+                '/mosafs.v1.Benefactor/RecodeChunk',
+                request_serializer=mosafs_dot_v1_dot_benefactor__pb2.RecodeChunkRequest.SerializeToString,
+                response_deserializer=mosafs_dot_v1_dot_benefactor__pb2.RecodeChunkResponse.FromString,
+                _registered_method=True)
 
 
 class BenefactorServicer:
@@ -130,6 +135,18 @@ class BenefactorServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def RecodeChunk(self, request, context):
+        """Repair and conversion of erasure-coded chunks (docs/erasure_pools.md): read one chunk
+        from its whole copies or from K of its fragments (from peers, with the read tokens
+        given, or from this benefactor's own store), verify every fragment's BLAKE3 and the
+        chunk against its id, and store it in the layout asked for: fragments of out_k +
+        out_m (those of `targets` only: a repair makes just the missing ones) or whole
+        copies. Put to each target as a peer's copy (PutChunk, benefactor certificate).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_BenefactorServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -167,6 +184,11 @@ def add_BenefactorServicer_to_server(servicer, server):
                     servicer.Scrub,
                     request_deserializer=mosafs_dot_v1_dot_benefactor__pb2.ScrubRequest.FromString,
                     response_serializer=mosafs_dot_v1_dot_benefactor__pb2.ScrubProgress.SerializeToString,
+            ),
+            'RecodeChunk': grpc.unary_unary_rpc_method_handler(
+                    servicer.RecodeChunk,
+                    request_deserializer=mosafs_dot_v1_dot_benefactor__pb2.RecodeChunkRequest.FromString,
+                    response_serializer=mosafs_dot_v1_dot_benefactor__pb2.RecodeChunkResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -358,6 +380,33 @@ class Benefactor:
             '/mosafs.v1.Benefactor/Scrub',
             mosafs_dot_v1_dot_benefactor__pb2.ScrubRequest.SerializeToString,
             mosafs_dot_v1_dot_benefactor__pb2.ScrubProgress.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def RecodeChunk(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/mosafs.v1.Benefactor/RecodeChunk',
+            mosafs_dot_v1_dot_benefactor__pb2.RecodeChunkRequest.SerializeToString,
+            mosafs_dot_v1_dot_benefactor__pb2.RecodeChunkResponse.FromString,
             options,
             channel_credentials,
             insecure,

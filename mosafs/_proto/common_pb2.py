@@ -24,7 +24,7 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x16mosafs/v1/common.proto\x12\tmosafs.v1\"&\n\x08\x43hunkRef\x12\n\n\x02id\x18\x01 \x01(\x0c\x12\x0e\n\x06length\x18\x02 \x01(\x04\"0\n\x11\x42\x65nefactorAddress\x12\n\n\x02id\x18\x01 \x01(\t\x12\x0f\n\x07\x61\x64\x64ress\x18\x02 \x01(\t\"\x87\x01\n\x0cPoolSettings\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x13\n\x0breplication\x18\x02 \x01(\r\x12\x14\n\x0cstripe_width\x18\x03 \x01(\r\x12\x0f\n\x07\x63hunker\x18\x04 \x01(\t\x12\x17\n\x0fwrite_semantics\x18\x05 \x01(\t\x12\x14\n\x0chash_backend\x18\x06 \x01(\tb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x16mosafs/v1/common.proto\x12\tmosafs.v1\"&\n\x08\x43hunkRef\x12\n\n\x02id\x18\x01 \x01(\x0c\x12\x0e\n\x06length\x18\x02 \x01(\x04\"0\n\x11\x42\x65nefactorAddress\x12\n\n\x02id\x18\x01 \x01(\t\x12\x0f\n\x07\x61\x64\x64ress\x18\x02 \x01(\t\"\xcf\x01\n\x0cPoolSettings\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x13\n\x0breplication\x18\x02 \x01(\r\x12\x14\n\x0cstripe_width\x18\x03 \x01(\r\x12\x0f\n\x07\x63hunker\x18\x04 \x01(\t\x12\x17\n\x0fwrite_semantics\x18\x05 \x01(\t\x12\x14\n\x0chash_backend\x18\x06 \x01(\t\x12\x0c\n\x04\x65\x63_k\x18\x07 \x01(\r\x12\x0c\n\x04\x65\x63_m\x18\x08 \x01(\r\x12\x19\n\x0c\x65\x63_min_chunk\x18\t \x01(\x04H\x00\x88\x01\x01\x42\x0f\n\r_ec_min_chunkb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -36,5 +36,5 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_BENEFACTORADDRESS']._serialized_start=77
   _globals['_BENEFACTORADDRESS']._serialized_end=125
   _globals['_POOLSETTINGS']._serialized_start=128
-  _globals['_POOLSETTINGS']._serialized_end=263
+  _globals['_POOLSETTINGS']._serialized_end=335
 # @@protoc_insertion_point(module_scope)

@@ -339,12 +339,20 @@ class RenewLeaseResponse(_message.Message):
     def __init__(self, lease_ttl_ms: _Optional[int] = ..., write_token: _Optional[bytes] = ...) -> None: ...
 
 class ChunkPlacement(_message.Message):
-    __slots__ = ("id", "benefactor_ids")
+    __slots__ = ("id", "benefactor_ids", "ec_k", "ec_m", "fragment_ids", "fragment_holders")
     ID_FIELD_NUMBER: _ClassVar[int]
     BENEFACTOR_IDS_FIELD_NUMBER: _ClassVar[int]
+    EC_K_FIELD_NUMBER: _ClassVar[int]
+    EC_M_FIELD_NUMBER: _ClassVar[int]
+    FRAGMENT_IDS_FIELD_NUMBER: _ClassVar[int]
+    FRAGMENT_HOLDERS_FIELD_NUMBER: _ClassVar[int]
     id: bytes
     benefactor_ids: _containers.RepeatedScalarFieldContainer[str]
-    def __init__(self, id: _Optional[bytes] = ..., benefactor_ids: _Optional[_Iterable[str]] = ...) -> None: ...
+    ec_k: int
+    ec_m: int
+    fragment_ids: _containers.RepeatedScalarFieldContainer[bytes]
+    fragment_holders: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, id: _Optional[bytes] = ..., benefactor_ids: _Optional[_Iterable[str]] = ..., ec_k: _Optional[int] = ..., ec_m: _Optional[int] = ..., fragment_ids: _Optional[_Iterable[bytes]] = ..., fragment_holders: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class CommitVersionRequest(_message.Message):
     __slots__ = ("lease_id", "inode", "chunks", "placements", "mtime_ns", "new_bytes", "provisional", "replaces_version", "session")
@@ -419,14 +427,28 @@ class GetBlockMapRequest(_message.Message):
     def __init__(self, inode: _Optional[int] = ..., version: _Optional[int] = ...) -> None: ...
 
 class ChunkLocation(_message.Message):
-    __slots__ = ("id", "benefactor_ids", "token")
+    __slots__ = ("id", "benefactor_ids", "token", "ec_k", "ec_m", "fragment_ids", "fragment_holders", "fragment_tokens", "fragment_live", "length")
     ID_FIELD_NUMBER: _ClassVar[int]
     BENEFACTOR_IDS_FIELD_NUMBER: _ClassVar[int]
     TOKEN_FIELD_NUMBER: _ClassVar[int]
+    EC_K_FIELD_NUMBER: _ClassVar[int]
+    EC_M_FIELD_NUMBER: _ClassVar[int]
+    FRAGMENT_IDS_FIELD_NUMBER: _ClassVar[int]
+    FRAGMENT_HOLDERS_FIELD_NUMBER: _ClassVar[int]
+    FRAGMENT_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    FRAGMENT_LIVE_FIELD_NUMBER: _ClassVar[int]
+    LENGTH_FIELD_NUMBER: _ClassVar[int]
     id: bytes
     benefactor_ids: _containers.RepeatedScalarFieldContainer[str]
     token: bytes
-    def __init__(self, id: _Optional[bytes] = ..., benefactor_ids: _Optional[_Iterable[str]] = ..., token: _Optional[bytes] = ...) -> None: ...
+    ec_k: int
+    ec_m: int
+    fragment_ids: _containers.RepeatedScalarFieldContainer[bytes]
+    fragment_holders: _containers.RepeatedScalarFieldContainer[str]
+    fragment_tokens: _containers.RepeatedScalarFieldContainer[bytes]
+    fragment_live: _containers.RepeatedScalarFieldContainer[bool]
+    length: int
+    def __init__(self, id: _Optional[bytes] = ..., benefactor_ids: _Optional[_Iterable[str]] = ..., token: _Optional[bytes] = ..., ec_k: _Optional[int] = ..., ec_m: _Optional[int] = ..., fragment_ids: _Optional[_Iterable[bytes]] = ..., fragment_holders: _Optional[_Iterable[str]] = ..., fragment_tokens: _Optional[_Iterable[bytes]] = ..., fragment_live: _Optional[_Iterable[bool]] = ..., length: _Optional[int] = ...) -> None: ...
 
 class BlockMap(_message.Message):
     __slots__ = ("inode", "version", "size", "chunks", "locations", "benefactors")
@@ -453,7 +475,7 @@ class GetVersionStatsRequest(_message.Message):
     def __init__(self, inode: _Optional[int] = ..., version: _Optional[int] = ...) -> None: ...
 
 class VersionStats(_message.Message):
-    __slots__ = ("inode", "version", "size", "chunks", "shared_chunks", "base_inode", "base_version", "new_bytes", "commit_time_ns", "mtime_ns", "shared_bytes", "fully_redundant", "short_chunks", "lost_chunks", "stored_chunks", "stored_bytes", "indexed_chunks", "indexed_bytes", "repeated_chunks", "repeated_bytes", "sources_known", "base_path", "base_removed", "base_version_kept", "provisional", "replaced_versions")
+    __slots__ = ("inode", "version", "size", "chunks", "shared_chunks", "base_inode", "base_version", "new_bytes", "commit_time_ns", "mtime_ns", "shared_bytes", "fully_redundant", "short_chunks", "lost_chunks", "stored_chunks", "stored_bytes", "indexed_chunks", "indexed_bytes", "repeated_chunks", "repeated_bytes", "sources_known", "base_path", "base_removed", "base_version_kept", "provisional", "replaced_versions", "redundancy")
     INODE_FIELD_NUMBER: _ClassVar[int]
     VERSION_FIELD_NUMBER: _ClassVar[int]
     SIZE_FIELD_NUMBER: _ClassVar[int]
@@ -480,6 +502,7 @@ class VersionStats(_message.Message):
     BASE_VERSION_KEPT_FIELD_NUMBER: _ClassVar[int]
     PROVISIONAL_FIELD_NUMBER: _ClassVar[int]
     REPLACED_VERSIONS_FIELD_NUMBER: _ClassVar[int]
+    REDUNDANCY_FIELD_NUMBER: _ClassVar[int]
     inode: int
     version: int
     size: int
@@ -506,7 +529,18 @@ class VersionStats(_message.Message):
     base_version_kept: bool
     provisional: bool
     replaced_versions: int
-    def __init__(self, inode: _Optional[int] = ..., version: _Optional[int] = ..., size: _Optional[int] = ..., chunks: _Optional[int] = ..., shared_chunks: _Optional[int] = ..., base_inode: _Optional[int] = ..., base_version: _Optional[int] = ..., new_bytes: _Optional[int] = ..., commit_time_ns: _Optional[int] = ..., mtime_ns: _Optional[int] = ..., shared_bytes: _Optional[int] = ..., fully_redundant: _Optional[bool] = ..., short_chunks: _Optional[int] = ..., lost_chunks: _Optional[int] = ..., stored_chunks: _Optional[int] = ..., stored_bytes: _Optional[int] = ..., indexed_chunks: _Optional[int] = ..., indexed_bytes: _Optional[int] = ..., repeated_chunks: _Optional[int] = ..., repeated_bytes: _Optional[int] = ..., sources_known: _Optional[bool] = ..., base_path: _Optional[str] = ..., base_removed: _Optional[bool] = ..., base_version_kept: _Optional[bool] = ..., provisional: _Optional[bool] = ..., replaced_versions: _Optional[int] = ...) -> None: ...
+    redundancy: _containers.RepeatedCompositeFieldContainer[RedundancyCount]
+    def __init__(self, inode: _Optional[int] = ..., version: _Optional[int] = ..., size: _Optional[int] = ..., chunks: _Optional[int] = ..., shared_chunks: _Optional[int] = ..., base_inode: _Optional[int] = ..., base_version: _Optional[int] = ..., new_bytes: _Optional[int] = ..., commit_time_ns: _Optional[int] = ..., mtime_ns: _Optional[int] = ..., shared_bytes: _Optional[int] = ..., fully_redundant: _Optional[bool] = ..., short_chunks: _Optional[int] = ..., lost_chunks: _Optional[int] = ..., stored_chunks: _Optional[int] = ..., stored_bytes: _Optional[int] = ..., indexed_chunks: _Optional[int] = ..., indexed_bytes: _Optional[int] = ..., repeated_chunks: _Optional[int] = ..., repeated_bytes: _Optional[int] = ..., sources_known: _Optional[bool] = ..., base_path: _Optional[str] = ..., base_removed: _Optional[bool] = ..., base_version_kept: _Optional[bool] = ..., provisional: _Optional[bool] = ..., replaced_versions: _Optional[int] = ..., redundancy: _Optional[_Iterable[_Union[RedundancyCount, _Mapping]]] = ...) -> None: ...
+
+class RedundancyCount(_message.Message):
+    __slots__ = ("redundancy", "chunks", "bytes")
+    REDUNDANCY_FIELD_NUMBER: _ClassVar[int]
+    CHUNKS_FIELD_NUMBER: _ClassVar[int]
+    BYTES_FIELD_NUMBER: _ClassVar[int]
+    redundancy: str
+    chunks: int
+    bytes: int
+    def __init__(self, redundancy: _Optional[str] = ..., chunks: _Optional[int] = ..., bytes: _Optional[int] = ...) -> None: ...
 
 class RegisterBenefactorRequest(_message.Message):
     __slots__ = ("info",)
@@ -583,7 +617,7 @@ class ClusterStatusRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class ClusterStatus(_message.Message):
-    __slots__ = ("benefactors", "chunks", "under_replicated_chunks", "replication_backlog_bytes", "lost_chunks", "replication_rate_bytes_s", "time_to_full_redundancy_s", "scanned_age_ms", "metadata_write_transactions", "redundancy_unreachable", "full_scan_age_ms")
+    __slots__ = ("benefactors", "chunks", "under_replicated_chunks", "replication_backlog_bytes", "lost_chunks", "replication_rate_bytes_s", "time_to_full_redundancy_s", "scanned_age_ms", "metadata_write_transactions", "redundancy_unreachable", "full_scan_age_ms", "ec_short_chunks", "ec_missing_fragments", "ec_lost_chunks", "ec_rebuilt_fragments", "ec_rebuilt_bytes", "ec_rebuild_rate_bytes_s", "conversions")
     BENEFACTORS_FIELD_NUMBER: _ClassVar[int]
     CHUNKS_FIELD_NUMBER: _ClassVar[int]
     UNDER_REPLICATED_CHUNKS_FIELD_NUMBER: _ClassVar[int]
@@ -595,6 +629,13 @@ class ClusterStatus(_message.Message):
     METADATA_WRITE_TRANSACTIONS_FIELD_NUMBER: _ClassVar[int]
     REDUNDANCY_UNREACHABLE_FIELD_NUMBER: _ClassVar[int]
     FULL_SCAN_AGE_MS_FIELD_NUMBER: _ClassVar[int]
+    EC_SHORT_CHUNKS_FIELD_NUMBER: _ClassVar[int]
+    EC_MISSING_FRAGMENTS_FIELD_NUMBER: _ClassVar[int]
+    EC_LOST_CHUNKS_FIELD_NUMBER: _ClassVar[int]
+    EC_REBUILT_FRAGMENTS_FIELD_NUMBER: _ClassVar[int]
+    EC_REBUILT_BYTES_FIELD_NUMBER: _ClassVar[int]
+    EC_REBUILD_RATE_BYTES_S_FIELD_NUMBER: _ClassVar[int]
+    CONVERSIONS_FIELD_NUMBER: _ClassVar[int]
     benefactors: _containers.RepeatedCompositeFieldContainer[BenefactorStatus]
     chunks: int
     under_replicated_chunks: int
@@ -606,7 +647,34 @@ class ClusterStatus(_message.Message):
     metadata_write_transactions: int
     redundancy_unreachable: _containers.RepeatedScalarFieldContainer[str]
     full_scan_age_ms: int
-    def __init__(self, benefactors: _Optional[_Iterable[_Union[BenefactorStatus, _Mapping]]] = ..., chunks: _Optional[int] = ..., under_replicated_chunks: _Optional[int] = ..., replication_backlog_bytes: _Optional[int] = ..., lost_chunks: _Optional[int] = ..., replication_rate_bytes_s: _Optional[float] = ..., time_to_full_redundancy_s: _Optional[float] = ..., scanned_age_ms: _Optional[int] = ..., metadata_write_transactions: _Optional[int] = ..., redundancy_unreachable: _Optional[_Iterable[str]] = ..., full_scan_age_ms: _Optional[int] = ...) -> None: ...
+    ec_short_chunks: int
+    ec_missing_fragments: int
+    ec_lost_chunks: int
+    ec_rebuilt_fragments: int
+    ec_rebuilt_bytes: int
+    ec_rebuild_rate_bytes_s: float
+    conversions: _containers.RepeatedCompositeFieldContainer[ConversionProgress]
+    def __init__(self, benefactors: _Optional[_Iterable[_Union[BenefactorStatus, _Mapping]]] = ..., chunks: _Optional[int] = ..., under_replicated_chunks: _Optional[int] = ..., replication_backlog_bytes: _Optional[int] = ..., lost_chunks: _Optional[int] = ..., replication_rate_bytes_s: _Optional[float] = ..., time_to_full_redundancy_s: _Optional[float] = ..., scanned_age_ms: _Optional[int] = ..., metadata_write_transactions: _Optional[int] = ..., redundancy_unreachable: _Optional[_Iterable[str]] = ..., full_scan_age_ms: _Optional[int] = ..., ec_short_chunks: _Optional[int] = ..., ec_missing_fragments: _Optional[int] = ..., ec_lost_chunks: _Optional[int] = ..., ec_rebuilt_fragments: _Optional[int] = ..., ec_rebuilt_bytes: _Optional[int] = ..., ec_rebuild_rate_bytes_s: _Optional[float] = ..., conversions: _Optional[_Iterable[_Union[ConversionProgress, _Mapping]]] = ...) -> None: ...
+
+class ConversionProgress(_message.Message):
+    __slots__ = ("pool", "redundancy", "done_chunks", "done_bytes", "remaining_chunks", "remaining_bytes", "counted", "stuck_chunks")
+    POOL_FIELD_NUMBER: _ClassVar[int]
+    REDUNDANCY_FIELD_NUMBER: _ClassVar[int]
+    DONE_CHUNKS_FIELD_NUMBER: _ClassVar[int]
+    DONE_BYTES_FIELD_NUMBER: _ClassVar[int]
+    REMAINING_CHUNKS_FIELD_NUMBER: _ClassVar[int]
+    REMAINING_BYTES_FIELD_NUMBER: _ClassVar[int]
+    COUNTED_FIELD_NUMBER: _ClassVar[int]
+    STUCK_CHUNKS_FIELD_NUMBER: _ClassVar[int]
+    pool: str
+    redundancy: str
+    done_chunks: int
+    done_bytes: int
+    remaining_chunks: int
+    remaining_bytes: int
+    counted: bool
+    stuck_chunks: int
+    def __init__(self, pool: _Optional[str] = ..., redundancy: _Optional[str] = ..., done_chunks: _Optional[int] = ..., done_bytes: _Optional[int] = ..., remaining_chunks: _Optional[int] = ..., remaining_bytes: _Optional[int] = ..., counted: _Optional[bool] = ..., stuck_chunks: _Optional[int] = ...) -> None: ...
 
 class InventoryEntry(_message.Message):
     __slots__ = ("id", "touched_ns", "length")
@@ -889,20 +957,24 @@ class PruneReport(_message.Message):
     def __init__(self, pruned: _Optional[_Iterable[_Union[PrunedImage, _Mapping]]] = ..., dry_run: _Optional[bool] = ..., files_removed: _Optional[int] = ..., versions_removed: _Optional[int] = ..., bytes_released: _Optional[int] = ..., skipped: _Optional[_Iterable[str]] = ..., chunks_unreferenced: _Optional[int] = ..., bytes_unreferenced: _Optional[int] = ..., stored_bytes_unreferenced: _Optional[int] = ...) -> None: ...
 
 class PoolRequest(_message.Message):
-    __slots__ = ("name", "replication", "stripe_width", "chunker", "write_semantics", "hash_backend")
+    __slots__ = ("name", "replication", "stripe_width", "chunker", "write_semantics", "hash_backend", "redundancy", "ec_min_chunk")
     NAME_FIELD_NUMBER: _ClassVar[int]
     REPLICATION_FIELD_NUMBER: _ClassVar[int]
     STRIPE_WIDTH_FIELD_NUMBER: _ClassVar[int]
     CHUNKER_FIELD_NUMBER: _ClassVar[int]
     WRITE_SEMANTICS_FIELD_NUMBER: _ClassVar[int]
     HASH_BACKEND_FIELD_NUMBER: _ClassVar[int]
+    REDUNDANCY_FIELD_NUMBER: _ClassVar[int]
+    EC_MIN_CHUNK_FIELD_NUMBER: _ClassVar[int]
     name: str
     replication: int
     stripe_width: int
     chunker: str
     write_semantics: str
     hash_backend: str
-    def __init__(self, name: _Optional[str] = ..., replication: _Optional[int] = ..., stripe_width: _Optional[int] = ..., chunker: _Optional[str] = ..., write_semantics: _Optional[str] = ..., hash_backend: _Optional[str] = ...) -> None: ...
+    redundancy: str
+    ec_min_chunk: int
+    def __init__(self, name: _Optional[str] = ..., replication: _Optional[int] = ..., stripe_width: _Optional[int] = ..., chunker: _Optional[str] = ..., write_semantics: _Optional[str] = ..., hash_backend: _Optional[str] = ..., redundancy: _Optional[str] = ..., ec_min_chunk: _Optional[int] = ...) -> None: ...
 
 class PoolInfo(_message.Message):
     __slots__ = ("settings", "benefactors", "folders", "folder_paths")

@@ -36,13 +36,19 @@ def _ask_manager(args: argparse.Namespace, method: str, request: Any, timeout: f
 def run_status(args: argparse.Namespace) -> int:
     from mosafs._proto import manager_pb2 as mpb
 
-    status = _ask_manager(args, "GetClusterStatus", mpb.ClusterStatusRequest(), 30)
-    return emit(status_report(status), args.json, _print_status)
+    manager = find_manager(args, args.path)
+    status = ask(manager, "GetClusterStatus", mpb.ClusterStatusRequest(), 30)
+    listed = ask(manager, "ListPools", mpb.ListPoolsRequest(), 30)
+    return emit(status_report(status, listed.pools), args.json, _print_status)
 
 
-def status_report(status: Any) -> dict[str, Any]:
-    """The `mosafs status --json` object (DESIGN §9)."""
+def status_report(status: Any, pools: Any = ()) -> dict[str, Any]:
+    """The `mosafs status --json` object (DESIGN §9), with each pool's redundancy."""
+    from mosafs.manager.pools import scheme
+
     return {
+        "pools": [{"name": p.settings.name, "redundancy": str(scheme(p.settings)),
+                   "benefactors": len(p.benefactors)} for p in pools],
         "benefactors": [{
             "id": b.info.id, "address": b.info.address, "pool": b.info.pool,
             "alive": b.alive, "capacity_bytes": b.info.capacity_bytes,
@@ -61,10 +67,26 @@ def status_report(status: Any) -> dict[str, Any]:
         "full_scan_age_ms": status.full_scan_age_ms,
         "redundancy_unreachable": list(status.redundancy_unreachable),
         "metadata_write_transactions": status.metadata_write_transactions,
+        "erasure_coding": {
+            "short_chunks": status.ec_short_chunks,
+            "missing_fragments": status.ec_missing_fragments,
+            "lost_chunks": status.ec_lost_chunks,
+            "rebuilt_fragments": status.ec_rebuilt_fragments,
+            "rebuilt_bytes": status.ec_rebuilt_bytes,
+            "rebuild_rate_bytes_s": round(status.ec_rebuild_rate_bytes_s, 1),
+        },
+        "conversions": [{
+            "pool": c.pool, "redundancy": c.redundancy, "done_chunks": c.done_chunks,
+            "done_bytes": c.done_bytes, "remaining_chunks": c.remaining_chunks,
+            "remaining_bytes": c.remaining_bytes, "stuck_chunks": c.stuck_chunks,
+            "counted": c.counted, "complete": c.counted and not c.remaining_chunks,
+        } for c in status.conversions],
     }
 
 
 def _print_status(report: dict[str, Any]) -> None:
+    for p in report["pools"]:
+        print(f"pool {p['name']}: {p['redundancy']}, {p['benefactors']} benefactors")
     for b in report["benefactors"]:
         state = "FULL" if b["alive"] and b["full"] else "alive" if b["alive"] else "DEAD"
         used = 1 - b["free_bytes"] / b["capacity_bytes"] if b["capacity_bytes"] else 0.0
@@ -74,6 +96,20 @@ def _print_status(report: dict[str, Any]) -> None:
     print(f"chunks: {report['chunks']}, under-replicated: {report['under_replicated_chunks']} "
           f"({_size(report['replication_backlog_bytes'])} to copy), "
           f"lost for now: {report['lost_chunks']}")
+    ec = report["erasure_coding"]
+    if ec["short_chunks"] or ec["rebuilt_fragments"]:
+        print(f"erasure-coded chunks short of fragments: {ec['short_chunks']} "
+              f"({ec['missing_fragments']} fragments to rebuild), fewer than K live "
+              f"fragments: {ec['lost_chunks']}; rebuilt {ec['rebuilt_fragments']} "
+              f"({_size(ec['rebuilt_bytes'])}, {_size(ec['rebuild_rate_bytes_s'])}/s now)")
+    for c in report["conversions"]:
+        total = c["done_chunks"] + c["remaining_chunks"]
+        state = "done" if c["complete"] else \
+            f"{c['remaining_chunks']} chunks ({_size(c['remaining_bytes'])}) to go" + (
+                "" if c["counted"] else ", still counting") + (
+                f", {c['stuck_chunks']} waiting for benefactors" if c["stuck_chunks"] else "")
+        print(f"pool {c['pool']} converting to {c['redundancy']}: {c['done_chunks']} of "
+              f"{total} chunks ({_size(c['done_bytes'])}) converted, {state}")
     for line in report["redundancy_unreachable"]:
         print(f"cannot reach redundancy: {line}")
     if report["under_replicated_chunks"] and not report["redundancy_unreachable"]:
@@ -154,6 +190,9 @@ def _stats_report(path: str, stats: Any) -> dict[str, Any]:
         "fully_redundant": stats.fully_redundant,
         "short_chunks": stats.short_chunks,
         "lost_chunks": stats.lost_chunks,
+        # How its distinct chunks are stored: "ec:4+2" (fragments), "replicas:3" (copies).
+        "redundancy": [{"redundancy": r.redundancy, "chunks": r.chunks, "bytes": r.bytes}
+                       for r in stats.redundancy],
     }
 
 
@@ -215,11 +254,16 @@ def _print_stats(report: dict[str, Any]) -> None:
             part = sources[key]
             print(f"  {words}: {part['chunks']} chunks, {_size(part['bytes'])}")
     print(f"  new bytes sent: {report['new_bytes']} ({_size(report['new_bytes'])})")
+    kinds = ", ".join(f"{r['redundancy']} ({r['chunks']} chunks, {_size(r['bytes'])})"
+                      for r in report["redundancy"])
+    if kinds:
+        print(f"  stored as: {kinds}")
     if report["fully_redundant"]:
-        print("  redundancy: full (every chunk has its pool's copies)")
+        print("  redundancy: full (every chunk has its pool's copies or fragments)")
     else:
         lost = f", {report['lost_chunks']} with no live copy" if report["lost_chunks"] else ""
-        print(f"  redundancy: NOT full: {report['short_chunks']} chunks short of copies{lost}")
+        print(f"  redundancy: NOT full: {report['short_chunks']} chunks short of copies or "
+              f"fragments{lost}")
 
 
 def base_words(base: dict[str, Any] | None) -> str:

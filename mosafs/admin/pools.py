@@ -24,6 +24,7 @@ from mosafs.errors import ConfigError, MosafsError, NotFound
 POOL_SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "create": ("create a pool (settings not given take the defaults)",
                "  mosafs pool create fast --replication 2 --stripe-width 4\n"
+               "  mosafs pool create cold --redundancy ec:4+2 --ec-min-chunk 256K\n"
                "  mosafs pool create scratch --replication 1 --chunker fixed:1048576 "
                "--write-semantics optimistic"),
     "list": ("list the pools with their settings, benefactors and folders",
@@ -31,6 +32,7 @@ POOL_SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "show": ("show one pool", "  mosafs pool show fast --json"),
     "set": ("change a pool's settings (new writes use them; a higher R re-replicates)",
             "  mosafs pool set default --replication 3\n"
+            "  mosafs pool set cold --redundancy ec:8+2\n"
             "  mosafs pool set fast --write-semantics pessimistic --hash-backend gpu"),
     "delete": ("delete a pool that no benefactor and no folder uses",
                "  mosafs pool delete scratch"),
@@ -60,18 +62,28 @@ MIN_PREFIX = 4  # characters of an id given in part, as git takes a commit's
 # --- pools -----------------------------------------------------------------------------------
 
 def _settings_arguments(parser: argparse.ArgumentParser) -> None:
+    from mosafs.argtypes import ec_min_chunk_arg, redundancy_arg
     from mosafs.chunking.registry import BACKEND_CHOICES
-    from mosafs.manager.pools import MAX_REPLICATION, MAX_STRIPE_WIDTH
+    from mosafs.manager.pools import MAX_EC_K, MAX_EC_M, MAX_REPLICATION, MAX_STRIPE_WIDTH
 
     parser.add_argument("--replication", type=bounded_int(1, MAX_REPLICATION, what="replication"),
-                        metavar="R", help=f"copies of every chunk (1..{MAX_REPLICATION})")
+                        metavar="R", help=f"copies of every chunk (1..{MAX_REPLICATION}); "
+                                          f"short for --redundancy replicas:R")
+    parser.add_argument("--redundancy", type=redundancy_arg, metavar="replicas:R|ec:K+M",
+                        help=f"R whole copies of every chunk, or K data + M parity fragments "
+                             f"on K+M distinct benefactors (K 1..{MAX_EC_K}, M 1..{MAX_EC_M}; "
+                             f"survives M failures at (K+M)/K the space)")
+    parser.add_argument("--ec-min-chunk", type=ec_min_chunk_arg, metavar="SIZE",
+                        help="in an ec:K+M pool, chunks smaller than this are kept as M+1 "
+                             "whole copies (default 128K)")
     parser.add_argument("--stripe-width", metavar="W",
                         type=bounded_int(1, MAX_STRIPE_WIDTH, what="stripe width"),
                         help=f"benefactors one write stripes over (1..{MAX_STRIPE_WIDTH})")
     parser.add_argument("--chunker", metavar="SPEC", type=_chunker,
                         help="fixed:SIZE or cdc:MIN:AVG:MAX (bytes)")
     parser.add_argument("--write-semantics", choices=["optimistic", "pessimistic"],
-                        help="close returns after one copy (optimistic) or R copies")
+                        help="close returns after one copy (optimistic) or R copies; in "
+                             "an ec:K+M pool after K (optimistic) or all K+M fragments")
     parser.add_argument("--hash-backend", choices=list(BACKEND_CHOICES),
                         help="preferred hash backend of mounts started with auto")
 
@@ -122,8 +134,13 @@ def add_unassign_arguments(parser: argparse.ArgumentParser) -> None:
 def _pool_request(args: argparse.Namespace) -> Any:
     from mosafs._proto import manager_pb2 as mpb
 
+    if args.replication is not None and args.redundancy is not None and \
+            args.redundancy != f"replicas:{args.replication}":
+        raise ConfigError(f"--replication {args.replication} and --redundancy "
+                          f"{args.redundancy} disagree: give one of them")
     request = mpb.PoolRequest(name=args.name)
-    for field in ("replication", "stripe_width", "chunker", "write_semantics", "hash_backend"):
+    for field in ("replication", "stripe_width", "chunker", "write_semantics", "hash_backend",
+                  "redundancy", "ec_min_chunk"):
         value = getattr(args, field)
         if value is not None:
             setattr(request, field, value)
@@ -131,15 +148,24 @@ def _pool_request(args: argparse.Namespace) -> Any:
 
 
 def pool_report(info: Any) -> dict[str, Any]:
+    from mosafs.manager.pools import ec_min_chunk, scheme
+
     s = info.settings
-    return {"name": s.name, "replication": s.replication, "stripe_width": s.stripe_width,
+    kind = scheme(s)
+    return {"name": s.name, "redundancy": str(kind), "replication": s.replication,
+            "ec": ({"k": kind.k, "m": kind.m, "min_chunk": ec_min_chunk(s)}
+                   if kind.coded else None),
+            "stripe_width": s.stripe_width,
             "chunker": s.chunker, "write_semantics": s.write_semantics,
             "hash_backend": s.hash_backend, "benefactors": list(info.benefactors),
             "folders": list(info.folder_paths)}
 
 
 def _print_pool(report: dict[str, Any]) -> None:
-    print(f"{report['name']}: R={report['replication']} W={report['stripe_width']} "
+    ec = report["ec"]
+    small = (f" (chunks under {size(ec['min_chunk'])}: {report['replication']} copies)"
+             if ec else "")
+    print(f"{report['name']}: {report['redundancy']}{small} W={report['stripe_width']} "
           f"{report['chunker']} {report['write_semantics']} hash={report['hash_backend']}")
     print(f"  benefactors: {', '.join(report['benefactors']) or '-'}")
     print(f"  folders:     {', '.join(report['folders']) or '-'}")
@@ -148,15 +174,15 @@ def _print_pool(report: dict[str, Any]) -> None:
 def run_create(args: argparse.Namespace) -> int:
     manager = find_manager(args)
     info = ask(manager, "CreatePool", _pool_request(args))
-    _warn_short(args, manager, info.settings.name, info.settings.replication)
+    _warn_short(args, manager, info.settings)
     return emit(pool_report(info), args.json, _print_pool)
 
 
 def run_set(args: argparse.Namespace) -> int:
     manager = find_manager(args)
     info = ask(manager, "UpdatePool", _pool_request(args))
-    if args.replication is not None:
-        _warn_short(args, manager, info.settings.name, info.settings.replication)
+    if args.replication is not None or args.redundancy is not None:
+        _warn_short(args, manager, info.settings)
     return emit(pool_report(info), args.json, _print_pool)
 
 
@@ -182,13 +208,24 @@ def _join_hint(pool: str) -> str:
             f"`mosafs benefactor --pool {pool}`")
 
 
-def _warn_short(args: argparse.Namespace, manager: Manager, pool: str, replication: int) -> None:
-    """Warn when POOL has fewer live benefactors than its R: writes there store fewer
-    copies than asked, or fail with ENOSPC when it has none."""
+def _warn_short(args: argparse.Namespace, manager: Manager, settings: Any) -> None:
+    """Warn when the pool of SETTINGS has fewer live benefactors than its R (writes there
+    store fewer copies than asked, or fail with ENOSPC when it has none) or its K+M
+    (writes there fail)."""
+    from mosafs.manager.pools import scheme
+
+    pool, kind = settings.name, scheme(settings)
     live = _live(manager)
-    if live is None or live.get(pool, 0) >= replication:
+    if live is None or live.get(pool, 0) >= kind.width:
         return
     have, everywhere = live.get(pool, 0), sum(live.values())
+    if kind.coded:
+        cluster = f" (the whole cluster has {everywhere} live)" if everywhere < kind.width else ""
+        warn(args, f"pool {pool!r} is {kind}: every chunk needs {kind.width} distinct "
+                   f"benefactors{cluster} but it has {have} live: writes in its folders "
+                   f"fail until enough join; {_join_hint(pool)}")
+        return
+    replication = kind.replicas
     if have == 0:
         state = "has no live benefactor: writes in its folders fail until one joins"
     else:

@@ -10,6 +10,11 @@ own out of Linux network namespaces and touches nothing else:
     link I     veth pair mbPIDcI <-> mbPIDbI, 10.213.I.1/30 <-> 10.213.I.2/30, each end
                shaped by a tc token-bucket filter (tbf) to RATE: a benefactor's NIC
 
+With `peers=True` the client namespace also routes between the links (IP forwarding on,
+each benefactor's default route through its link), so benefactors reach each other as
+peers do in a cluster (replication, fragment repair): a transfer from benefactor I to J
+crosses link I (I's upload) and link J (J's download), each shaped to RATE.
+
 Every address lives inside those namespaces; the host's network is not touched. Deleting
 a namespace deletes its end of the links, so `close()` stops the processes and deletes the
 namespaces, whatever happened; namespaces left by a run that was killed (their PID no
@@ -84,11 +89,12 @@ class Testbed:
     """Start with `Testbed(...).start()`; always `close()` (a context manager does)."""
 
     def __init__(self, workdir: Path, benefactors: int, *, links: Links | None = None,
-                 manager_args: tuple[str, ...] = ()) -> None:
+                 manager_args: tuple[str, ...] = (), peers: bool = False) -> None:
         self.workdir = workdir
         self.count = benefactors
         self.links = links
         self.manager_args = manager_args
+        self.peers = peers  # netns: benefactors reach each other (through the client ns)
         self.tag = str(os.getpid())
         self.namespaces: list[str] = []
         self.manager: Daemon | None = None
@@ -135,6 +141,10 @@ class Testbed:
                      "tbf", "rate", f"{self.links.rate_bit}bit",
                      "burst", str(self.links.burst_bytes),
                      "latency", f"{self.links.latency_ms}ms")
+            if self.peers:
+                _run("ip", "-n", b, "route", "add", "default", "via", f"{SUBNET}.{i}.1")
+        if self.peers:
+            _run("ip", "netns", "exec", c, "sysctl", "-qw", "net.ipv4.ip_forward=1")
 
     # -- processes -----------------------------------------------------------------------
 

@@ -116,6 +116,7 @@ def run(args: argparse.Namespace) -> int:
     from mosafs.benefactor.chunkstore import FileChunkStore, load_or_create_identity
     from mosafs.benefactor.garbage import GarbageRounds
     from mosafs.benefactor.ingest import IngestLimiter
+    from mosafs.benefactor.recode import Recoder
     from mosafs.benefactor.replication import ChunkReplicator
     from mosafs.benefactor.scrub import Scrubber, ScrubLoop
     from mosafs.benefactor.tokens import TokenChecker
@@ -136,9 +137,11 @@ def run(args: argparse.Namespace) -> int:
         scrubber = Scrubber(store, _corrupt_reporter(registrar, info) if registrar else None)
         scrubs = ScrubLoop(scrubber, args.scrub_rate)
         ingest = IngestLimiter(args.ingest_rate) if args.ingest_rate else None
+        recoder = Recoder(store, peers.get, peers.put, check=scrubber.check)
         _register_metrics(store)
         srv, port = listen(lambda srv: add_to_server(srv, store, info, replicator, rounds.run,
-                                                     scrubber, ingest, tokens), args.listen,
+                                                     scrubber, ingest, tokens, recoder),
+                           args.listen,
                            label="benefactor", max_concurrent_rpcs=args.max_concurrent_rpcs)
         info.address = advertised_address(listen_host, port, args.advertise)
         inventory = InventoryLoop(registrar, rounds, args.inventory_interval) if registrar else None
@@ -163,6 +166,7 @@ def run(args: argparse.Namespace) -> int:
             if registrar:
                 registrar.stop()
             srv.stop(STOP_GRACE_S).wait()
+            recoder.close()
             peers.close()
     log.info("stopped")
     return 0

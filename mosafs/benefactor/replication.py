@@ -51,7 +51,7 @@ class ChunkReplicator:
         """Copy IDS to TARGET, each chunk with its own deadline."""
         if len(ids) > MAX_IDS:
             raise InvalidArgument(f"at most {MAX_IDS} ids per replication request")
-        _check_target(target)
+        check_target(target)
         for cid in ids:
             check_id(cid)  # all refused before any is copied
         out = Outcome([False] * len(ids), [""] * len(ids))
@@ -75,7 +75,7 @@ class ChunkReplicator:
         return out
 
 
-def _check_target(address: str) -> None:
+def check_target(address: str) -> None:
     host, sep, port = address.rpartition(":")
     if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536 \
             or len(address) > 300 or any(c.isspace() or c == "/" for c in address):

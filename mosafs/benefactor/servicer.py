@@ -6,7 +6,8 @@ RESOURCE_EXHAUSTED, TokenRefused -> PERMISSION_DENIED.
 
 Chunk bytes move only against a chunk access token (mosafs.benefactor.tokens), sent in
 the metadata `mosafs-token-bin`: GetChunk a read token of that chunk, PutChunk a write
-token, except from a benefactor certificate (a peer's copy for replication). Refusals are
+token, except from a benefactor certificate (a peer's copy for replication or a recode).
+RecodeChunk (the manager's) carries the read tokens its reads from peers need. Refusals are
 counted (metrics.REFUSALS, reason "token") and logged on "mosafs.audit".
 """
 
@@ -23,10 +24,11 @@ from mosafs._proto import benefactor_pb2_grpc as pb_grpc
 from mosafs.benefactor.chunkstore import CORRUPT, ChunkStore
 from mosafs.benefactor.garbage import RoundResult
 from mosafs.benefactor.ingest import IngestLimiter
+from mosafs.benefactor.recode import Recoder, job_of, reply_of
 from mosafs.benefactor.replication import ChunkReplicator
 from mosafs.benefactor.scrub import Scrubber
 from mosafs.benefactor.tokens import TokenChecker
-from mosafs.errors import IntegrityError, TokenRefused
+from mosafs.errors import IntegrityError, TokenRefused, Unavailable
 from mosafs.ids import check_id
 from mosafs.rpc import chunkwire
 from mosafs.rpc.errors import servicer
@@ -62,7 +64,7 @@ class BenefactorServicer(pb_grpc.BenefactorServicer):
     def __init__(self, store: ChunkStore, info: Callable[[], pb.BenefactorInfo],
                  replicator: ChunkReplicator, garbage_round: Callable[[], RoundResult],
                  scrubber: Scrubber, ingest: IngestLimiter | None = None,
-                 tokens: TokenChecker | None = None) -> None:
+                 tokens: TokenChecker | None = None, recoder: Recoder | None = None) -> None:
         # INFO is a callable: the address is known only once the server has bound its port,
         # after the servicer was added.
         self._ingest = ingest
@@ -72,6 +74,7 @@ class BenefactorServicer(pb_grpc.BenefactorServicer):
         self._replicator = replicator
         self._garbage_round = garbage_round
         self._scrubber = scrubber
+        self._recoder = recoder
 
     def PutChunk(self, request: chunkwire.PutChunk,
                  context: grpc.ServicerContext) -> pb.PutChunkResponse:
@@ -115,6 +118,12 @@ class BenefactorServicer(pb_grpc.BenefactorServicer):
         return pb.ReplicateChunksResponse(copied=out.copied, errors=out.errors,
                                           target_problem=out.target_problem)
 
+    def RecodeChunk(self, request: pb.RecodeChunkRequest,
+                    context: grpc.ServicerContext) -> pb.RecodeChunkResponse:
+        if self._recoder is None:
+            raise Unavailable("this benefactor does not recode chunks")
+        return reply_of(self._recoder.recode(job_of(request)))
+
     def RunGarbageRound(self, request: pb.GarbageRoundRequest,
                         context: grpc.ServicerContext) -> pb.GarbageRound:
         result = self._garbage_round()
@@ -154,10 +163,11 @@ def add_to_server(server: grpc.Server, store: ChunkStore,
                   info: Callable[[], pb.BenefactorInfo], replicator: ChunkReplicator,
                   garbage_round: Callable[[], RoundResult], scrubber: Scrubber,
                   ingest: IngestLimiter | None = None,
-                  tokens: TokenChecker | None = None) -> None:
+                  tokens: TokenChecker | None = None, recoder: Recoder | None = None) -> None:
     add_decoding_in_handlers(
         pb_grpc.add_BenefactorServicer_to_server,
-        BenefactorServicer(store, info, replicator, garbage_round, scrubber, ingest, tokens),
+        BenefactorServicer(store, info, replicator, garbage_round, scrubber, ingest, tokens,
+                           recoder),
         server,
         codecs={"PutChunk": (chunkwire.decode_put, None),
                 "GetChunk": (None, chunkwire.encode_get_response)})

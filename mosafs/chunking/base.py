@@ -20,12 +20,17 @@ BytesLike = bytes | bytearray | memoryview
 
 @dataclass(slots=True)
 class Chunk:
-    """One chunk of a stream: where it is, its id (BLAKE3-256, 32 raw bytes), its bytes."""
+    """One chunk of a stream: where it is, its id (BLAKE3-256, 32 raw bytes), its bytes.
+
+    parity: the chunk's M erasure parity fragments (DESIGN §10) when its stream computed
+    them (the GPU stream's `parity=` option; None otherwise, and for chunks below the
+    pool's threshold). They are the stream's own copies: valid as long as referenced."""
 
     offset: int
     length: int
     id: bytes
     data: bytes = field(repr=False)  # a chunk is up to 64 MiB: keep it out of reprs and logs
+    parity: tuple[memoryview, ...] | None = field(default=None, repr=False)
 
 
 class Hasher(ABC):

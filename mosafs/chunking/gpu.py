@@ -5,6 +5,7 @@
     stream = chunker.stream(pipelined=True)       # buffers in flight; chunks come later
     view = stream.pinned_buffer()                 # fill the pinned buffer in place ...
     chunks = stream.feed_pinned(k)                # ... and hand over its first k bytes
+    stream = chunker.stream(parity=(4, 2, 131072))  # chunk.parity: ec:4+2 on the GPU too
     ids = make_hasher("gpu").hash_many(buffers)
 
 How it works (docs/gpu.md): the gear candidate kernel finds, for every byte, whether its
@@ -77,6 +78,9 @@ class GpuChunker(Chunker):
     """Chunker on the GPU runtime; `runtime` (tests, benchmarks) picks buffers/devices."""
 
     backend = "gpu"
+    computes_parity = True
+    """stream(parity=...) gives each chunk its erasure parity (the client's write path
+    asks for it in erasure-coded pools instead of coding on the CPU)."""
 
     def __init__(self, spec: ChunkerSpec, runtime: GpuRuntime | None = None, *,
                  pinned_bytes: int | None = None) -> None:
@@ -93,12 +97,14 @@ class GpuChunker(Chunker):
         return self._rt
 
     def stream(self, *, pipelined: bool = False, keep_data: bool = True,
-               profile: Profile | None = None) -> GpuStream:
-        """A new stream; see gpu_runtime.GpuStream for the options."""
+               profile: Profile | None = None,
+               parity: tuple[int, int, int] | None = None) -> GpuStream:
+        """A new stream; see gpu_runtime.GpuStream for the options (parity=(K, M,
+        MIN_CHUNK): each chunk's erasure parity computed on the GPU too)."""
         from mosafs.chunking.gpu_runtime import GpuStream
 
         return GpuStream(self.runtime, self.spec, pipelined=pipelined, keep_data=keep_data,
-                         profile=profile)
+                         profile=profile, parity=parity)
 
     def chunk_all(self, data: BytesLike) -> list[Chunk]:
         stream = self.stream(pipelined=True)

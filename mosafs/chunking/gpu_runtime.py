@@ -18,7 +18,10 @@ Pieces:
   candidates out, then on the host the selection of cut points, then the tail copy
   (device to device, peer copy across GPUs), BLAKE3 kernels and the digests out. Each
   slot has its own CUDA stream, so the copy of one buffer overlaps the kernels of the
-  previous one; the host only waits when it needs a result or a free slot.
+  previous one; the host only waits when it needs a result or a free slot. With
+  `parity=(K, M, MIN_CHUNK)` each segment's chunks also get their erasure parity after
+  the hash kernels (`_ParityStage`, the kernel in mosafs.erasure.gpu_batch), copied back
+  alone into host blocks pooled by the runtime (docs/gpu.md).
 
 Tail carry: a full buffer holds `buffer_size >= MAX` bytes, so a chunk spans at most two
 buffers: the open chunk left when buffer k is selected started in buffer k (or at its
@@ -35,7 +38,7 @@ import warnings
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import numpy.typing as npt
@@ -60,6 +63,9 @@ from mosafs.chunking.gpu_kernels import (
 )
 from mosafs.chunking.gpu_select import TreePlan, select_cuts, tree_plan
 from mosafs.chunking.spec import ChunkerSpec
+
+if TYPE_CHECKING:
+    from mosafs.erasure.gpu_batch import BatchParity, RaggedEncoder, RaggedPlan
 
 MiB = 1 << 20
 DEFAULT_BUFFER = 64 * MiB
@@ -220,6 +226,15 @@ class _Slot:
         self.h2d_ev = cupy.cuda.Event(disable_timing=True)
         self.cand_ev = cupy.cuda.Event(disable_timing=True)
         self.hash_ev = cupy.cuda.Event(disable_timing=True)
+        self._parity_out: _DevArray | None = None
+
+    def parity_out(self) -> _DevArray:
+        """Where the parity stage's kernel writes, before the copy to a host block; made
+        on first use (a stream asked for parity): slots of other streams carry none."""
+        if self._parity_out is None:
+            self.device.activate()
+            self._parity_out = _DevArray(np.uint8)
+        return self._parity_out
 
     @property
     def host_nbytes(self) -> int:
@@ -261,11 +276,15 @@ class GpuRuntime:
         _enable_peer_access(sorted(built))
         self._free: list[list[_Slot]] = [[] for _ in self.devices]
         self._lane_of: dict[int, int] = {}
-        self._lock = threading.Lock()
+        # Reentrant: a batch's parity block comes back from its finalizer, which the
+        # garbage collector may run in any thread, even one holding this lock.
+        self._lock = threading.RLock()
         self.pinned_limit = pinned_limit
         self.slots_made = 0  # pinned, pooled
         self.pageable_made = 0  # past the limit, each dropped after use
         self._next_stream = 0
+        self._parity_free: list[_HostArray] = []
+        self.parity_bytes = 0  # pinned parity blocks made (pooled or lent to batches)
 
     @property
     def lanes(self) -> int:
@@ -286,7 +305,8 @@ class GpuRuntime:
             if free:
                 return free.pop()
             limit = self.pinned_limit
-            pinned = limit is None or self.pooled_bytes + self.slot_bytes <= limit
+            pinned = limit is None or (self.pooled_bytes + self.parity_bytes
+                                       + self.slot_bytes <= limit)
             if pinned:
                 self.slots_made += 1
             else:
@@ -302,6 +322,32 @@ class GpuRuntime:
             return  # dropped: only pinned slots are pooled
         with self._lock:
             self._free[self._lane_of[id(slot)]].append(slot)
+
+    def take_parity(self, nbytes: int, pinned: bool) -> _HostArray:
+        """A host block of at least NBYTES for one segment's parity (a stream's parity
+        stage copies it there; the batch holds it until released): a pooled one, else a
+        new one, pinned when PINNED (the slot is) and the pool's bound leaves room,
+        pageable otherwise (then dropped after use)."""
+        with self._lock:
+            for i, block in enumerate(self._parity_free):
+                if block.array.shape[0] >= nbytes:
+                    return self._parity_free.pop(i)
+            # Sizes vary a little per buffer: rounding up lets a block serve the next ones.
+            size = _round_up(max(nbytes, 1), max(_PARITY_ROUND, self.buffer_size // 16))
+            if pinned and self._parity_free:  # all too small: make room for a larger one
+                self.parity_bytes -= self._parity_free.pop().array.nbytes
+            limit = self.pinned_limit
+            pinned = pinned and (limit is None or self.pooled_bytes + self.parity_bytes
+                                 + size <= limit)
+            if pinned:
+                self.parity_bytes += size
+        return _HostArray(np.uint8, size, pinned=pinned)
+
+    def give_parity(self, block: _HostArray) -> None:
+        """BLOCK from take_parity is free again (its batch was released)."""
+        if block.pinned:
+            with self._lock:
+                self._parity_free.append(block)
 
     def first_lane(self) -> int:
         """Spread streams over the devices: each starts on the next lane."""
@@ -325,6 +371,10 @@ def _enable_peer_access(ids: list[int]) -> None:
                         cupy.cuda.runtime.deviceEnablePeerAccess(b)
             except Exception:  # already enabled, or not possible: copies then go via host
                 pass
+
+
+_PARITY_ROUND = 64 << 10
+"""Parity blocks are a multiple of this, and of 1/16 of a buffer, in size."""
 
 
 _RUNTIMES: dict[tuple[int, int | None], GpuRuntime] = {}
@@ -388,17 +438,27 @@ def launch_candidates(slot: _Slot, base_ptr: int, pos_base: int, a: int, b: int,
                stream=slot.stream)
 
 
-def launch_hash(slot: _Slot, base_ptr: int, plan: TreePlan) -> None:
+def launch_hash(slot: _Slot, base_ptr: int, plan: TreePlan,
+                extra: I64Array | None = None) -> int:
     """Queue BLAKE3 of plan's chunks (offsets from base_ptr) on the slot's stream; the
-    digests land in slot.dig_host[:8 * nchunks] when slot.hash_ev (recorded here) fires."""
+    digests land in slot.dig_host[:8 * nchunks] when slot.hash_ev (recorded here) fires.
+
+    EXTRA: more int64 words for later kernels on the stream (the parity stage's plan),
+    copied to the device together with the tree plan; returns their device address (0
+    without). One small copy, not two: a small copy waits in the copy engine's queue
+    behind the next buffers' 64 MiB copies in, so each one costs a segment latency."""
     nc = plan.nchunks
     dev = slot.device
     stream = slot.stream
     meta = plan.meta
-    host = slot.meta_host.ensure(meta.shape[0])
-    host[:meta.shape[0]] = meta
-    mptr = slot.meta_dev.ensure(meta.shape[0])
-    cupy.cuda.runtime.memcpyAsync(mptr, slot.meta_host.ptr, meta.nbytes, _H2D, stream.ptr)
+    words = meta.shape[0]
+    total = words + (0 if extra is None else extra.shape[0])
+    host = slot.meta_host.ensure(total)
+    host[:words] = meta
+    if extra is not None:
+        host[words:total] = extra
+    mptr = slot.meta_dev.ensure(total)
+    cupy.cuda.runtime.memcpyAsync(mptr, slot.meta_host.ptr, 8 * total, _H2D, stream.ptr)
     cv = (slot.cv[0].ensure(max(8, plan.cv_words[0])), slot.cv[1].ensure(max(8, plan.cv_words[1])))
     dptr = slot.dig_dev.ensure(8 * nc)
     per_block = LEAF_GROUP >> plan.leaf_log
@@ -417,6 +477,7 @@ def launch_hash(slot: _Slot, base_ptr: int, plan: TreePlan) -> None:
     slot.dig_host.ensure(8 * nc)
     cupy.cuda.runtime.memcpyAsync(slot.dig_host.ptr, dptr, 32 * nc, _D2H, stream.ptr)
     slot.hash_ev.record(stream)
+    return 0 if extra is None else mptr + 8 * words
 
 
 def digests(slot: _Slot, nc: int) -> list[bytes]:
@@ -428,23 +489,37 @@ def digests(slot: _Slot, nc: int) -> list[bytes]:
 
 @dataclass(slots=True)
 class ChunkBatch:
-    """Chunks as arrays (no per-chunk objects): stream offsets, lengths, ids (n x 32)."""
+    """Chunks as arrays (no per-chunk objects): stream offsets, lengths, ids (n x 32).
+
+    parity (a stream made with `parity=`): every chunk's erasure parity fragments, views
+    of a host block valid until `release()` (mosafs.erasure.gpu_batch.BatchParity);
+    None for a stream without parity. Release a batch once its parity is consumed, so
+    its block serves the next ones (a dropped batch releases it too)."""
 
     offsets: I64Array
     lengths: I64Array
     ids: npt.NDArray[np.uint8]
     data: list[bytes] | None = None
+    parity: BatchParity | None = None
 
     def __len__(self) -> int:
         return int(self.offsets.shape[0])
 
     def chunks(self) -> list[Chunk]:
+        """Chunk objects with their bytes, and their parity copied out of the block."""
         if self.data is None:
             raise ValueError("this batch was made without the chunks' bytes (keep_data=False)")
         raw = self.ids.tobytes()
-        return [Chunk(int(o), int(n), raw[32 * i:32 * i + 32], d)
+        par = self.parity
+        return [Chunk(int(o), int(n), raw[32 * i:32 * i + 32], d,
+                      None if par is None else par.copy(i))
                 for i, (o, n, d) in enumerate(zip(self.offsets.tolist(), self.lengths.tolist(),
                                                    self.data, strict=True))]
+
+    def release(self) -> None:
+        """Give the parity's host block back (idempotent; nothing without parity)."""
+        if self.parity is not None:
+            self.parity.release()
 
 
 @dataclass(eq=False, slots=True)
@@ -472,6 +547,7 @@ class _Seg:
     starts: list[int] = field(default_factory=list)
     ends: list[int] = field(default_factory=list)
     timing: dict[str, Any] | None = None
+    parity: tuple[RaggedPlan, _HostArray | None] | None = None
 
 
 @dataclass(slots=True)
@@ -483,13 +559,17 @@ class Profile:
     selection: float = 0.0   # host
     hash: float = 0.0
     copy_out: float = 0.0
+    parity: float = 0.0      # ragged kernel and parity copy out (parity streams)
     segments: int = 0
     bytes: int = 0
 
     def as_dict(self) -> dict[str, float]:
-        return {"copy_in_s": self.copy_in, "candidate_kernel_s": self.candidates,
-                "selection_s": self.selection, "hash_kernel_s": self.hash,
-                "copy_out_s": self.copy_out, "segments": self.segments, "bytes": self.bytes}
+        out = {"copy_in_s": self.copy_in, "candidate_kernel_s": self.candidates,
+               "selection_s": self.selection, "hash_kernel_s": self.hash,
+               "copy_out_s": self.copy_out, "segments": self.segments, "bytes": self.bytes}
+        if self.parity:
+            out["parity_s"] = self.parity
+        return out
 
 
 class GpuStream(ChunkStream):
@@ -505,12 +585,19 @@ class GpuStream(ChunkStream):
     `stream.feed_pinned(k)` for the first k bytes written to it (the view is invalid
     after that). keep_data=False skips copying the chunks' bytes out of the pinned
     buffers: only the *_batch methods may then be used (ids and bounds, no bytes).
+
+    parity=(K, M, MIN_CHUNK) adds the erasure parity stage (docs/gpu.md): every chunk of
+    at least MIN_CHUNK bytes gets its M parity fragments (DESIGN §10), computed on the
+    device from the bytes already there for hashing; only the parity comes back. Chunk
+    objects carry copies (`Chunk.parity`); ChunkBatch.parity holds views of a host
+    block, valid until the batch is released.
     """
 
     in_place = True
 
     def __init__(self, rt: GpuRuntime, spec: ChunkerSpec, *, pipelined: bool = False,
-                 keep_data: bool = True, profile: Profile | None = None) -> None:
+                 keep_data: bool = True, profile: Profile | None = None,
+                 parity: tuple[int, int, int] | None = None) -> None:
         if spec.max_size > rt.buffer_size:
             raise ValueError(f"GPU buffers of {rt.buffer_size} bytes cannot hold a "
                              f"{spec.max_size}-byte chunk")
@@ -532,6 +619,13 @@ class GpuStream(ChunkStream):
         self._ready: list[ChunkBatch] = []
         self._done = False
         self._expected = (4 * GEAR_STRIP) if not self._cdc else max(1, spec.avg_size // 4)
+        self._parity = None if parity is None else _ParityStage(rt, *parity)
+
+    @property
+    def parity(self) -> tuple[int, int, int] | None:
+        """(K, M, MIN_CHUNK) of the parity stage, or None."""
+        stage = self._parity
+        return None if stage is None else (stage.k, stage.m, stage.min_chunk)
 
     # -- ChunkStream --------------------------------------------------------------------
 
@@ -761,12 +855,18 @@ class GpuStream(ChunkStream):
         offs = np.array(seg.starts, dtype=np.int64) + slot.head
         lens = np.array(cuts, dtype=np.int64) - np.array(seg.starts, dtype=np.int64)
         plan = tree_plan(offs, lens)
+        coded = None if self._parity is None else self._parity.plan(offs, lens)
         slot.device.activate()
         if seg.timing is not None:
             seg.timing["t4"].record(slot.stream)
-        launch_hash(slot, slot.dev_ptr, plan)
+        coded_meta = launch_hash(slot, slot.dev_ptr, plan,
+                                 coded.meta if coded is not None and coded.count else None)
         if seg.timing is not None:
             seg.timing["t5"].record(slot.stream)  # after the digests' copy: see _account
+        if self._parity is not None and coded is not None:
+            seg.parity = self._parity.queue(slot, coded, coded_meta)
+            if seg.timing is not None:
+                seg.timing["t6"].record(slot.stream)
 
     def _carry_tail(self, use: _Use, count: int) -> None:
         """Copy the previous buffer's last `count` bytes (the open chunk's head) into the
@@ -793,7 +893,11 @@ class GpuStream(ChunkStream):
         data: list[bytes] | None = None
         if self._keep_data:
             data = [self._bytes(use, a, b) for a, b in zip(seg.starts, seg.ends, strict=True)]
-        self._ready.append(ChunkBatch(starts + use.base, ends - starts, ids, data))
+        parity = None
+        if seg.parity is not None and self._parity is not None:
+            parity = self._parity.hand_over(seg.parity, nc)
+            seg.parity = None
+        self._ready.append(ChunkBatch(starts + use.base, ends - starts, ids, data, parity))
         self._returned += int(ends[-1] - starts[0])
         if seg.timing is not None and self._profile is not None:
             self._account(seg)
@@ -825,6 +929,8 @@ class GpuStream(ChunkStream):
             # t4 -> t5 spans the metadata copy, the tree kernels and the digests' copy;
             # the copies are a few KiB.
             prof.hash += el(tm["t4"], tm["t5"]) / 1e3
+            if self._parity is not None:
+                prof.parity += el(tm["t5"], tm["t6"]) / 1e3
 
     def _release(self, use: _Use) -> None:
         if not use.released:
@@ -838,6 +944,9 @@ class GpuStream(ChunkStream):
                 if not use.released:
                     use.slot.stream.synchronize()
                     self._release(use)
+            for seg in getattr(self, "_segs", ()):  # parity copied, never collected
+                if seg.parity is not None and seg.parity[1] is not None:
+                    self._rt.give_parity(seg.parity[1])
         except Exception:
             pass
 
@@ -845,8 +954,73 @@ class GpuStream(ChunkStream):
 def _as_chunks(batches: list[ChunkBatch]) -> list[Chunk]:
     out: list[Chunk] = []
     for batch in batches:
-        out.extend(batch.chunks())
+        out.extend(batch.chunks())  # parity copied out of the batch's block ...
+        batch.release()             # ... which then serves the next segments
     return out
+
+
+class _ParityStage:
+    """A stream's erasure parity: per segment, after the hash kernels on the slot's CUDA
+    stream (the launch plan came in with theirs), one ragged kernel launch over the
+    segment's chunks of at least MIN_CHUNK bytes (read from the slot's device buffer,
+    where the hash kernels read them), and one copy of their packed parity into a host
+    block from the runtime's pool. The slot's hash event is recorded after that copy,
+    so a segment is collected when its digests and its parity are both on the host: no
+    extra wait."""
+
+    def __init__(self, rt: GpuRuntime, k: int, m: int, min_chunk: int) -> None:
+        from mosafs.erasure.spec import Code
+
+        Code.of(k, m)  # a bad K or M is the pool's ConfigError, before any kernel builds
+        self.k, self.m, self.min_chunk = k, m, max(1, int(min_chunk))
+        self._rt = rt
+        # Built at the first segment, in the thread that feeds: a stream is often made on
+        # the client's event loop, which must not wait for a compiler.
+        self._encoders: dict[int, RaggedEncoder] = {}
+
+    def _encoder(self, device: int) -> RaggedEncoder:
+        found = self._encoders.get(device)
+        if found is None:
+            from mosafs.erasure.gpu_batch import ragged_encoder
+
+            found = self._encoders[device] = ragged_encoder(device, self.k, self.m)
+        return found
+
+    def plan(self, offs: I64Array, lens: I64Array) -> RaggedPlan:
+        """The launch plan of a segment's chunks at OFFS (from slot.dev_ptr) of LENS bytes;
+        its meta travels with the hash stage's (launch_hash's EXTRA)."""
+        from mosafs.erasure.gpu_batch import ragged_plan
+
+        return ragged_plan(offs, lens, self.k, self.m, self.min_chunk)
+
+    def queue(self, slot: _Slot, plan: RaggedPlan,
+              meta_ptr: int) -> tuple[RaggedPlan, _HostArray | None]:
+        """Queue PLAN's kernel (its meta at META_PTR on the device, copied in by
+        launch_hash) and the parity's copy to a host block on the slot's stream (its device
+        current); (the plan, the host block the parity lands in)."""
+        if not plan.count:
+            return plan, None
+        stream = slot.stream
+        out_ptr = slot.parity_out().ensure(plan.parity_bytes)
+        self._encoder(slot.device.index).launch(slot.dev_ptr, meta_ptr, plan, out_ptr, stream)
+        block = self._rt.take_parity(plan.parity_bytes, slot.pinned)
+        cupy.cuda.runtime.memcpyAsync(block.ptr, out_ptr, plan.parity_bytes, _D2H,
+                                      stream.ptr)
+        slot.hash_ev.record(stream)
+        return plan, block
+
+    def hand_over(self, queued: tuple[RaggedPlan, _HostArray | None], nchunks: int
+                  ) -> BatchParity:
+        """The collected segment's parity for its batch of NCHUNKS chunks: the batch owns
+        the host block until it is released."""
+        from mosafs.erasure.gpu_batch import BatchParity
+
+        plan, block = queued
+        if block is None:
+            return BatchParity.of_plan(plan, nchunks, None)
+        rt = self._rt
+        return BatchParity.of_plan(plan, nchunks, block.array[:plan.parity_bytes],
+                                   lambda: rt.give_parity(block))
 
 
 def _byte_array(piece: BytesLike) -> ByteArray:

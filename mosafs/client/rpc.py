@@ -12,6 +12,7 @@ import contextlib
 import functools
 import threading
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 import grpc
@@ -36,6 +37,17 @@ CHUNK_TIMEOUT = 120.0
 PUT_METHOD = "/mosafs.v1.Benefactor/PutChunk"
 LOCATE_BATCH = 65_536  # ids per LocateChunks call (the manager's limit)
 GET_METHOD = "/mosafs.v1.Benefactor/GetChunk"
+
+
+@dataclass
+class Located:
+    """A LocateChunks answer: whole-copy addresses and read tokens by id, the locations of
+    the erasure-coded chunks, and the address of every benefactor named."""
+
+    addresses: dict[bytes, list[str]] = field(default_factory=dict)
+    tokens: dict[bytes, bytes] = field(default_factory=dict)
+    coded: list[mpb.ChunkLocation] = field(default_factory=list)
+    benefactors: dict[str, str] = field(default_factory=dict)
 
 
 class Rpc:
@@ -168,21 +180,23 @@ class ManagerClient:
         reply = await self._call("FindChunks", mpb.FindChunksRequest(ids=chunk_ids))
         return list(reply.present)
 
-    async def locate(self, chunk_ids: Sequence[bytes]
-                     ) -> tuple[dict[bytes, list[str]], dict[bytes, bytes]]:
-        """Replica addresses of each chunk id the index knows, and a read token of each id
-        (also of those it does not know: chunks this mount stored and has not committed)."""
-        addresses: dict[bytes, list[str]] = {}
-        tokens: dict[bytes, bytes] = {}
+    async def locate(self, chunk_ids: Sequence[bytes]) -> Located:
+        """Replica addresses of each chunk id the index knows, a read token of each id
+        (also of those it does not know: chunks this mount stored and has not committed,
+        and fragment ids), and the locations of the erasure-coded ones."""
+        out = Located()
         for start in range(0, len(chunk_ids), LOCATE_BATCH):
             reply = await self._call("LocateChunks", mpb.LocateChunksRequest(
                 ids=chunk_ids[start:start + LOCATE_BATCH]))
             by_id = {b.id: b.address for b in reply.benefactors}
+            out.benefactors.update(by_id)
             for loc in reply.locations:
-                addresses[loc.id] = [by_id[b] for b in loc.benefactor_ids if b in by_id]
-            tokens.update((loc.id, loc.token) for loc in (*reply.locations, *reply.unindexed)
-                          if loc.token)
-        return addresses, tokens
+                out.addresses[loc.id] = [by_id[b] for b in loc.benefactor_ids if b in by_id]
+                if loc.ec_k:
+                    out.coded.append(loc)
+            out.tokens.update((loc.id, loc.token)
+                              for loc in (*reply.locations, *reply.unindexed) if loc.token)
+        return out
 
     async def block_map(self, inode: int, version: int = 0) -> mpb.BlockMap:
         return await self._call("GetBlockMap", mpb.GetBlockMapRequest(inode=inode, version=version))

@@ -29,7 +29,7 @@ from mosafs import errors
 from mosafs._proto import common_pb2 as cpb
 from mosafs.chunking import resolve_backend
 from mosafs.client.files.context import ClientConfig, ClientContext
-from mosafs.client.files.pipeline import Pipeline, Stored
+from mosafs.client.files.pipeline import EcPolicy, Pipeline, Stored
 from mosafs.client.files.remote import receive_frame, send_frame
 
 log = logging.getLogger("mosafs.client.worker")
@@ -46,6 +46,7 @@ class _Session:
     copies: int
     stored: Stored = field(default_factory=Stored)
     write_token: bytes = b""  # the lease's, replaced by each renewal's ("token" frames)
+    ec: EcPolicy | None = None  # an erasure-coded pool's policy
 
 
 class _Worker:
@@ -84,7 +85,7 @@ class _Worker:
         session = _Session(self.ctx, header["inode"],
                            [cpb.BenefactorAddress(id=i, address=a) for i, a in header["targets"]],
                            header["copies"], Stored(ids=set(header["ids"])),
-                           header.get("token", b""))
+                           header.get("token", b""), header.get("ec"))
         pipeline = Pipeline(session, self.ctx.chunker(header["spec"], header["preferred"]))
         pipeline.start()
         self.streams[header["stream"]] = (pipeline, session)
@@ -101,7 +102,8 @@ class _Worker:
             stored = session.stored
             reply.update(
                 entries=[(e.id, e.length) for e in entries], placements=stored.placements,
-                addresses=stored.addresses, new_bytes=stored.new_bytes,
+                addresses=stored.addresses, fragments=stored.fragments,
+                new_bytes=stored.new_bytes,
                 hashed_bytes=pipeline.hashed_bytes, hash_seconds=pipeline.hash_seconds,
                 backend=pipeline.chunker_backend)
         await self._reply(reply)
@@ -111,7 +113,7 @@ class _Worker:
         data: Any = b""
         try:
             data = await self.ctx.fetcher.fetch(header["id"], header["addresses"],
-                                                header.get("token", b""))
+                                                header.get("token", b""), header.get("coded"))
         except errors.MosafsError as exc:
             reply["error"] = (exc.kind, exc.message)
         await self._reply(reply, data)

@@ -23,6 +23,7 @@ from mosafs.errors import (
     Unavailable,
 )
 from mosafs.manager import pools, pruning
+from mosafs.manager.ec_repair import FragmentRepairer, RecodeFn
 from mosafs.manager.folders import Folders, PruneResult
 from mosafs.manager.fsck import FsckResult, fsck
 from mosafs.manager.garbage import GarbageCollector, check_report
@@ -30,6 +31,7 @@ from mosafs.manager.leases import Committed, LeaseTable, content_key
 from mosafs.manager.metadata import (
     FINAL_COMMIT,
     ChunkEntry,
+    Fragments,
     MetadataStore,
     SessionCommit,
     check_benefactor_id,
@@ -70,12 +72,15 @@ class Manager:
     def __init__(self, store: MetadataStore, config: ManagerConfig | None = None, *,
                  clock: Clock = time.monotonic, copy: CopyFn | None = None,
                  run_round: RoundFn | None = None, scrub: ScrubFn | None = None,
-                 has: HasFn | None = None, tokens: TokenAuthority | None = None) -> None:
+                 has: HasFn | None = None, tokens: TokenAuthority | None = None,
+                 recode: RecodeFn | None = None) -> None:
         """COPY asks one benefactor to copy chunks to another (replication); RUN_ROUND asks
         one to run a garbage-collection round now (`mosafs gc`). Without them nothing is
         replicated or collected on demand (unit tests of the metadata protocol). SCRUB asks
         one to verify every chunk now, HAS which ids it holds (`mosafs scrub`). TOKENS
-        signs chunk access tokens (None: none are issued: plaintext, or turned off)."""
+        signs chunk access tokens (None: none are issued: plaintext, or turned off).
+        RECODE asks one to rebuild fragments or convert a chunk (with COPY: the fragment
+        repairer, docs/erasure_pools.md; without, coded chunks stay short)."""
         self.config = config or ManagerConfig()
         self.tokens = tokens
         self.store = store
@@ -85,6 +90,14 @@ class Manager:
                                       scan_interval_s=self.config.scan_interval_s)
                            if copy is not None else None)
         self.garbage = GarbageCollector(store, self.leases, grace_s=self.config.gc_grace_s)
+        self.repairer = (FragmentRepairer(store, self.registry, recode, copy, tokens=tokens,
+                                          clock=clock)
+                         if recode is not None and copy is not None else None)
+        if self.repairer is not None and self.replicator is not None:
+            self.replicator.handoff = self.repairer.handoff
+            self.replicator.other_rate = self.repairer.rate
+            self.repairer.on_done = self.replicator.enqueue
+            self.garbage.oldest_work_ns = self.repairer.oldest_work_ns
         self.folders = Folders(store)
         # Set when a policy changes or a commit may have made work: the pruning loop wakes.
         self.prune_wakeup = threading.Event()
@@ -104,10 +117,14 @@ class Manager:
         context = self.folders.write_context(inode)  # NotFound / IsADirectory first
         base = context.base
         pool = self.store.pool(context.pool)
+        scheme = pools.scheme(pool)
         try:
-            # R targets at least: a pessimistic write stores every chunk on R of them.
+            if scheme.coded:
+                self._check_ec_width(pool.name, scheme)
+            # R targets at least: a pessimistic write stores every chunk on R of them (and
+            # an ec:K+M chunk's fragments on K+M distinct ones).
             targets = self.registry.pick_targets(pool.name,
-                                                 max(pool.stripe_width, pool.replication))
+                                                 max(pool.stripe_width, scheme.width))
         except NoSpace as exc:
             pools.warn_unwritable(pool.name, exc.message)  # the writer only sees ENOSPC
             raise
@@ -120,6 +137,20 @@ class Manager:
             base_size=base.size, write_token=self.write_token(lease.id, holder))
         out.base_chunks.extend(common_pb2.ChunkRef(id=cid, length=n) for cid, n in base.chunks)
         return out
+
+    def _check_ec_width(self, pool: str, scheme: pools.Scheme) -> None:
+        """NoSpace unless POOL has at least K+M benefactors that take new chunks (alive or
+        not: a dead one may come back, and a write then fails at close, EIO): fewer can
+        never hold a chunk's fragments on distinct benefactors, and storing less
+        redundancy than the pool promises is never done silently."""
+        members = [rec for rec in self.store.benefactors().values()
+                   if rec.pool == pool and not rec.draining]
+        if len(members) < scheme.width:
+            raise NoSpace(
+                f"pool {pool!r} is {scheme}: every chunk needs {scheme.width} distinct "
+                f"benefactors and the pool has {len(members)} that take new chunks: add "
+                f"benefactors (`mosafs benefactor move ID {pool}`) or choose a narrower "
+                f"redundancy (`mosafs pool set {pool} --redundancy ...`)")
 
     def renew_lease(self, lease_id: int) -> int:
         """Renew a write lease; returns its TTL in ms."""
@@ -134,12 +165,33 @@ class Manager:
 
     def _sign_reads(self, locations: Sequence[manager_pb2.ChunkLocation],
                     holder: bytes) -> None:
-        """A read token for HOLDER in each of LOCATIONS (none without tokens or holder)."""
+        """A read token for HOLDER in each of LOCATIONS, and for each fragment of an
+        erasure-coded one (none without tokens or holder)."""
         if self.tokens is None or not holder or not locations:
             return
         for location, token in zip(locations, self.tokens.read_tokens(
                 [loc.id for loc in locations], holder), strict=True):
             location.token = token
+        coded = [loc for loc in locations if loc.ec_k]
+        if coded:
+            tokens = iter(self.tokens.read_tokens(
+                [fid for loc in coded for fid in loc.fragment_ids], holder))
+            for loc in coded:
+                del loc.fragment_tokens[:]
+                loc.fragment_tokens.extend(next(tokens) for _ in loc.fragment_ids)
+
+    def _order(self, locations: Sequence[manager_pb2.ChunkLocation]) -> None:
+        """Whole copies on live benefactors first; which fragment holders are alive."""
+        named = {b for loc in locations for b in (*loc.benefactor_ids, *loc.fragment_holders)}
+        alive = self.registry.alive_among(named)
+        for location in locations:
+            if len(location.benefactor_ids) > 1:  # one copy: nothing to order
+                ordered = _live_first(location.benefactor_ids, alive)
+                del location.benefactor_ids[:]
+                location.benefactor_ids.extend(ordered)
+            if location.ec_k:
+                del location.fragment_live[:]
+                location.fragment_live.extend(h in alive for h in location.fragment_holders)
 
     def security_state(self, revoked: Iterable[bytes]) -> manager_pb2.SecurityState:
         """What benefactors must know to check callers: the certificates REVOKED and the
@@ -155,6 +207,7 @@ class Manager:
         self, lease_id: int, inode: int, chunks: Iterable[ChunkEntry],
         placements: Iterable[tuple[bytes, Sequence[str]]], *, mtime_ns: int = 0,
         new_bytes: int = 0, session: SessionCommit = FINAL_COMMIT,
+        fragments: Iterable[tuple[bytes, Fragments]] = (),
     ) -> tuple[int, manager_pb2.Attr]:
         """Store the block-map of write lease LEASE_ID as a new version (SESSION: whether
         it is provisional, and the provisional version it replaces: docs/lifecycle.md)."""
@@ -167,11 +220,12 @@ class Manager:
             return claimed.version, claimed.attr
         lease = claimed
         placements = list(placements)
+        fragments = list(fragments)
         try:
             result = self.store.commit_version(
                 inode, chunks, placements, base_inode=lease.base_inode,
                 base_version=lease.base_version, mtime_ns=mtime_ns, new_bytes=new_bytes,
-                pool=lease.pool, session=session)
+                pool=lease.pool, session=session, fragments=fragments)
         except BaseException:
             # The client may fix its request (e.g. store a missing chunk) and retry.
             self.leases.restore(lease)
@@ -180,8 +234,8 @@ class Manager:
         metrics.MANAGER_COMMITS.inc()
         metrics.MANAGER_COMMITTED.inc(result[1].size)
         if self.replicator is not None:
-            self.replicator.committed(
-                sorted(self._short_of_copies([cid for cid, _ in placements])))
+            self.replicator.committed(sorted(self._short_of_copies(
+                [cid for cid, _ in placements] + [cid for cid, _ in fragments])))
         if lease.folder:
             self._prune_after_commit(lease.folder)
         return result
@@ -212,8 +266,10 @@ class Manager:
             raise InvalidArgument(f"FindChunks takes at most {MAX_FIND_CHUNKS} ids, got "
                                   f"{len(ids)}: split the batch")
         records = self.store.chunk_records(ids)  # validates the ids
-        return [rec is not None and rec.refcount > 0
-                and any(self.registry.is_alive(b) for b in rec.benefactor_ids)
+        named = {b for rec in records if rec is not None
+                 for b in (*rec.benefactor_ids, *rec.fragment_holders) if b}
+        alive = self.registry.alive_among(named)
+        return [rec is not None and rec.refcount > 0 and readable(rec, alive)
                 for rec in records]
 
     def locate_chunks(self, ids: Sequence[bytes],
@@ -228,22 +284,18 @@ class Manager:
             raise InvalidArgument(f"LocateChunks takes at most {MAX_FIND_CHUNKS} ids, got "
                                   f"{len(ids)}: split the batch")
         distinct = list(dict.fromkeys(check_ids(ids)))
-        found = [(cid, bids) for cid, bids in zip(
-            distinct, self.store.chunk_locations(distinct), strict=True) if bids is not None]
-        named = dict.fromkeys(bid for _, bids in found for bid in bids)
-        alive = self.registry.alive_among(named)
+        locations, addresses = self.store.locations(distinct)
         out = manager_pb2.LocateChunksResponse()
-        for cid, bids in found:
-            out.locations.add(id=cid, benefactor_ids=_live_first(bids, alive))
+        out.locations.extend(loc for loc in locations if loc is not None)
+        self._order(out.locations)
         if self.tokens is not None and holder:
-            known = {cid for cid, _ in found}
+            known = {loc.id for loc in out.locations}
             out.unindexed.extend(manager_pb2.ChunkLocation(id=cid) for cid in distinct
                                  if cid not in known)
             self._sign_reads(out.locations, holder)
             self._sign_reads(out.unindexed, holder)
-        addresses = self.store.benefactor_addresses(named)
-        out.benefactors.extend(common_pb2.BenefactorAddress(id=bid, address=addresses[bid])
-                               for bid in named if bid in addresses)
+        out.benefactors.extend(common_pb2.BenefactorAddress(id=bid, address=address)
+                               for bid, address in addresses.items())
         return out
 
     # --- versions and folders -------------------------------------------------------------
@@ -309,15 +361,18 @@ class Manager:
         self._recheck_holdings(bid)
         return next(s for s in self.registry.statuses() if s.info.id == bid)
 
-    def pool_changed(self) -> None:
-        """A pool's settings changed (R raised, say): the safety-net scan runs now."""
+    def pool_changed(self, pool: str = "") -> None:
+        """POOL's settings changed (R raised, another redundancy): the safety-net scan runs
+        now, and finds the chunks to copy or convert."""
+        if self.repairer is not None and pool:
+            self.repairer.pool_changed(pool)
         if self.replicator is not None:
             self.replicator.rescan()
 
     def _recheck_holdings(self, bid: str) -> None:
         """BID's copies may count no more (draining, moved): replication looks at them."""
         if self.replicator is not None:
-            self.replicator.enqueue(self.store.chunks_on(bid))
+            self.replicator.enqueue(self.store.chunks_on(bid, fragments=True))
 
     def drain_status(self, bid: str) -> manager_pb2.DrainStatus:
         """How far draining BID is: its referenced chunks, and those still without R
@@ -335,14 +390,14 @@ class Manager:
         """(referenced chunks BID holds, of those without R counted copies elsewhere, their
         bytes)."""
         view = Redundancy(self.store, self.registry)
-        ids = self.store.chunks_on(bid)
+        ids = self.store.chunks_on(bid, fragments=True)
         chunks = pending = pending_bytes = 0
         for start in range(0, len(ids), HAS_BATCH):
             for rec in self.store.chunk_records(ids[start:start + HAS_BATCH]):
                 if rec is None or rec.refcount == 0:
                     continue
                 chunks += 1
-                if len([b for b in view.counted(rec) if b != bid]) < view.want(rec):
+                if view.missing(rec, without=bid):
                     pending += 1
                     pending_bytes += rec.length
         return chunks, pending, pending_bytes
@@ -366,12 +421,7 @@ class Manager:
         for HOLDER for each chunk (the caller may read this version)."""
         out = self.store.block_map(inode, version)
         self._sign_reads(out.locations, holder)
-        alive = self.registry.alive_among(b.id for b in out.benefactors)
-        for location in out.locations:
-            if len(location.benefactor_ids) > 1:  # one copy: nothing to order
-                ordered = _live_first(location.benefactor_ids, alive)
-                del location.benefactor_ids[:]
-                location.benefactor_ids.extend(ordered)
+        self._order(out.locations)
         return out
 
     def cluster_status(self) -> manager_pb2.ClusterStatus:
@@ -390,6 +440,19 @@ class Manager:
         out.scanned_age_ms = self.replicator.age_ms(figures.scanned_at)
         out.full_scan_age_ms = self.replicator.age_ms(figures.full_scan_at)
         out.redundancy_unreachable.extend(figures.unreachable)
+        out.ec_short_chunks = figures.ec_short_chunks
+        out.ec_missing_fragments = figures.ec_missing_fragments
+        out.ec_lost_chunks = figures.ec_lost_chunks
+        if self.repairer is not None:
+            out.ec_rebuilt_fragments = self.repairer.rebuilt_fragments
+            out.ec_rebuilt_bytes = self.repairer.rebuilt_bytes
+            out.ec_rebuild_rate_bytes_s = self.repairer.rate()
+            # A full scan counts every chunk to convert once replication examined all it
+            # queued (it hands them over as it examines them).
+            scanned = figures.full_scan_at if figures.scanned_at >= figures.full_scan_at \
+                else 0.0
+            out.conversions.extend(manager_pb2.ConversionProgress(**vars(c))
+                                   for c in self.repairer.conversions(scanned))
         return out
 
     def version_stats(self, inode: int, version: int = 0) -> manager_pb2.VersionStats:
@@ -398,11 +461,19 @@ class Manager:
         out = self.store.version_stats(inode, version)
         ids = list(dict.fromkeys(c.id for c in self.store.block_map(inode, out.version).chunks))
         view = Redundancy(self.store, self.registry)
+        kinds: dict[str, list[int]] = {}
         for rec in self.store.chunk_records(ids):
-            if rec is None or not view.missing(rec):
+            if rec is None:
+                continue
+            kind = kinds.setdefault(view.label(rec), [0, 0])
+            kind[0] += 1
+            kind[1] += rec.length
+            if not view.missing(rec):
                 continue
             out.short_chunks += 1
-            out.lost_chunks += not any(b in view.alive for b in rec.benefactor_ids)
+            out.lost_chunks += view.lost(rec)
+        out.redundancy.extend(manager_pb2.RedundancyCount(redundancy=label, chunks=n, bytes=b)
+                              for label, (n, b) in sorted(kinds.items()))
         out.fully_redundant = out.short_chunks == 0
         return out
 
@@ -436,10 +507,20 @@ class Manager:
         naming it for them (replication copies good replicas back). Returns how many
         records named it."""
         check_report(self.store, bid, len(ids), "a report names")
+        subjects = self._subjects(ids)  # before: the records may go with the copies
         named = self.store.remove_chunk_locations(bid, ids)
         if self.replicator is not None:
-            self.replicator.enqueue(ids)  # copies from sound replicas, at once
+            # Copies from sound replicas, at once; fragments rebuilt (the repairer).
+            self.replicator.enqueue(dict.fromkeys(c for cids in subjects.values() for c in cids))
         return named
+
+    def _subjects(self, ids: Sequence[bytes]) -> dict[bytes, list[bytes]]:
+        """For each stored blob id, the chunks whose redundancy it is part of: itself as a
+        chunk, and the erasure-coded chunks that name it as a fragment."""
+        out: dict[bytes, list[bytes]] = {}
+        for cid, (rec, owners) in zip(ids, self.store.blob_references(ids), strict=True):
+            out[cid] = ([cid] if rec is not None else []) + [o for o, _ in owners]
+        return out
 
     def scrub(self) -> Iterator[manager_pb2.ScrubEvent]:
         """`mosafs scrub`: every live benefactor verifies every chunk it stores (one after
@@ -477,13 +558,21 @@ class Manager:
                 dropped.setdefault(cid, set()).add(index)
         yield manager_pb2.ScrubEvent(benefactors=len(live), repairing=True)
         ids = list(dropped)
-        referenced = {cid for cid, rec in zip(ids, self.store.chunk_records(ids), strict=True)
-                      if rec is not None and rec.refcount > 0}  # the rest is garbage
-        short = self._repair([cid for cid in ids if cid in referenced])
+        # Each blob dropped is a chunk, or a fragment of erasure-coded chunks: the
+        # referenced chunks among those are what must be repaired (the rest is garbage).
+        subjects = self._subjects(ids)
+        chunks = list(dict.fromkeys(c for cids in subjects.values() for c in cids))
+        referenced = {cid for cid, rec in zip(chunks, self.store.chunk_records(chunks),
+                                              strict=True)
+                      if rec is not None and rec.refcount > 0}
+        short = self._repair([cid for cid in chunks if cid in referenced])
         done = manager_pb2.ScrubEvent(benefactors=len(live), done=True)
-        for cid in referenced:
+        for cid in ids:
+            needed = [c for c in subjects[cid] if c in referenced]
+            if not needed:
+                continue
             for i in dropped[cid]:
-                if cid in short:
+                if any(c in short for c in needed):
                     results[i].unrepaired_chunks += 1
                 else:
                     results[i].repaired_chunks += 1
@@ -492,9 +581,10 @@ class Manager:
         yield done
 
     def _missing_on(self, bid: str, address: str) -> list[bytes]:
-        """Ids the index says BID holds that it does not (or holds corrupt)."""
+        """Ids the index says BID holds that it does not (or holds corrupt): whole copies,
+        and fragment blobs of erasure-coded chunks."""
         assert self._has is not None
-        named = self.store.chunks_on(bid)
+        named = list(dict.fromkeys([*self.store.chunks_on(bid), *self.store.fragments_on(bid)]))
         missing: list[bytes] = []
         for start in range(0, len(named), HAS_BATCH):
             batch = named[start:start + HAS_BATCH]
@@ -502,9 +592,12 @@ class Manager:
             absent = [cid for cid, ok in zip(batch, present, strict=True) if not ok]
             # Garbage collection may have released and deleted some since the index was
             # read: those are gone by design, not missing.
-            records = self.store.chunk_records(absent)
-            missing.extend(cid for cid, rec in zip(absent, records, strict=True)
-                           if rec is not None and bid in rec.benefactor_ids)
+            for cid, (rec, owners) in zip(absent, self.store.blob_references(absent),
+                                          strict=True):
+                if (rec is not None and bid in rec.benefactor_ids) or any(
+                        f == cid and h == bid for _, o in owners
+                        for f, h in zip(o.fragment_ids, o.fragment_holders, strict=True)):
+                    missing.append(cid)
         return missing
 
     def _short_of_copies(self, ids: Sequence[bytes]) -> set[bytes]:
@@ -525,8 +618,11 @@ class Manager:
         deadline = time.monotonic() + REPAIR_TIMEOUT_S
         while short and time.monotonic() < deadline:
             wait = self.replicator.step()
+            if self.repairer is not None:  # coded chunks: fragments rebuilt
+                wait = min(wait, self.repairer.step())
             short = self._short_of_copies(list(short))
-            if not self.replicator.pending(short):
+            if not self.replicator.pending(short) and not (
+                    self.repairer is not None and self.repairer.pending(short)):
                 break  # examined, and nothing under way: no way to copy them now
             time.sleep(max(wait, 0.02))
         return short
@@ -538,6 +634,14 @@ class Manager:
         capacity, free = self.registry.capacity()
         return manager_pb2.StatFsResponse(capacity_bytes=capacity, free_bytes=free,
                                           files=self.store.inode_count())
+
+
+def readable(rec: Any, alive: set[str]) -> bool:
+    """Whether chunk record REC can be read from benefactors in ALIVE: a whole copy, or
+    K fragments of an erasure-coded chunk."""
+    if any(b in alive for b in rec.benefactor_ids):
+        return True
+    return bool(rec.ec_k) and sum(h in alive for h in rec.fragment_holders if h) >= rec.ec_k
 
 
 def _live_first(bids: Iterable[str], alive: set[str]) -> list[str]:

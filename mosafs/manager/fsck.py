@@ -42,6 +42,14 @@ What is checked, and the repair of each finding (docs/metadata.md has the table)
   chunk_length          a record whose length differs from a block-map's: not repairable
   unknown_benefactor    a location naming a benefactor that is not registered: dropped
   duplicate_location    a benefactor named twice in one record: once
+  bad_fragments         an erasure-coded record whose K or M is out of range, or whose
+                        fragment ids or holders are not K+M
+                        (ids not 32 bytes): not repairable
+  fragment_holder       a fragment slot naming an unregistered benefactor, or a benefactor
+                        that holds another fragment of the chunk: the slot is emptied
+  fragment_index        the fragments index lacks an entry of a record's fragment id, or
+                        holds one no record names: added / deleted (garbage collection
+                        keeps a fragment only while the index names it)
   next_inode            the inode counter at or below an inode in use: raised
   root                  no root directory: not repairable
   default_pool          no pool "default": created with the default settings
@@ -382,6 +390,9 @@ class _Check:
                       self.txn.cursor(db=self.db.benefactors).iternext(keys=True, values=False)}
         fixed: list[tuple[bytes, metadata_pb2.ChunkRecord]] = []
         seen = set()
+        # What the fragments index holds; _fragments takes out what records name.
+        indexed = {bytes(key) for key in
+                   self.txn.cursor(db=self.db.fragments).iternext(keys=True, values=False)}
         for cid, raw in self.txn.cursor(db=self.db.chunks):
             cid = bytes(cid)
             seen.add(cid)
@@ -411,6 +422,7 @@ class _Check:
                 del rec.benefactor_ids[:]
                 rec.benefactor_ids.extend(holders)
                 changed = True
+            changed |= self._fragments(cid, rec, registered, indexed)
             if changed:
                 fixed.append((cid, rec))
         for cid, count in sorted(counted.items()):
@@ -419,9 +431,55 @@ class _Check:
                              f"times by block-maps and has no record")
                 fixed.append((cid, metadata_pb2.ChunkRecord(length=lengths[cid],
                                                             refcount=count)))
+        for key in sorted(indexed):
+            self.out.add("fragment_index", f"the fragments index names fragment "
+                         f"{key[:32].hex()} of chunk {key[32:].hex()}, which no record has")
         if self.fix:
             for cid, rec in fixed:
                 self.txn.put(cid, rec.SerializeToString(), db=self.db.chunks)
+            for key in indexed:
+                self.txn.delete(key, db=self.db.fragments)
+
+    def _fragments(self, cid: bytes, rec: metadata_pb2.ChunkRecord, registered: set[str],
+                   indexed: set[bytes]) -> bool:
+        """Check an erasure-coded record's fragments and their index entries (INDEXED
+        loses the ones found); whether REC was changed."""
+        if not rec.ec_k and not rec.fragment_ids and not rec.fragment_holders:
+            return False
+        width = rec.ec_k + rec.ec_m
+        if (not 1 <= rec.ec_k <= pools.MAX_EC_K or not 1 <= rec.ec_m <= pools.MAX_EC_M
+                or len(rec.fragment_ids) != width
+                or len(rec.fragment_holders) != width
+                or any(len(f) != 32 for f in rec.fragment_ids)):
+            self.out.add("bad_fragments", f"chunk {cid.hex()} is ec:{rec.ec_k}+{rec.ec_m} with "
+                         f"{len(rec.fragment_ids)} fragment ids and "
+                         f"{len(rec.fragment_holders)} holders", False)
+            for fid in rec.fragment_ids:
+                indexed.discard(bytes(fid) + cid)
+            return False
+        changed = False
+        seen: set[str] = set()
+        for i, bid in enumerate(rec.fragment_holders):
+            if not bid:
+                continue
+            if bid not in registered or bid in seen:
+                why = "is not registered" if bid not in registered else \
+                    "holds another fragment of it"
+                self.out.add("fragment_holder", f"fragment {i} of chunk {cid.hex()} is on "
+                             f"benefactor {bid!r}, which {why}")
+                rec.fragment_holders[i] = ""
+                changed = True
+            seen.add(bid)
+        for fid in dict.fromkeys(bytes(f) for f in rec.fragment_ids):
+            key = fid + cid
+            if key in indexed:
+                indexed.discard(key)
+                continue
+            self.out.add("fragment_index", f"fragment {fid.hex()} of chunk {cid.hex()} is "
+                         f"missing from the fragments index")
+            if self.fix:
+                self.txn.put(key, b"", db=self.db.fragments)
+        return changed
 
     # -- meta ----------------------------------------------------------------------------------
 

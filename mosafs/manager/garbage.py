@@ -5,7 +5,15 @@ on `mosafs gc`); `GarbageCollector.review` answers each page:
 
 - an id the index references (refcount > 0) is a copy: if the record does not name the
   reporting benefactor (it came back after its copies were written off, or the index lost
-  a location), the benefactor is added again: its copies count again;
+  a location), the benefactor is added again: its copies count again. An erasure-coded
+  record needs only the whole copies it names (or any, while it has fewer than K
+  fragments): the copies a conversion to fragments left behind are garbage;
+- an id that is a fragment of a referenced erasure-coded chunk (the `fragments` index of
+  the store says which chunks name it, docs/erasure_pools.md) is needed where a slot
+  names the benefactor for it; if the chunk has an empty slot for it and the benefactor
+  holds no other fragment of that chunk, the benefactor is recorded there
+  (reconciliation). A fragment whose slot another benefactor holds now (rebuilt or moved
+  while this one was away) is garbage like an unreferenced id;
 - an unreferenced id (refcount 0 after its last version went, or never committed: the
   upload of an aborted write) may be deleted once BOTH hold:
   1. it has been seen unreferenced for the grace period (`--gc-grace`), and
@@ -13,7 +21,9 @@ on `mosafs gc`); `GarbageCollector.review` answers each page:
      it was first seen unreferenced and the last put of it on that benefactor (plus a
      clock-skew allowance). A write in flight may reference the chunk at commit: either
      it put the chunk (after its lease opened) or it had it in its base version, which was
-     referenced when the lease opened and so became unreferenced after.
+     referenced when the lease opened and so became unreferenced after. A repair or
+     conversion in flight (mosafs.manager.ec_repair) counts as such a write: the blobs it
+     puts are recorded only when it ends.
   The index record loses the benefactor in the same transaction that re-checks that the
   id is still unreferenced; a record with no copy left is deleted.
 
@@ -33,7 +43,14 @@ from collections.abc import Callable, Sequence
 
 from mosafs.errors import InvalidArgument, NotFound
 from mosafs.manager.leases import LeaseTable
-from mosafs.manager.metadata import MetadataStore, check_benefactor_id, check_ids
+from mosafs.manager.metadata import (
+    MetadataStore,
+    blob_needed_on,
+    check_benefactor_id,
+    check_ids,
+    fragment_needed_on,
+    wants_whole_copy,
+)
 
 MAX_INVENTORY_PAGE = 16_384
 CLOCK_SKEW_NS = 1_000_000_000  # benefactor and manager wall clocks may differ this much
@@ -54,6 +71,8 @@ class GarbageCollector:
                  wall_ns: Callable[[], int] = time.time_ns) -> None:
         self._store = store
         self._leases = leases
+        # wall ns when the oldest repair or conversion in flight started (None: none)
+        self.oldest_work_ns: Callable[[], int | None] = lambda: None
         self._grace_ns = int(grace_s * 1e9)
         self._wall_ns = wall_ns
         self._lock = threading.Lock()
@@ -67,18 +86,26 @@ class GarbageCollector:
         ids = check_ids([cid for cid, _ in entries])
         # The leases first, the records after: a commit that finished in between has its
         # references in the records read below.
-        oldest = self._leases.oldest_opened_ns()
-        records = self._store.chunk_records(ids)
+        opened = [self._leases.oldest_opened_ns(), self.oldest_work_ns()]
+        oldest = min((o for o in opened if o is not None), default=None)
+        references = self._store.blob_references(ids)
         now = self._wall_ns()
         recount: list[tuple[bytes, str]] = []
+        fragments: list[tuple[bytes, str]] = []
         candidates: list[bytes] = []
         waiting = 0
         with self._lock:
-            for (cid, touched), rec in zip(entries, records, strict=True):
-                if rec is not None and rec.refcount > 0:
+            for (cid, touched), (rec, owners) in zip(entries, references, strict=True):
+                if blob_needed_on(cid, bid, rec, [o for _, o in owners]):
                     self._first_seen.pop(cid, None)
-                    if bid not in rec.benefactor_ids:
+                    if (rec is not None and rec.refcount > 0 and wants_whole_copy(rec, bid)
+                            and bid not in rec.benefactor_ids):
                         recount.append((cid, bid))
+                    needed = [o for _, o in owners if fragment_needed_on(cid, bid, o)]
+                    if needed and not any(f == cid and h == bid for o in needed for f, h in
+                                          zip(o.fragment_ids, o.fragment_holders,
+                                              strict=True)):
+                        fragments.append((cid, bid))
                     continue
                 first = self._first_seen.setdefault(cid, now)
                 latest_use = max(first, touched + CLOCK_SKEW_NS)
@@ -88,6 +115,8 @@ class GarbageCollector:
                     waiting += 1
         if recount:
             self._store.add_chunk_locations(recount)
+        if fragments:
+            self._store.add_fragment_holders(fragments)
         released, _ = self._store.release_unreferenced(candidates, bid)
         self._forget_old(now)
         return released, waiting + len(candidates) - len(released)

@@ -17,7 +17,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from mosafs.argtypes import MiB, bounded_int, byte_size
+from mosafs.argtypes import MiB, bounded_int, byte_size, ec_min_chunk_arg, redundancy_arg
 from mosafs.errors import ConfigError, MosafsError
 from mosafs.procutil import add_daemon_arguments
 
@@ -53,7 +53,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     pool.add_argument("--chunker", metavar="SPEC",
                       help="fixed:SIZE or cdc:MIN:AVG:MAX (bytes)")
     pool.add_argument("--replication", type=_positive_int, metavar="R",
-                      help="copies of every chunk")
+                      help="copies of every chunk (short for --redundancy replicas:R)")
+    pool.add_argument("--redundancy", type=redundancy_arg, metavar="replicas:R|ec:K+M",
+                      help="R whole copies of every chunk, or K data + M parity fragments "
+                           "on K+M distinct benefactors (docs/erasure_pools.md)")
+    pool.add_argument("--ec-min-chunk", type=ec_min_chunk_arg, metavar="SIZE",
+                      help="in an ec:K+M pool, chunks smaller than this are kept as M+1 "
+                           "copies (default 128K)")
     pool.add_argument("--stripe-width", type=_positive_int, metavar="W",
                       help="benefactors one write stripes over")
     pool.add_argument("--write-semantics", choices=["optimistic", "pessimistic"],
@@ -133,6 +139,7 @@ def run(args: argparse.Namespace) -> int:
     data_dir = Path(args.data_dir).resolve()
     data_dir.mkdir(parents=True, exist_ok=True)
 
+    from mosafs.manager import pools
     from mosafs.manager.core import Manager, ManagerConfig
     from mosafs.manager.metadata import MetadataStore
     from mosafs.manager.pools import DEFAULT_POOL
@@ -146,7 +153,8 @@ def run(args: argparse.Namespace) -> int:
                                              map_size=args.map_size) as store:
         pool = store.update_pool(
             DEFAULT_POOL, replication=args.replication, stripe_width=args.stripe_width,
-            chunker=args.chunker, write_semantics=args.write_semantics)
+            chunker=args.chunker, write_semantics=args.write_semantics,
+            redundancy=args.redundancy, ec_min_chunk=args.ec_min_chunk)
         config = ManagerConfig(heartbeat_interval_s=args.heartbeat_interval,
                                benefactor_lease_s=args.benefactor_lease,
                                write_lease_s=args.write_lease,
@@ -155,13 +163,15 @@ def run(args: argparse.Namespace) -> int:
         peers = BenefactorPeers()
         manager = Manager(store, config, copy=peers.replicate,
                           run_round=peers.run_garbage_round, scrub=peers.scrub,
-                          has=peers.has, tokens=_token_authority(args, data_dir))
+                          has=peers.has, tokens=_token_authority(args, data_dir),
+                          recode=peers.recode)
         _register_metrics(manager)
         srv, port = listen(add_to_server(manager), args.listen, label="manager")
-        replicator = manager.replicator
-        assert replicator is not None
+        replicator, repairer = manager.replicator, manager.repairer
+        assert replicator is not None and repairer is not None
         background = [
             BackgroundLoop("replication", replicator.step, wakeup=replicator.wakeup),
+            BackgroundLoop("fragment repair", repairer.step, wakeup=repairer.wakeup),
             BackgroundLoop("pruning", manager.prune_pass, wakeup=manager.prune_wakeup),
         ]
         try:
@@ -170,8 +180,8 @@ def run(args: argparse.Namespace) -> int:
             address = advertised_address(listen_host, port)
             write_ready_file(args.ready_file, address=address, data_dir=str(data_dir),
                              metrics=metrics_url)
-            log.info("manager serving %s on %s (default pool: %s, R=%d, W=%d, %s)", data_dir,
-                     address, pool.chunker, pool.replication, pool.stripe_width,
+            log.info("manager serving %s on %s (default pool: %s, %s, W=%d, %s)", data_dir,
+                     address, pool.chunker, pools.scheme(pool), pool.stripe_width,
                      pool.write_semantics)
             wait_for_stop(stop)
             log.info("stopping")
@@ -179,6 +189,7 @@ def run(args: argparse.Namespace) -> int:
             for loop in background:
                 loop.stop()
             srv.stop(STOP_GRACE_S).wait()
+            repairer.close()
             replicator.close()
             peers.close()
     log.info("stopped")
@@ -219,8 +230,18 @@ def _register_metrics(manager: Any) -> None:
                  status.replication_backlog_bytes),
                 ("lost_chunks", "Referenced chunks with no live copy", status.lost_chunks),
                 ("replication_rate_bytes", "Recent replication rate, bytes/s",
-                 status.replication_rate_bytes_s)):
+                 status.replication_rate_bytes_s),
+                ("ec_short_chunks", "Erasure-coded chunks with fewer than K+M fragments",
+                 status.ec_short_chunks),
+                ("ec_missing_fragments", "Fragments erasure-coded chunks lack",
+                 status.ec_missing_fragments),
+                ("ec_lost_chunks", "Erasure-coded chunks with fewer than K live fragments",
+                 status.ec_lost_chunks)):
             yield (f"mosafs_manager_{name}", text, value, "gauge", {})
+        for conv in status.conversions:
+            yield ("mosafs_manager_conversion_remaining_chunks",
+                   "Chunks still to re-encode to their pool's redundancy",
+                   conv.remaining_chunks, "gauge", {"pool": conv.pool})
         alive = sum(b.alive for b in status.benefactors)
         for state, count in (("alive", alive), ("dead", len(status.benefactors) - alive)):
             yield ("mosafs_manager_benefactors", "Registered benefactors", count, "gauge",

@@ -17,14 +17,17 @@ records are the messages of protos/mosafs/v1/metadata.proto.
   blockmaps     u64be inode + u64be version  packed block-map (below)
   xattrs        u64be inode + name (utf-8)   the attribute's value, raw bytes
   chunks        32-byte chunk id             ChunkRecord
+  fragments     fragment id + chunk id       b"" (an index: which records name a fragment)
   benefactors   benefactor id (utf-8)        BenefactorRecord
   pools         pool name (utf-8)            PoolRecord
   folders       u64be directory inode        FolderRecord (pool, series pattern, policy)
 
-The xattrs and folders sub-databases, InodeRecord.symlink_target and .name, and the
-parent of regular files were added to schema 1 without a new schema number: all are
-additive (a store written before them has no symlinks, empty xattrs and folders, and
-regular files with parent 0: files of no known folder, which fall back to the defaults).
+The xattrs, folders and fragments sub-databases, InodeRecord.symlink_target and .name,
+the erasure-coding fields of ChunkRecord and PoolSettings, and the parent of regular files
+were added to schema 1 without a new schema number: all are additive (a store written
+before them has no symlinks, empty xattrs and folders, regular files with parent 0: files
+of no known folder, which fall back to the defaults, and no erasure-coded record, so its
+empty fragments index is exact).
 
 Packed block-map: the concatenation, in file order, of one 40-byte record per chunk: the
 32-byte chunk id, then the chunk's length as u64 little-endian (struct "<32sQ"). A version
@@ -55,6 +58,11 @@ Invariants (every write transaction keeps them):
     version of every file (an id twice in a block-map counts twice). Every id named by a
     block-map has a ChunkRecord. A record whose refcount drops to 0 stays until garbage
     collection removes it.
+  - An erasure-coded ChunkRecord (ec_k > 0) has ec_k + ec_m fragment_ids (32 bytes each)
+    and as many fragment_holders ("" or a registered benefactor, the named ones
+    distinct). The fragments sub-database holds exactly one key, fragment id + chunk id,
+    for each distinct fragment id of each record: garbage collection asks it whether a
+    blob is a fragment some referenced chunk needs (docs/erasure_pools.md).
   - Every xattrs key names an existing inode (xattr_orphans() checks it); names start with
     "user." and not "user.mosafs."; an inode's names and values total at most 1 MiB, its
     names (each + 1) at most 64 KiB.
@@ -121,7 +129,7 @@ ROOT_INODE = 1
 DEFAULT_MAP_SIZE = 16 << 30
 MAX_DBS = 16
 DB_NAMES = (b"meta", b"inodes", b"dirents", b"versions", b"blockmaps", b"xattrs", b"chunks",
-            b"benefactors", b"pools", b"folders")
+            b"benefactors", b"pools", b"folders", b"fragments")
 MAX_NAME_BYTES = 255
 MAX_CHUNK_BYTES = pools.MAX_CHUNK_BYTES
 READDIR_DEFAULT = 1000
@@ -273,6 +281,115 @@ def _merge_placements(
     return merged
 
 
+@dataclass(frozen=True)
+class Fragments:
+    """Where an erasure-coded chunk's K+M fragments are: fragment i is the blob ids[i]
+    (its BLAKE3) on benefactor holders[i] ("": not stored, or not known)."""
+
+    k: int
+    m: int
+    ids: tuple[bytes, ...]
+    holders: tuple[str, ...]
+
+    @classmethod
+    def of(cls, rec: metadata_pb2.ChunkRecord) -> Fragments | None:
+        if not rec.ec_k:
+            return None
+        return cls(rec.ec_k, rec.ec_m, tuple(bytes(f) for f in rec.fragment_ids),
+                   tuple(rec.fragment_holders))
+
+
+@dataclass(frozen=True)
+class Layout:
+    """How a chunk record stores its chunk: K+M and the fragment ids (k == 0: whole
+    copies). A conversion swaps a record only if it still has the layout it read."""
+
+    k: int = 0
+    m: int = 0
+    ids: tuple[bytes, ...] = ()
+
+    @classmethod
+    def of(cls, rec: metadata_pb2.ChunkRecord) -> Layout:
+        if not rec.ec_k:
+            return cls()
+        return cls(rec.ec_k, rec.ec_m, tuple(bytes(f) for f in rec.fragment_ids))
+
+
+@dataclass(frozen=True)
+class FragmentMove:
+    """Fragment `fid`, slot `index` of a chunk, now held by `holder` in place of `old`."""
+
+    index: int
+    fid: bytes
+    old: str
+    holder: str
+
+
+def check_fragments(cid: bytes, frag: Fragments) -> Fragments:
+    """Validate an erasure-coded placement from a peer (InvalidArgument, naming CID)."""
+    what = f"erasure-coded chunk {bytes(cid).hex()}"
+    if not (1 <= frag.k <= pools.MAX_EC_K and 1 <= frag.m <= pools.MAX_EC_M):
+        raise InvalidArgument(f"{what}: ec:{frag.k}+{frag.m} is outside 1..{pools.MAX_EC_K} "
+                              f"+ 1..{pools.MAX_EC_M}")
+    width = frag.k + frag.m
+    if len(frag.ids) != width or len(frag.holders) != width:
+        raise InvalidArgument(f"{what}: ec:{frag.k}+{frag.m} needs {width} fragment ids and "
+                              f"holders, got {len(frag.ids)} and {len(frag.holders)}")
+    for i, fid in enumerate(frag.ids):
+        if len(fid) != ID_LEN:
+            raise InvalidArgument(f"{what}: fragment {i} id must be {ID_LEN} bytes, got "
+                                  f"{len(fid)}")
+    named = [h for h in frag.holders if h]
+    for bid in named:
+        check_benefactor_id(bid)
+    if len(set(named)) != len(named):
+        raise InvalidArgument(f"{what}: a benefactor holds two of its fragments (each must "
+                              f"be on a distinct benefactor)")
+    if len(named) < frag.k:
+        raise InvalidArgument(f"{what}: {len(named)} fragments stored, at least {frag.k} "
+                              f"are needed to read it")
+    return Fragments(frag.k, frag.m, tuple(bytes(f) for f in frag.ids), tuple(frag.holders))
+
+
+def _has_copies(rec: metadata_pb2.ChunkRecord) -> bool:
+    """Whether REC names any stored bytes: a whole copy or a fragment."""
+    return bool(rec.benefactor_ids) or any(rec.fragment_holders)
+
+
+def wants_whole_copy(rec: metadata_pb2.ChunkRecord, bid: str) -> bool:
+    """Whether a whole copy of referenced chunk REC on benefactor BID is needed: always
+    for a chunk kept as copies (a copy the record does not name is counted again:
+    reconciliation); for an erasure-coded one only where the record names it, or where
+    its fragments are too few to read it (a conversion to fragments leaves the old copies
+    to garbage collection, docs/erasure_pools.md)."""
+    if not rec.ec_k or bid in rec.benefactor_ids:
+        return True
+    return sum(bool(h) for h in rec.fragment_holders) < rec.ec_k
+
+
+def fragment_needed_on(blob: bytes, bid: str, owner: metadata_pb2.ChunkRecord) -> bool:
+    """Whether fragment blob BLOB on BID is needed by referenced chunk record OWNER: a
+    slot names BID for it, or a slot for it is empty and BID holds no other fragment of
+    the chunk (reconciliation records it there). A fragment whose slot another benefactor
+    took meanwhile (rebuilt or moved while BID was away) is not."""
+    if owner.refcount == 0:
+        return False
+    slots = list(zip(owner.fragment_ids, owner.fragment_holders, strict=True))
+    if any(f == blob and h == bid for f, h in slots):
+        return True
+    return bid not in owner.fragment_holders and any(f == blob and not h for f, h in slots)
+
+
+def blob_needed_on(blob: bytes, bid: str, rec: metadata_pb2.ChunkRecord | None,
+                   owners: Iterable[metadata_pb2.ChunkRecord]) -> bool:
+    """Whether blob BLOB stored on benefactor BID must stay: a needed whole copy of its own
+    chunk record REC, or a needed fragment of one of OWNERS (the records whose fragments
+    include it). Garbage collection releases the rest (after its grace period)."""
+    if rec is not None and rec.refcount > 0 and wants_whole_copy(rec, bid):
+        return True
+    return any(fragment_needed_on(blob, bid, owner) for owner in owners)
+
+
 def _permissions(mode: int, kind: int) -> int:
     """Permission bits of MODE (0o7777: rwx for owner, group and others, setuid, setgid,
     sticky); the file-type bits of KIND are tolerated (FUSE passes them), any other bit is
@@ -299,6 +416,26 @@ def _check_id(value: int, what: str) -> int:
     if not 0 <= value <= MAX_OWNER_ID:
         raise InvalidArgument(f"{what} {value} is outside 0..{MAX_OWNER_ID}")
     return value
+
+
+def _merge_fragments(tx: _Tx, cid: bytes, rec: metadata_pb2.ChunkRecord,
+                     frag: Fragments) -> None:
+    """Fragments a writer just stored for chunk CID, whose record REC exists (its chunk
+    was garbage, or had too few live fragments, when the writer asked): the same layout
+    takes the new holders (just stored and verified, so they win; a benefactor stays on
+    one index only); another layout replaces the old one (whose fragments become garbage)."""
+    old = Fragments.of(rec)
+    if old is None or (old.k, old.m, old.ids) != (frag.k, frag.m, frag.ids):
+        tx.set_fragments(cid, rec, frag)
+        return
+    holders = list(old.holders)
+    for i, bid in enumerate(frag.holders):
+        if not bid:
+            continue
+        holders = ["" if h == bid else h for h in holders]
+        holders[i] = bid
+    del rec.fragment_holders[:]
+    rec.fragment_holders.extend(holders)
 
 
 def _check_owner(uid: int, gid: int) -> None:
@@ -450,6 +587,21 @@ def _marked(entries: list[ChunkEntry], bitmap: bytes) -> set[bytes]:
             if i >> 3 < len(bitmap) and bitmap[i >> 3] >> (i & 7) & 1}
 
 
+def _location(cid: bytes, rec: metadata_pb2.ChunkRecord,
+              named: dict[str, None]) -> manager_pb2.ChunkLocation:
+    """Where CID's copies (and fragments) are, as readers get it; the benefactors it names
+    are added to NAMED."""
+    out = manager_pb2.ChunkLocation(id=cid, benefactor_ids=rec.benefactor_ids,
+                                    length=rec.length)
+    named.update(dict.fromkeys(rec.benefactor_ids))
+    if rec.ec_k:
+        out.ec_k, out.ec_m = rec.ec_k, rec.ec_m
+        out.fragment_ids.extend(rec.fragment_ids)
+        out.fragment_holders.extend(rec.fragment_holders)
+        named.update(dict.fromkeys(h for h in rec.fragment_holders if h))
+    return out
+
+
 def _attr(inode: int, rec: metadata_pb2.InodeRecord) -> manager_pb2.Attr:
     return manager_pb2.Attr(
         inode=inode, kind=rec.kind, mode=rec.mode, nlink=rec.nlink, uid=rec.uid, gid=rec.gid,
@@ -506,6 +658,7 @@ class _Dbs:
     benefactors: lmdb._Database
     pools: lmdb._Database
     folders: lmdb._Database
+    fragments: lmdb._Database
 
 
 # --- one transaction ----------------------------------------------------------------------
@@ -721,17 +874,99 @@ class _Tx:
     def put_chunk(self, cid: bytes, rec: metadata_pb2.ChunkRecord) -> None:
         self.txn.put(cid, rec.SerializeToString(), db=self.db.chunks)
 
-    def drop_location(self, cid: bytes, rec: metadata_pb2.ChunkRecord, bid: str) -> None:
-        """Benefactor BID no longer holds chunk CID: out of its record; a record left with
-        no copy and no reference is deleted (a referenced one stays: lost until a copy
-        turns up)."""
+    def drop_location(self, cid: bytes, rec: metadata_pb2.ChunkRecord, bid: str) -> bool:
+        """Benefactor BID no longer holds a whole copy of chunk CID: out of its record; a
+        record left with no copy, no fragment and no reference is deleted (a referenced
+        one stays: lost until a copy turns up). Whether the record was deleted."""
         holders = [b for b in rec.benefactor_ids if b != bid]
-        if not holders and rec.refcount == 0:
-            self.txn.delete(cid, db=self.db.chunks)
-            return
         del rec.benefactor_ids[:]
         rec.benefactor_ids.extend(holders)
+        return self._store_or_forget(cid, rec)
+
+    def drop_fragment(self, cid: bytes, rec: metadata_pb2.ChunkRecord, fid: bytes,
+                      bid: str) -> bool:
+        """Benefactor BID no longer holds fragment blob FID of chunk CID: the slots where
+        it was recorded are emptied; as drop_location. Whether the record was deleted."""
+        for i, (f, holder) in enumerate(zip(rec.fragment_ids, rec.fragment_holders,
+                                            strict=True)):
+            if f == fid and holder == bid:
+                rec.fragment_holders[i] = ""
+        return self._store_or_forget(cid, rec)
+
+    def drop_benefactor(self, cid: bytes, rec: metadata_pb2.ChunkRecord, bid: str) -> bool:
+        """BID holds nothing of CID any more (whole copy or fragment); as drop_location."""
+        holders = [b for b in rec.benefactor_ids if b != bid]
+        del rec.benefactor_ids[:]
+        rec.benefactor_ids.extend(holders)
+        for i, holder in enumerate(rec.fragment_holders):
+            if holder == bid:
+                rec.fragment_holders[i] = ""
+        return self._store_or_forget(cid, rec)
+
+    def _store_or_forget(self, cid: bytes, rec: metadata_pb2.ChunkRecord) -> bool:
+        if rec.refcount == 0 and not _has_copies(rec):
+            self.delete_chunk(cid, rec)
+            return True
         self.put_chunk(cid, rec)
+        return False
+
+    def delete_chunk(self, cid: bytes, rec: metadata_pb2.ChunkRecord) -> None:
+        """Delete CID's record and its entries in the fragment index."""
+        for fid in set(rec.fragment_ids):
+            self.txn.delete(bytes(fid) + cid, db=self.db.fragments)
+        self.txn.delete(cid, db=self.db.chunks)
+
+    def set_fragments(self, cid: bytes, rec: metadata_pb2.ChunkRecord,
+                      frag: Fragments) -> None:
+        """Give REC (of CID; the caller puts it) the fragment layout FRAG, keeping the
+        fragment index in step: entries of fragments it no longer names go."""
+        old = {bytes(f) for f in rec.fragment_ids}
+        new = set(frag.ids)
+        for fid in old - new:
+            self.txn.delete(fid + cid, db=self.db.fragments)
+        for fid in new - old:
+            self.txn.put(fid + cid, b"", db=self.db.fragments)
+        rec.ec_k, rec.ec_m = frag.k, frag.m
+        del rec.fragment_ids[:]
+        rec.fragment_ids.extend(frag.ids)
+        del rec.fragment_holders[:]
+        rec.fragment_holders.extend(frag.holders)
+
+    def fragment_owners(self, fid: bytes) -> list[bytes]:
+        """Ids of the chunk records that name FID as one of their fragments."""
+        cursor = self.txn.cursor(db=self.db.fragments)
+        out: list[bytes] = []
+        if not cursor.set_range(fid):
+            return out
+        for key in cursor.iternext(keys=True, values=False):
+            if key[:ID_LEN] != fid:
+                break
+            out.append(bytes(key[ID_LEN:]))
+        return out
+
+    def blob_referenced(self, blob: bytes) -> bool:
+        """Whether a stored blob named BLOB is needed: a referenced chunk, or a fragment
+        of one."""
+        rec = self.chunk(blob)
+        if rec is not None and rec.refcount > 0:
+            return True
+        return any((owner := self.chunk(cid)) is not None and owner.refcount > 0
+                   for cid in self.fragment_owners(blob))
+
+    def blob_needed_on(self, blob: bytes, bid: str) -> bool:
+        """Whether BLOB stored on benefactor BID must stay (blob_needed_on)."""
+        owners = [rec for cid in self.fragment_owners(blob)
+                  if (rec := self.chunk(cid)) is not None]
+        return blob_needed_on(blob, bid, self.chunk(blob), owners)
+
+    def clear_fragments(self, cid: bytes, rec: metadata_pb2.ChunkRecord) -> None:
+        """REC (of CID; the caller puts it) is no longer erasure-coded: its fragment
+        fields go, with their entries in the fragment index."""
+        for fid in {bytes(f) for f in rec.fragment_ids}:
+            self.txn.delete(fid + cid, db=self.db.fragments)
+        rec.ec_k = rec.ec_m = 0
+        del rec.fragment_ids[:]
+        del rec.fragment_holders[:]
 
     def release_chunk(self, cid: bytes, count: int) -> None:
         rec = self.chunk(cid)
@@ -1411,6 +1646,7 @@ class MetadataStore:
         placements: Iterable[tuple[bytes, Sequence[str]]] = (), *, base_inode: int = 0,
         base_version: int = 0, mtime_ns: int = 0, new_bytes: int = 0, pool: str = "",
         session: SessionCommit = FINAL_COMMIT,
+        fragments: Iterable[tuple[bytes, Fragments]] = (),
     ) -> tuple[int, manager_pb2.Attr]:
         """Store a new version of INODE with block-map CHUNKS in one write transaction.
 
@@ -1423,10 +1659,18 @@ class MetadataStore:
         stored new chunks in (their records keep it: their R). SESSION: whether the version
         is provisional, and the provisional version of the same write session it replaces
         (dropped here, with its chunk references, if it is still the newest;
-        docs/lifecycle.md, Versions).
+        docs/lifecycle.md, Versions). FRAGMENTS: (id, where its fragments were stored) of
+        the erasure-coded chunks the write stored (docs/erasure_pools.md); such a chunk
+        needs no placement.
         """
         entries = check_chunks(chunks)
         placed = _merge_placements(placements)
+        coded: dict[bytes, Fragments] = {}
+        for cid, frag in fragments:
+            if len(cid) != ID_LEN:
+                raise InvalidArgument(f"fragment placement: chunk id must be {ID_LEN} bytes, "
+                                      f"got {len(cid)}")
+            coded[bytes(cid)] = check_fragments(cid, frag)
         _check_u64(new_bytes, "new_bytes")
         if mtime_ns:
             _check_time(mtime_ns, "mtime_ns")
@@ -1444,13 +1688,16 @@ class MetadataStore:
         now = time.time_ns()
         with self._write(grows=True) as tx:
             rec = tx.regular_file(inode)  # NotFound: unlinked while the client wrote
-            for bid in sorted({bid for bids in placed.values() for bid in bids}):
+            named = {bid for bids in placed.values() for bid in bids}
+            named.update(h for frag in coded.values() for h in frag.holders if h)
+            for bid in sorted(named):
                 if tx.benefactor(bid) is None:
                     raise InvalidArgument(f"placement names unknown benefactor {bid!r}")
             replaced = self._replaceable(tx, inode, rec, session)
             for cid, count in occurrences.items():
-                self._reference_chunk(tx, cid, lengths[cid], count, placed.get(cid), pool)
-            stored = set(placed)
+                self._reference_chunk(tx, cid, lengths[cid], count, placed.get(cid), pool,
+                                      coded.get(cid))
+            stored = set(placed) | set(coded)
             if replaced is not None:
                 # The version replacing a provisional one stands for the whole session:
                 # the base it started from, every byte it sent, every chunk it stored.
@@ -1511,16 +1758,19 @@ class MetadataStore:
 
     @staticmethod
     def _reference_chunk(tx: _Tx, cid: bytes, length: int, count: int,
-                         locations: list[str] | None, pool: str = "") -> None:
+                         locations: list[str] | None, pool: str = "",
+                         fragments: Fragments | None = None) -> None:
         crec = tx.chunk(cid)
         if crec is None:
-            if not locations:
+            if not locations and fragments is None:
                 raise FailedPrecondition(
                     f"chunk {cid.hex()} is neither stored nor placed: store it on a "
                     f"benefactor and name it in the commit's placements")
             crec = metadata_pb2.ChunkRecord(length=length, refcount=count,
-                                            benefactor_ids=locations,
+                                            benefactor_ids=locations or [],
                                             pool="" if pool == pools.DEFAULT_POOL else pool)
+            if fragments is not None:
+                tx.set_fragments(cid, crec, fragments)
         else:
             if crec.length != length:
                 raise InvalidArgument(f"chunk {cid.hex()} has length {crec.length} in the "
@@ -1529,6 +1779,8 @@ class MetadataStore:
             for bid in locations or ():
                 if bid not in crec.benefactor_ids:
                     crec.benefactor_ids.append(bid)
+            if fragments is not None:
+                _merge_fragments(tx, cid, crec, fragments)
         tx.put_chunk(cid, crec)
 
     @staticmethod
@@ -1559,11 +1811,9 @@ class MetadataStore:
                 if crec is None:
                     log.error("chunk index damaged: %s of file %d version %d has no record",
                               cid.hex(), inode, version)
-                    bids: list[str] = []
-                else:
-                    bids = list(crec.benefactor_ids)
-                out.locations.add(id=cid, benefactor_ids=bids)
-                named.update(dict.fromkeys(bids))
+                    out.locations.add(id=cid)
+                    continue
+                out.locations.append(_location(cid, crec, named))
             for bid in named:
                 brec = tx.benefactor(bid)
                 if brec is not None:
@@ -1651,13 +1901,31 @@ class MetadataStore:
             return tx.chunk(cid)
 
     def chunk_locations(self, ids: Sequence[bytes]) -> list[list[str] | None]:
-        """For each id: the benefactors holding it, or None when it is not in the index."""
+        """For each id: the benefactors holding a whole copy, or None when it is not in
+        the index."""
         with self._read() as tx:
             out: list[list[str] | None] = []
             for cid in check_ids(ids):
                 rec = tx.chunk(cid)
                 out.append(None if rec is None else list(rec.benefactor_ids))
             return out
+
+    def locations(self, ids: Sequence[bytes]
+                  ) -> tuple[list[manager_pb2.ChunkLocation | None], dict[str, str]]:
+        """For each id: where its copies and fragments are (None when the index lacks
+        it), and the address of every registered benefactor named; one snapshot."""
+        with self._read() as tx:
+            named: dict[str, None] = {}
+            out: list[manager_pb2.ChunkLocation | None] = []
+            for cid in check_ids(ids):
+                rec = tx.chunk(cid)
+                out.append(None if rec is None else _location(cid, rec, named))
+            addresses = {}
+            for bid in named:
+                brec = tx.benefactor(bid)
+                if brec is not None:
+                    addresses[bid] = brec.address
+            return out, addresses
 
     def chunk_page(self, start_after: bytes = b"",
                    limit: int = 4096) -> list[tuple[bytes, metadata_pb2.ChunkRecord]]:
@@ -1700,21 +1968,115 @@ class MetadataStore:
         gone = 0
         with self._write() as tx:
             for cid in check_ids(list(ids)):
-                rec = tx.chunk(cid)
-                if rec is not None and rec.refcount > 0:
+                # A blob is a chunk, or a fragment of erasure-coded chunks (or both: equal
+                # bytes): it goes only if nothing referenced needs it here in either role.
+                if tx.blob_needed_on(cid, bid):
                     continue
                 released.append(cid)
-                if rec is None:
-                    continue
-                holders = [b for b in rec.benefactor_ids if b != bid]
-                if holders:
-                    del rec.benefactor_ids[:]
-                    rec.benefactor_ids.extend(holders)
-                    tx.put_chunk(cid, rec)
-                else:
-                    tx.txn.delete(cid, db=self._db.chunks)
-                    gone += 1
+                rec = tx.chunk(cid)
+                if rec is not None:
+                    gone += tx.drop_location(cid, rec, bid)
+                for owner in tx.fragment_owners(cid):
+                    orec = tx.chunk(owner)
+                    if orec is not None:
+                        gone += tx.drop_fragment(owner, orec, cid, bid)
         return released, gone
+
+    def blob_references(self, ids: Sequence[bytes]
+                        ) -> list[tuple[metadata_pb2.ChunkRecord | None,
+                                        list[tuple[bytes, metadata_pb2.ChunkRecord]]]]:
+        """For each stored blob id: its own chunk record (None: none), and (id, record) of
+        the erasure-coded chunks that name it as a fragment; one snapshot (garbage
+        collection, reconciliation, scrub)."""
+        with self._read() as tx:
+            out = []
+            for cid in check_ids(ids):
+                owners = [(owner, rec) for owner in tx.fragment_owners(cid)
+                          if (rec := tx.chunk(owner)) is not None]
+                out.append((tx.chunk(cid), owners))
+            return out
+
+    @_rerun_if_grown
+    def add_fragment_holders(self, added: Iterable[tuple[bytes, str]]) -> int:
+        """Reconciliation of fragments: benefactor BID holds fragment blob FID (for each
+        (FID, BID) of ADDED). Recorded in the first slot of a referenced chunk that names
+        FID and has no holder, if BID holds no other fragment of that chunk (fragments of
+        one chunk stay on distinct benefactors). Returns how many were recorded."""
+        recorded = 0
+        with self._write() as tx:
+            for fid, bid in added:
+                check_benefactor_id(bid)
+                for owner in tx.fragment_owners(bytes(fid)):
+                    rec = tx.chunk(owner)
+                    if rec is None or rec.refcount == 0 or bid in rec.fragment_holders:
+                        continue
+                    for i, (f, holder) in enumerate(zip(rec.fragment_ids,
+                                                        rec.fragment_holders, strict=True)):
+                        if f == fid and not holder:
+                            rec.fragment_holders[i] = bid
+                            tx.put_chunk(owner, rec)
+                            recorded += 1
+                            break
+        return recorded
+
+    @_rerun_if_grown
+    def record_fragments(self, cid: bytes, moves: Iterable[FragmentMove]) -> int:
+        """Fragments rebuilt or moved for erasure-coded chunk CID, in one transaction: each
+        MOVES entry puts its new holder in slot `index`, if the record still names that
+        fragment id there with the holder the plan replaced (`old`: a dead, draining or
+        moved benefactor, or "" for a hole) and the new holder holds no other fragment of
+        the chunk. Returns how many were recorded (0 when the chunk went, or changed)."""
+        recorded = 0
+        with self._write() as tx:
+            rec = tx.chunk(check_ids([cid])[0])
+            if rec is None or rec.refcount == 0 or not rec.ec_k:
+                return 0
+            for move in moves:
+                check_benefactor_id(move.holder)
+                i = move.index
+                if (i >= len(rec.fragment_ids) or rec.fragment_ids[i] != move.fid
+                        or rec.fragment_holders[i] != move.old
+                        or move.holder in rec.fragment_holders
+                        or tx.benefactor(move.holder) is None):
+                    continue
+                rec.fragment_holders[i] = move.holder
+                recorded += 1
+            if recorded:
+                tx.put_chunk(cid, rec)
+        return recorded
+
+    @_rerun_if_grown
+    def convert_chunk(self, cid: bytes, expect: Layout, *, fragments: Fragments | None = None,
+                      copies: Sequence[str] = ()) -> bool:
+        """A conversion (docs/erasure_pools.md): chunk CID was read in layout EXPECT and
+        stored anew, as FRAGMENTS or as whole COPIES on those benefactors. One transaction
+        swaps the record to the new layout if it still has EXPECT (and a reference): the
+        old copies or fragments are no longer named and garbage collection takes them,
+        never before this commit. Whether the record was swapped."""
+        if fragments is not None:
+            fragments = check_fragments(cid, fragments)
+            if not all(fragments.holders):
+                raise InvalidArgument(f"chunk {cid.hex()}: a conversion stores every fragment")
+        elif not copies:
+            raise InvalidArgument(f"chunk {cid.hex()}: a conversion stores something")
+        for bid in copies:
+            check_benefactor_id(bid)
+        with self._write() as tx:
+            rec = tx.chunk(check_ids([cid])[0])
+            if rec is None or rec.refcount == 0 or Layout.of(rec) != expect:
+                return False
+            named = set(copies) | set(fragments.holders if fragments else ())
+            if any(tx.benefactor(bid) is None for bid in named):
+                return False  # removed meanwhile: the next examination plans again
+            if fragments is not None:
+                tx.set_fragments(cid, rec, fragments)
+                del rec.benefactor_ids[:]  # the old copies are garbage now
+            else:
+                tx.clear_fragments(cid, rec)  # its whole copies, if any, stay copies
+                rec.benefactor_ids.extend(b for b in dict.fromkeys(copies)
+                                          if b not in rec.benefactor_ids)
+            tx.put_chunk(cid, rec)
+            return True
 
     @_rerun_if_grown
     def remove_chunk_locations(self, bid: str, ids: Iterable[bytes]) -> int:
@@ -1730,13 +2092,39 @@ class MetadataStore:
                 if rec is not None and bid in rec.benefactor_ids:
                     removed += 1
                     tx.drop_location(cid, rec, bid)
+                # The id may be a fragment blob: the slots where BID holds it are emptied.
+                for owner in tx.fragment_owners(cid):
+                    orec = tx.chunk(owner)
+                    if orec is None or not any(
+                            f == cid and h == bid for f, h in
+                            zip(orec.fragment_ids, orec.fragment_holders, strict=True)):
+                        continue
+                    removed += 1
+                    tx.drop_fragment(owner, orec, cid, bid)
         return removed
 
-    def chunks_on(self, bid: str) -> list[bytes]:
-        """Ids whose records name benefactor BID (one snapshot; a full index scan)."""
+    def chunks_on(self, bid: str, *, fragments: bool = False) -> list[bytes]:
+        """Ids whose records name benefactor BID as holding a whole copy, or also (with
+        FRAGMENTS) a fragment (one snapshot; a full index scan)."""
+        out = []
         with self._read() as tx:
-            return [bytes(cid) for cid, raw in tx.txn.cursor(db=self._db.chunks)
-                    if bid in metadata_pb2.ChunkRecord.FromString(raw).benefactor_ids]
+            for cid, raw in tx.txn.cursor(db=self._db.chunks):
+                rec = metadata_pb2.ChunkRecord.FromString(raw)
+                if bid in rec.benefactor_ids or (fragments and bid in rec.fragment_holders):
+                    out.append(bytes(cid))
+        return out
+
+    def fragments_on(self, bid: str) -> list[bytes]:
+        """Fragment blob ids the index says benefactor BID holds (a full index scan)."""
+        out: dict[bytes, None] = {}
+        with self._read() as tx:
+            for _, raw in tx.txn.cursor(db=self._db.chunks):
+                rec = metadata_pb2.ChunkRecord.FromString(raw)
+                if bid in rec.fragment_holders:
+                    for f, h in zip(rec.fragment_ids, rec.fragment_holders, strict=True):
+                        if h == bid:
+                            out[bytes(f)] = None
+        return list(out)
 
     @_rerun_if_grown
     def add_chunk_locations(self, added: Iterable[tuple[bytes, str]]) -> int:
@@ -1836,9 +2224,9 @@ class MetadataStore:
                 raise NotFound(f"no benefactor {bid!r} (mosafs benefactor list)")
             for cid, raw in list(tx.txn.cursor(db=self._db.chunks)):
                 rec = metadata_pb2.ChunkRecord.FromString(raw)
-                if bid in rec.benefactor_ids:
+                if bid in rec.benefactor_ids or bid in rec.fragment_holders:
                     named += 1
-                    tx.drop_location(bytes(cid), rec, bid)
+                    tx.drop_benefactor(bytes(cid), rec, bid)
             tx.txn.delete(bid.encode(), db=self._db.benefactors)
         return named
 
@@ -1877,7 +2265,8 @@ class MetadataStore:
     def update_pool(
         self, name: str, *, replication: int | None = None, stripe_width: int | None = None,
         chunker: str | None = None, write_semantics: str | None = None,
-        hash_backend: str | None = None, create: bool = False,
+        hash_backend: str | None = None, redundancy: str | None = None,
+        ec_min_chunk: int | None = None, create: bool = False,
     ) -> common_pb2.PoolSettings:
         """Apply the settings that are not None to pool NAME; returns the result. CREATE:
         a new pool (AlreadyExists if there is one), the rest of its settings the defaults."""
@@ -1892,7 +2281,8 @@ class MetadataStore:
             current = pools.default_settings(name) if rec is None else rec.settings
             settings = pools.with_overrides(
                 current, replication=replication, stripe_width=stripe_width,
-                chunker=chunker, write_semantics=write_semantics, hash_backend=hash_backend)
+                chunker=chunker, write_semantics=write_semantics, hash_backend=hash_backend,
+                redundancy=redundancy, ec_min_chunk=ec_min_chunk)
             if rec is None or settings != rec.settings:
                 tx.put_pool(settings)
             return settings

@@ -1,5 +1,5 @@
-"""Pools: named settings for new writes (replication R, stripe width W, chunker, write
-semantics, preferred hash backend) and the benefactors that take their chunks. Pool
+"""Pools: named settings for new writes (redundancy: replicas:R or ec:K+M; stripe width W,
+chunker, write semantics, preferred hash backend) and the benefactors that take their chunks. Pool
 "default" is created at the first start and cannot be deleted; others are made with
 `mosafs pool create`. A folder is assigned a pool (children inherit, docs/lifecycle.md);
 the choice of a file's pool is made in one place (core.Manager.open_write)."""
@@ -10,10 +10,12 @@ import logging
 import re
 import threading
 import time
+from dataclasses import dataclass
 
 from mosafs._proto import common_pb2
 from mosafs.chunking.registry import BACKEND_CHOICES
 from mosafs.chunking.spec import DEFAULT_SPEC, MAX_CHUNK, parse_spec
+from mosafs.erasure.spec import fragment_size as fragment_size  # re-exported
 from mosafs.errors import ConfigError
 
 DEFAULT_POOL = "default"
@@ -24,6 +26,20 @@ MAX_CHUNK_BYTES = MAX_CHUNK  # the largest chunk a spec (and a commit) may name
 MAX_REPLICATION = 16
 MAX_STRIPE_WIDTH = 1024
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
+# Erasure coding (docs/erasure_pools.md). K and M are bounded by what the coders are
+# checked for (every K+M up to 16+4, tests/unit/test_erasure_*.py); a wider code would
+# also need that many benefactors per chunk.
+MAX_EC_K = 16
+MAX_EC_M = 4
+# Chunks smaller than this are kept as M+1 whole copies in an ec:K+M pool: below it a
+# fragment (L/K) is so small that the K+M puts, files and fragment records cost more than
+# the (M+1)/(1+M/K) space it saves, and with the default chunker (MIN 256 KiB) only the
+# last chunk of a file can be this small. docs/erasure_pools.md says more.
+DEFAULT_EC_MIN_CHUNK = 128 << 10
+_REDUNDANCY_HELP = ("use replicas:R (R whole copies of every chunk, e.g. replicas:3) or "
+                    "ec:K+M (K data + M parity fragments on K+M benefactors, e.g. ec:4+2)")
+_EC = re.compile(r"ec:(\d{1,9})\+(\d{1,9})", re.ASCII)
+_REPLICAS = re.compile(r"replicas:(\d{1,9})", re.ASCII)
 UNWRITABLE_WARN_EVERY_S = 60.0
 
 log = logging.getLogger(__name__)
@@ -36,6 +52,67 @@ def check_name(name: str) -> str:
         raise ConfigError(f"bad pool name {name[:80]!r}: use 1..64 characters of A-Z a-z 0-9 "
                           f". _ - (starting with a letter or digit)")
     return name
+
+
+@dataclass(frozen=True)
+class Scheme:
+    """A pool's redundancy: R whole copies (k == 0), or K data + M parity fragments."""
+
+    replicas: int = 1
+    k: int = 0
+    m: int = 0
+
+    @property
+    def coded(self) -> bool:
+        return self.k > 0
+
+    @property
+    def width(self) -> int:
+        """Distinct benefactors one chunk needs: K+M, or R."""
+        return self.k + self.m if self.coded else self.replicas
+
+    def __str__(self) -> str:
+        return f"ec:{self.k}+{self.m}" if self.coded else f"replicas:{self.replicas}"
+
+
+def parse_redundancy(text: str) -> Scheme:
+    """`replicas:R` or `ec:K+M`; ConfigError with a one-line reason for anything else."""
+    shown = repr(text[:40])
+    text = text.strip().lower()
+    if (match := _REPLICAS.fullmatch(text)) is not None:
+        replicas = int(match[1])
+        if not 1 <= replicas <= MAX_REPLICATION:
+            raise ConfigError(f"bad redundancy {shown}: R (copies) must be "
+                              f"1..{MAX_REPLICATION}, got {replicas}")
+        return Scheme(replicas=replicas)
+    if (match := _EC.fullmatch(text)) is not None:
+        k, m = int(match[1]), int(match[2])
+        if not 1 <= k <= MAX_EC_K:
+            raise ConfigError(f"bad redundancy {shown}: K (data fragments) must be "
+                              f"1..{MAX_EC_K}, got {k}")
+        if m == 0:
+            raise ConfigError(f"bad redundancy {shown}: M (parity fragments) must be "
+                              f"1..{MAX_EC_M}: ec:{k}+0 survives no failure (replicas:1 "
+                              f"is that)")
+        if not 1 <= m <= MAX_EC_M:
+            raise ConfigError(f"bad redundancy {shown}: M (parity fragments) must be "
+                              f"1..{MAX_EC_M}, got {m}")
+        return Scheme(replicas=m + 1, k=k, m=m)
+    raise ConfigError(f"bad redundancy {shown}: {_REDUNDANCY_HELP}")
+
+
+def scheme(settings: common_pb2.PoolSettings) -> Scheme:
+    """The redundancy of a pool's settings."""
+    if settings.ec_k:
+        return Scheme(replicas=settings.replication, k=settings.ec_k, m=settings.ec_m)
+    return Scheme(replicas=settings.replication or 1)
+
+
+def ec_min_chunk(settings: common_pb2.PoolSettings) -> int:
+    """Chunks shorter than this are kept as M+1 copies in an EC pool."""
+    if settings.HasField("ec_min_chunk"):
+        return settings.ec_min_chunk
+    return DEFAULT_EC_MIN_CHUNK
 
 
 def default_settings(name: str = DEFAULT_POOL) -> common_pb2.PoolSettings:
@@ -56,6 +133,15 @@ def check_settings(settings: common_pb2.PoolSettings) -> common_pb2.PoolSettings
         raise ConfigError("a pool needs a name")
     if not 1 <= settings.replication <= MAX_REPLICATION:
         raise ConfigError(f"replication must be 1..{MAX_REPLICATION}, got {settings.replication}")
+    if settings.ec_k or settings.ec_m:
+        parse_redundancy(f"ec:{settings.ec_k}+{settings.ec_m}")  # its message if out of range
+        if settings.replication != settings.ec_m + 1:
+            raise ConfigError(f"an ec:{settings.ec_k}+{settings.ec_m} pool keeps its small "
+                              f"chunks as {settings.ec_m + 1} copies, not "
+                              f"{settings.replication}")
+    if settings.HasField("ec_min_chunk") and settings.ec_min_chunk > MAX_CHUNK_BYTES:
+        raise ConfigError(f"the EC threshold (ec_min_chunk) must be 0..{MAX_CHUNK_BYTES} "
+                          f"bytes, got {settings.ec_min_chunk}")
     if not 1 <= settings.stripe_width <= MAX_STRIPE_WIDTH:
         raise ConfigError(
             f"stripe width must be 1..{MAX_STRIPE_WIDTH}, got {settings.stripe_width}")
@@ -73,15 +159,29 @@ def with_overrides(
     settings: common_pb2.PoolSettings, *, replication: int | None = None,
     stripe_width: int | None = None, chunker: str | None = None,
     write_semantics: str | None = None, hash_backend: str | None = None,
+    redundancy: str | None = None, ec_min_chunk: int | None = None,
 ) -> common_pb2.PoolSettings:
-    """A validated copy of SETTINGS with every argument that is not None applied."""
+    """A validated copy of SETTINGS with every argument that is not None applied.
+    REPLICATION R is the short form of REDUNDANCY "replicas:R"; given both, they must
+    agree."""
     for what, value in (("replication", replication), ("stripe width", stripe_width)):
         if value is not None and not 0 < value < 1 << 32:
             raise ConfigError(f"{what} must be a positive integer, got {value}")
+    wanted = None if redundancy is None else parse_redundancy(redundancy)
+    if replication is not None:
+        if wanted is not None and wanted != Scheme(replicas=replication):
+            raise ConfigError(f"replication {replication} and redundancy {redundancy!r} "
+                              f"disagree: give one of them")
+        wanted = Scheme(replicas=replication)
+    if ec_min_chunk is not None and not 0 <= ec_min_chunk <= MAX_CHUNK_BYTES:
+        raise ConfigError(f"the EC threshold must be 0..{MAX_CHUNK_BYTES} bytes, got "
+                          f"{ec_min_chunk}")
     out = common_pb2.PoolSettings()
     out.CopyFrom(settings)
-    if replication is not None:
-        out.replication = replication
+    if wanted is not None:
+        out.replication, out.ec_k, out.ec_m = wanted.replicas, wanted.k, wanted.m
+    if ec_min_chunk is not None:
+        out.ec_min_chunk = ec_min_chunk
     if stripe_width is not None:
         out.stripe_width = stripe_width
     if chunker is not None:

@@ -60,6 +60,9 @@ class _Soft:
     draining: bool = False
     heard: bool = True  # False: presumed alive since the manager's start, never heard from
     avoid_until: float = 0.0  # clock() until which copies neither read from nor go to it
+    # SHA-256 of the certificate it last spoke with (b"" on plaintext): the holder of the
+    # read tokens it needs to read fragments from its peers (a repair, a conversion)
+    fingerprint: bytes = b""
 
     def takes(self, need: int = 0) -> bool:
         """Whether new chunks (NEED more bytes) may go here, space-wise."""
@@ -79,21 +82,24 @@ class Registry:
         for bid, rec in store.benefactors().items():
             self._soft[bid] = _Soft(_info(bid, rec), now, rec.draining, heard=False)
 
-    def register(self, info: benefactor_pb2.BenefactorInfo, certificate: str = "") -> None:
-        """CERTIFICATE: the caller's certificate name, which the id stays bound to."""
+    def register(self, info: benefactor_pb2.BenefactorInfo, certificate: str = "",
+                 fingerprint: bytes = b"") -> None:
+        """CERTIFICATE: the caller's certificate name, which the id stays bound to;
+        FINGERPRINT: its SHA-256 (tokens for the benefactor's own reads are issued to it)."""
         bid = check_benefactor_id(info.id)
         check_address(info.address)
         rec = self._store.register_benefactor(
             bid, info.address, info.pool, info.capacity_bytes, info.free_bytes, info.chunks,
             certificate)
-        self._remember(info, rec)
+        self._remember(info, rec, fingerprint)
 
     def vouch(self, bid: str, certificate: str) -> None:
         """AccessDenied unless CERTIFICATE may speak for benefactor BID (the one that
         registered it; "" on plaintext clusters)."""
         check_certificate(check_benefactor_id(bid), self._store.benefactor(bid), certificate)
 
-    def heartbeat(self, info: benefactor_pb2.BenefactorInfo, certificate: str = "") -> None:
+    def heartbeat(self, info: benefactor_pb2.BenefactorInfo, certificate: str = "",
+                  fingerprint: bytes = b"") -> None:
         """NotFound tells the benefactor to register (again)."""
         bid = check_benefactor_id(info.id)
         rec = self._store.benefactor(bid)
@@ -105,16 +111,24 @@ class Registry:
                            f"{info.address}: register again")
         info = _copy(info)
         info.address = rec.address
-        self._remember(info, rec)
+        self._remember(info, rec, fingerprint)
 
     def _remember(self, info: benefactor_pb2.BenefactorInfo,
-                  rec: metadata_pb2.BenefactorRecord) -> None:
+                  rec: metadata_pb2.BenefactorRecord, fingerprint: bytes) -> None:
         info = _copy(info)
         info.pool = rec.pool
         with self._lock:
             before = self._soft.get(info.id)
             self._soft[info.id] = _Soft(info, self._clock(), rec.draining,
-                                        avoid_until=before.avoid_until if before else 0.0)
+                                        avoid_until=before.avoid_until if before else 0.0,
+                                        fingerprint=fingerprint)
+
+    def fingerprint(self, bid: str) -> bytes:
+        """The certificate fingerprint BID last spoke with (b"": plaintext, or not heard
+        from since this start)."""
+        with self._lock:
+            soft = self._soft.get(bid)
+            return soft.fingerprint if soft is not None else b""
 
     # --- administration -------------------------------------------------------------------
 

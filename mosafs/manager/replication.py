@@ -1,6 +1,15 @@
 """Replication (DESIGN §8): keep every referenced chunk at its pool's R live copies,
 driven by the events that make copies short, with a slow full scan as a safety net.
 
+Erasure-coded chunks (ChunkRecord.ec_k > 0, docs/erasure_pools.md) are counted here by
+their fragments: one with fewer than K+M fragments on counted benefactors is short
+(under-replicated), one with fewer than K live fragments and no live whole copy is lost.
+Copies of whole chunks are no repair for them: the same events and the same examination
+find them, and hand them to the fragment repairer (`handoff`, mosafs.manager.ec_repair),
+which rebuilds or moves fragments. So are chunks whose layout is not their pool's any
+more (a pool's redundancy changed: `Redundancy.converts`), which it re-encodes; replication
+makes no whole copies of those.
+
 A chunk belongs to the pool of the write that stored it first (ChunkRecord.pool; a pool
 deleted since counts as "default"). Its copies that count towards R are those on live
 (or, right after a manager start, presumed live) benefactors of that pool that are not
@@ -50,7 +59,7 @@ from mosafs import metrics
 from mosafs._proto import benefactor_pb2, metadata_pb2
 from mosafs.errors import DeadlineExceeded, MosafsError, NoSpace, Unavailable
 from mosafs.manager.metadata import MetadataStore
-from mosafs.manager.pools import DEFAULT_POOL
+from mosafs.manager.pools import DEFAULT_POOL, ec_min_chunk, fragment_size, scheme
 from mosafs.manager.registry import FULL_BELOW_BYTES, Clock, Registry
 
 log = logging.getLogger(__name__)
@@ -82,13 +91,18 @@ class ReplicationFigures:
     scanned_at: float = 0.0  # clock() when the figures were last current; 0: not yet
     full_scan_at: float = 0.0  # clock() when the last complete safety-net scan ended
     unreachable: list[str] = field(default_factory=list)  # pools that cannot reach R
+    # Of the short chunks, the erasure-coded ones, the fragments they lack, and those lost.
+    ec_short_chunks: int = 0
+    ec_missing_fragments: int = 0
+    ec_lost_chunks: int = 0
 
 
 @dataclass
 class _Short:
-    length: int
-    missing: int
+    length: int  # of one copy, or one fragment
+    missing: int  # copies, or fragments
     lost: bool  # no live copy anywhere (a dead holder may come back)
+    coded: bool = False  # erasure-coded: its fragments are short
 
 
 @dataclass
@@ -102,7 +116,10 @@ class Redundancy:
     new copies may come from and go."""
 
     def __init__(self, store: MetadataStore, registry: Registry) -> None:
-        self.replication = {p.name: p.replication or 1 for p in store.pools()}
+        settings = store.pools()
+        self.replication = {p.name: p.replication or 1 for p in settings}
+        self.schemes = {p.name: scheme(p) for p in settings}
+        self.min_chunk = {p.name: ec_min_chunk(p) for p in settings}
         records = store.benefactors()
         draining = {bid for bid, rec in records.items() if rec.draining}
         live = registry.live()
@@ -133,8 +150,53 @@ class Redundancy:
         presumed = self._presumed.get(pool, set())
         return [b for b in rec.benefactor_ids if b in accepting or b in presumed]
 
-    def missing(self, rec: metadata_pb2.ChunkRecord) -> int:
-        return max(0, self.want(rec) - len(self.counted(rec)))
+    def missing(self, rec: metadata_pb2.ChunkRecord, *, without: str = "") -> int:
+        """Copies (fragments, for an erasure-coded chunk) short of what the chunk needs,
+        not counting any held by WITHOUT (a benefactor being drained)."""
+        if rec.ec_k:
+            return rec.ec_k + rec.ec_m - len([
+                h for h in self.counted_fragments(rec) if h != without])
+        return max(0, self.want(rec) - len([b for b in self.counted(rec) if b != without]))
+
+    def counted_fragments(self, rec: metadata_pb2.ChunkRecord) -> list[str]:
+        """Holders of an erasure-coded chunk's fragments that count: as counted()."""
+        pool = self.pool(rec)
+        accepting = self.accepting.get(pool, {})
+        presumed = self._presumed.get(pool, set())
+        return [h for h in rec.fragment_holders if h and (h in accepting or h in presumed)]
+
+    def lost(self, rec: metadata_pb2.ChunkRecord) -> bool:
+        """No live whole copy, and (erasure-coded) fewer than K live fragments: unreadable
+        now (a dead holder may come back)."""
+        if any(b in self.alive for b in rec.benefactor_ids):
+            return False
+        return not rec.ec_k or sum(h in self.alive for h in rec.fragment_holders) < rec.ec_k
+
+    def wanted(self, rec: metadata_pb2.ChunkRecord) -> tuple[int, int]:
+        """The layout REC's pool gives a chunk of its length now: (K, M) of its fragments,
+        or (0, 0) for whole copies (replicas, or shorter than the pool's EC threshold)."""
+        pool = self.pool(rec)
+        kind = self.schemes.get(pool)
+        if kind is None or not kind.coded or rec.length < self.min_chunk[pool]:
+            return 0, 0
+        return kind.k, kind.m
+
+    def converts(self, rec: metadata_pb2.ChunkRecord) -> bool:
+        """Whether referenced REC is stored in another layout than its pool gives it now
+        (whole copies where it wants fragments, fragments of another K+M, or fragments
+        where it wants copies) and the pool has the live benefactors the new layout needs
+        (else the chunk keeps its layout, and replication its copies, until it has)."""
+        if not rec.refcount:
+            return False
+        k, m = self.wanted(rec)
+        if (k, m) == (rec.ec_k, rec.ec_m):
+            return False
+        width = k + m if k else self.want(rec)
+        return len(self.accepting.get(self.pool(rec), {})) >= width
+
+    def label(self, rec: metadata_pb2.ChunkRecord) -> str:
+        """How REC is stored, for people: "ec:K+M", or "replicas:R" (its pool's R)."""
+        return f"ec:{rec.ec_k}+{rec.ec_m}" if rec.ec_k else f"replicas:{self.want(rec)}"
 
     def sources(self, rec: metadata_pb2.ChunkRecord) -> list[str]:
         """Holders a copy may be read from now: live and not avoided (draining ones and
@@ -156,11 +218,16 @@ class Redundancy:
         ones count: right after a start nothing is known yet)."""
         out = []
         for name, want in sorted(self.replication.items()):
+            kind = self.schemes[name]
+            if kind.coded:
+                want, what = kind.width, f"{kind}"
+            else:
+                what = f"R={want}"
             members = [*self.accepting.get(name, {}), *self._presumed.get(name, ())]
             with_room = [b for b in members if registry.takes(b)]
             if len(with_room) < want:
                 full = len(members) - len(with_room)
-                out.append(f"pool {name}: R={want} needs {want} live benefactor"
+                out.append(f"pool {name}: {what} needs {want} live benefactor"
                            f"{'s' if want > 1 else ''} with space, {len(members)} alive"
                            + (f" ({full} full)" if full else ""))
         return out
@@ -203,6 +270,11 @@ class Replicator:
         self._debts: dict[int, _Debt] = {}
         self._debts_of: dict[bytes, set[int]] = defaultdict(set)
         self._debt_ids = itertools.count(1)
+        # Chunks for the fragment repairer (mosafs.manager.ec_repair): coded ones short of
+        # fragments, and those to re-encode. Set by the manager; None: nobody (unit tests).
+        # (ids, of which (id, pool, length) to convert)
+        self.handoff: Callable[[list[bytes], list[tuple[bytes, str, int]]], None] | None = None
+        self.other_rate: Callable[[], float] = lambda: 0.0  # the repairer's bytes/s
 
     # -- events ----------------------------------------------------------------------------
 
@@ -264,6 +336,7 @@ class Replicator:
         now, -1 when it cannot be said (nothing copied lately, chunks lost for now, or a
         pool that cannot reach its R)."""
         figures, rate = self.figures()
+        rate += self.other_rate()  # fragments the repairer rebuilds count as copies
         if figures.under_replicated_chunks == 0:
             return 0.0
         if figures.lost_chunks or figures.unreachable or rate <= 0:
@@ -318,7 +391,8 @@ class Replicator:
     # -- events from the registry ----------------------------------------------------------
 
     def _watch(self) -> None:
-        """Benefactors that died since the last step: queue every chunk they held."""
+        """Benefactors that died since the last step: queue every chunk they held (whole
+        copies and fragments)."""
         now_known = {b.id for b in self._registry.live()} | self._registry.presumed()
         if self._seen is None:
             # First step: benefactors registered but neither alive nor presumed are dead
@@ -327,7 +401,7 @@ class Replicator:
         gone = self._seen - now_known
         self._seen = now_known
         for bid in sorted(gone):
-            held = self._store.chunks_on(bid)
+            held = self._store.chunks_on(bid, fragments=True)
             log.info("benefactor %s is dead: checking the %d chunks it held", bid, len(held))
             self.enqueue(held)
 
@@ -361,18 +435,33 @@ class Replicator:
         records = self._store.chunk_records(ids)
         groups: dict[tuple[str, str], list[tuple[bytes, int]]] = defaultdict(list)
         planned: dict[str, int] = dict(self._planned_bytes())
+        handed: list[bytes] = []
+        conversions: list[tuple[bytes, str, int]] = []
         with self._lock:
             for cid, rec in zip(ids, records, strict=True):
                 if self._inflight[cid]:
                     continue  # examined again when its copies end
                 self._inflight.pop(cid, None)
                 missing = view.missing(rec) if rec is not None and rec.refcount else 0
+                converts = rec is not None and view.converts(rec)
+                coded = rec is not None and (bool(rec.ec_k) or converts)
+                if coded and (missing or converts):
+                    handed.append(cid)  # fragments to rebuild or move, or a conversion
+                    if converts and not missing:  # only to convert: behind repairs
+                        assert rec is not None
+                        conversions.append((cid, view.pool(rec), rec.length))
                 if missing == 0:
                     self._settle(cid)
                     continue
                 assert rec is not None
+                lost = view.lost(rec)
+                if coded:
+                    # Never copied whole: the fragment repairer rebuilds fragments, or
+                    # converts the chunk (which makes its copies, or fragments, anew).
+                    size = fragment_size(rec.length, rec.ec_k) if rec.ec_k else rec.length
+                    self._short[cid] = _Short(size, missing, lost, coded=bool(rec.ec_k))
+                    continue
                 sources = view.sources(rec)
-                lost = not any(b in view.alive for b in rec.benefactor_ids)
                 self._short[cid] = _Short(rec.length, missing, lost)
                 targets = view.targets(rec, planned)[:missing] if sources else []
                 if not targets:
@@ -386,6 +475,8 @@ class Replicator:
                 for group in _split(chunks, self._group_bytes):
                     self._waiting.append((source, target, group))
                     self._inflight_bytes += sum(n for _, n in group)
+        if handed and self.handoff is not None:
+            self.handoff(handed, conversions)
 
     def _planned_bytes(self) -> Counter[str]:
         with self._lock:
@@ -505,7 +596,8 @@ class Replicator:
                 self._next_scan = self._scan_started + self._scan_interval_s
                 return
             self._scan_cursor = page[-1][0]
-            short = [cid for cid, rec in page if rec.refcount and view.missing(rec)]
+            short = [cid for cid, rec in page
+                     if rec.refcount and (view.missing(rec) or view.converts(rec))]
             if short:
                 with self._lock:
                     for cid in short:
@@ -521,6 +613,10 @@ class Replicator:
             f.under_replicated_chunks = len(self._short)
             f.replication_backlog_bytes = sum(s.missing * s.length for s in self._short.values())
             f.lost_chunks = sum(s.lost for s in self._short.values())
+            coded = [s for s in self._short.values() if s.coded]
+            f.ec_short_chunks = len(coded)
+            f.ec_missing_fragments = sum(s.missing for s in coded)
+            f.ec_lost_chunks = sum(s.lost for s in coded)
             f.unreachable = unreachable
             if current:
                 f.scanned_at = at

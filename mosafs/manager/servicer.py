@@ -13,7 +13,7 @@ from mosafs._proto import manager_pb2 as pb
 from mosafs._proto import manager_pb2_grpc
 from mosafs.manager.core import Manager
 from mosafs.manager.folders import policy_of
-from mosafs.manager.metadata import SessionCommit
+from mosafs.manager.metadata import Fragments, SessionCommit
 from mosafs.manager.permissions import Guard, filtered
 from mosafs.rpc.errors import servicer
 from mosafs.rpc.handlers import add_decoding_in_handlers
@@ -154,11 +154,15 @@ class ManagerServicer(manager_pb2_grpc.ManagerServicer):
         version, attr = self._m.commit_version(
             request.lease_id, request.inode,
             [(c.id, c.length) for c in request.chunks],
-            [(p.id, list(p.benefactor_ids)) for p in request.placements],
+            [(p.id, list(p.benefactor_ids)) for p in request.placements
+             if p.benefactor_ids or not (p.ec_k or p.ec_m)],
             mtime_ns=request.mtime_ns, new_bytes=request.new_bytes,
             session=SessionCommit(provisional=request.provisional,
                                   replaces_version=request.replaces_version,
-                                  session=request.session))
+                                  session=request.session),
+            fragments=[(p.id, Fragments(p.ec_k, p.ec_m, tuple(p.fragment_ids),
+                                        tuple(p.fragment_holders)))
+                       for p in request.placements if p.ec_k or p.ec_m])
         return pb.CommitVersionResponse(version=version, attr=attr)
 
     def AbortWrite(self, request: pb.AbortWriteRequest, context: Ctx) -> pb.Empty:
@@ -194,7 +198,8 @@ class ManagerServicer(manager_pb2_grpc.ManagerServicer):
 
     def RegisterBenefactor(self, request: pb.RegisterBenefactorRequest,
                            context: Ctx) -> pb.RegisterBenefactorResponse:
-        self._m.registry.register(request.info, current_caller().name)
+        caller = current_caller()
+        self._m.registry.register(request.info, caller.name, caller.fingerprint)
         config = self._m.config
         return pb.RegisterBenefactorResponse(
             heartbeat_interval_ms=int(config.heartbeat_interval_s * 1000),
@@ -202,7 +207,8 @@ class ManagerServicer(manager_pb2_grpc.ManagerServicer):
             security=self._m.security_state(revocations().fingerprints()))
 
     def Heartbeat(self, request: pb.HeartbeatRequest, context: Ctx) -> pb.HeartbeatResponse:
-        self._m.registry.heartbeat(request.info, current_caller().name)
+        caller = current_caller()
+        self._m.registry.heartbeat(request.info, caller.name, caller.fingerprint)
         return pb.HeartbeatResponse(
             security=self._m.security_state(revocations().fingerprints()))
 
@@ -284,8 +290,10 @@ class ManagerServicer(manager_pb2_grpc.ManagerServicer):
             stripe_width=_optional(request, "stripe_width"),
             chunker=_optional(request, "chunker"),
             write_semantics=_optional(request, "write_semantics"),
-            hash_backend=_optional(request, "hash_backend"))
-        self._m.pool_changed()
+            hash_backend=_optional(request, "hash_backend"),
+            redundancy=_optional(request, "redundancy"),
+            ec_min_chunk=_optional(request, "ec_min_chunk"))
+        self._m.pool_changed(request.name)
         return self._m.pool_info(settings)
 
     def CreatePool(self, request: pb.PoolRequest, context: Ctx) -> pb.PoolInfo:

@@ -44,6 +44,7 @@ BENEFACTOR_ACCESS: dict[str, frozenset[str]] = {
     "ReplicateChunks": MANAGER,
     "RunGarbageRound": MANAGER,
     "Scrub": MANAGER,
+    "RecodeChunk": MANAGER,
 }
 
 ACCESS = {"mosafs.v1.Manager": MANAGER_ACCESS, "mosafs.v1.Benefactor": BENEFACTOR_ACCESS}

@@ -1,5 +1,7 @@
-"""Calls between servers: the manager asking a benefactor to replicate, a benefactor putting
-a chunk to another. One channel per address, opened on first use and shared by threads."""
+"""Calls between servers: the manager asking a benefactor to replicate or recode, a
+benefactor putting a chunk to another or reading one from another (a recode's fragments,
+with the read tokens the manager signed for it). One channel per address, opened on first
+use and shared by threads."""
 
 from __future__ import annotations
 
@@ -29,6 +31,7 @@ class BenefactorPeers:
         self._channels: dict[str, grpc.Channel] = {}
         self._stubs: dict[str, bgrpc.BenefactorStub] = {}
         self._puts: dict[str, Any] = {}  # PutChunk without protobuf's copies (chunkwire)
+        self._gets: dict[str, Any] = {}  # GetChunk, the answer decoded by chunkwire
 
     def _stub(self, address: str, *, locked: bool = False) -> bgrpc.BenefactorStub:
         with contextlib.nullcontext() if locked else self._lock:
@@ -48,6 +51,31 @@ class BenefactorPeers:
                     "/mosafs.v1.Benefactor/PutChunk", request_serializer=None,
                     response_deserializer=bpb.PutChunkResponse.FromString)
         call(put, chunkwire.encode_put(chunk_id, data), timeout=timeout)
+
+    def get(self, address: str, blob_id: bytes, token: bytes, timeout: float,
+            verify: bool = False) -> bytes | memoryview:
+        """A blob's bytes from ADDRESS (not verified here: the caller hashes them); TOKEN:
+        its read token ("" on clusters without tokens). VERIFY: the holder hashes its copy
+        first (and deletes and reports it if corrupt)."""
+        with self._lock:
+            get = self._gets.get(address)
+            if get is None:
+                self._stub(address, locked=True)
+                get = self._gets[address] = self._channels[address].unary_unary(
+                    "/mosafs.v1.Benefactor/GetChunk",
+                    request_serializer=bpb.GetChunkRequest.SerializeToString,
+                    response_deserializer=chunkwire.decode_get_response)
+        data: bytes | memoryview = call(
+            get, bpb.GetChunkRequest(id=blob_id, verify=verify), timeout=timeout,
+            metadata=((chunkwire.TOKEN_KEY, token),) if token else ())
+        return data
+
+    def recode(self, address: str, request: bpb.RecodeChunkRequest,
+               timeout: float) -> bpb.RecodeChunkResponse:
+        """Ask the benefactor at ADDRESS to recode one chunk (repair or conversion)."""
+        reply: bpb.RecodeChunkResponse = call(self._stub(address).RecodeChunk, request,
+                                              timeout=timeout)
+        return reply
 
     def replicate(self, source: str, target: str, ids: Sequence[bytes],
                   timeout: float) -> tuple[list[bool], str]:
@@ -86,3 +114,4 @@ class BenefactorPeers:
             self._channels.clear()
             self._stubs.clear()
             self._puts.clear()
+            self._gets.clear()

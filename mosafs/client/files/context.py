@@ -62,8 +62,10 @@ class ClientContext:
         self.cpu_limiter = trio.CapacityLimiter(config.cpu_threads)
         self.manager = ManagerClient(config.manager, self.rpc, timeout=config.manager_timeout)
         self.benefactors = Benefactors(self.rpc)
-        self.fetcher = ChunkFetcher(self.benefactors, config.cache_bytes, self.spawn)
+        self.fetcher = ChunkFetcher(self.benefactors, config.cache_bytes, self.spawn,
+                                    cpu=self.cpu, coder=self.coder)
         self._chunkers: dict[tuple[str, str], Any] = {}
+        self._coder: Any = None
         self._noted: set[str] = set()
         self.workers: WorkerPool | None = None  # data-path worker processes, if any
 
@@ -105,6 +107,18 @@ class ClientContext:
             log.info("a pool prefers the %s hash backend, which cannot run here; this mount "
                      "uses auto", preferred)
         return "auto"
+
+    def coder(self) -> Any:
+        """The erasure coder (mosafs.erasure, docs/erasure_pools.md), made on first use:
+        ISA-L on the CPU. It releases the GIL, and the pipeline and the fetcher call it
+        in worker threads (cpu()), so the FUSE loop never waits on it. ConfigError (EINVAL
+        at the write or read) where ISA-L cannot be loaded."""
+        if self._coder is None:
+            from mosafs.erasure.registry import make_coder
+
+            self._coder = make_coder("isal")
+            log.info("erasure coder: %s", getattr(self._coder, "library", "isal"))
+        return self._coder
 
     async def cpu(self, fn: Callable[..., T], *args: Any) -> T:
         """Run chunking/hashing work in a thread, at most cpu_threads at a time."""

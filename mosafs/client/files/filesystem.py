@@ -14,7 +14,7 @@ import trio
 from mosafs import errors, metrics
 from mosafs._proto import manager_pb2 as mpb
 from mosafs.client.files.attrcache import AttrCache
-from mosafs.client.files.blockmap import BlockMapView
+from mosafs.client.files.blockmap import BlockMapView, coded_of
 from mosafs.client.files.context import ClientContext
 from mosafs.client.files.readahead import MINIMUM, ReadAhead
 from mosafs.client.files.versions import VERSIONS, VersionView, is_virtual
@@ -408,8 +408,11 @@ class FileSystem:
         except errors.NotFound:
             # Unlinked while open (its chunks outlive the name while this mount reads
             # them): tokens by chunk id instead.
-            _, tokens = await self.manager.locate(sorted({e.id for e in view.entries}))
-            fresh = BlockMapView.build(view.version, view.entries, view.addresses, tokens)
+            located = await self.manager.locate(sorted({e.id for e in view.entries}))
+            lengths = {e.id: e.length for e in view.entries}
+            fresh = BlockMapView.build(view.version, view.entries, view.addresses,
+                                       located.tokens,
+                                       coded_of(located.coded, located.benefactors, lengths))
         if handle.view is view:  # not replaced by a newer version meanwhile
             handle.view = fresh
         return fresh

@@ -7,17 +7,30 @@ in place (the GPU backend's pinned host buffers), in the stream's own memory (`P
 every `batch_bytes` they go through a bounded memory channel (the sliding window: a full
 window blocks `write`, which is the back-pressure) to the pipeline task.
 
+In an erasure-coded pool (`ec`, docs/erasure_pools.md) a new chunk of at least the pool's
+threshold is cut into K data + M parity fragments (the coder runs in a worker thread: it
+releases the GIL; on the GPU backend the chunk stream computes the parity itself, from
+the bytes already on the device for hashing, and the CPU coder does not run: docs/gpu.md),
+each fragment is named by its BLAKE3 and put to a distinct benefactor of
+the stripe, all K+M in parallel; a put that fails moves that fragment to a stripe member
+no other fragment of the chunk uses. Pessimistic writes need all K+M stored, optimistic
+ones at least K (the rest are recorded as holes). Smaller chunks are stored as `copies`
+whole copies (M+1 in such a pool).
+
 The pipeline runs in the mount's process, or in a data-path worker process
 (mosafs.client.worker, mosafs.client.files.remote) that runs this same code; SESSION is
-anything with `ctx` (a ClientContext), `stored` (Stored), `targets`, `copies`, `inode` and
-`write_token` (read at every put: a lease renewal replaces it).
+anything with `ctx` (a ClientContext), `stored` (Stored), `targets`, `copies`, `ec`
+(EcPolicy or None), `inode` and `write_token` (read at every put: a lease renewal replaces
+it).
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
+import random
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -26,8 +39,37 @@ import trio
 from mosafs import errors, metrics
 from mosafs._proto import common_pb2 as cpb
 from mosafs.client.files.blockmap import ChunkEntry
+from mosafs.client.rpc import Benefactors
+from mosafs.erasure.base import as_u8, data_fragments
+from mosafs.erasure.spec import Code
+from mosafs.ids import chunk_id as ids_of
 
 log = logging.getLogger("mosafs.client.files.writer")
+
+
+@dataclass(frozen=True)
+class EcPolicy:
+    """How a session stores new chunks of an erasure-coded pool: K+M fragments for chunks of
+    at least MIN_CHUNK bytes; ALL: every fragment must be stored (pessimistic), else at
+    least K (optimistic)."""
+
+    k: int
+    m: int
+    min_chunk: int
+    all: bool = True
+
+
+@dataclass(frozen=True)
+class Fragmented:
+    """Where a session stored an erasure-coded chunk's fragments: fragment i is the blob
+    ids[i] on benefactor holders[i] at addresses[i] ("" both: not stored)."""
+
+    k: int
+    m: int
+    length: int
+    ids: tuple[bytes, ...]
+    holders: tuple[str, ...]
+    addresses: tuple[str, ...]
 
 
 @dataclass
@@ -37,7 +79,14 @@ class Stored:
     ids: set[bytes] = field(default_factory=set)
     addresses: dict[bytes, list[str]] = field(default_factory=dict)
     placements: dict[bytes, list[str]] = field(default_factory=dict)  # new: benefactor ids
+    fragments: dict[bytes, Fragmented] = field(default_factory=dict)  # new, erasure-coded
     new_bytes: int = 0
+
+    def forget(self, cid: bytes) -> None:
+        """CID no longer counts as stored (garbage collection may take it)."""
+        self.ids.discard(cid)
+        self.addresses.pop(cid, None)
+        self.fragments.pop(cid, None)
 
 
 class _ViewRequest:
@@ -67,7 +116,10 @@ class Pipeline:
     def __init__(self, session: Any, chunker: Any) -> None:
         self.session = session
         # pipelined: an asynchronous backend keeps buffers in flight; chunks come later.
-        self.stream = chunker.stream(pipelined=True)
+        self.stream = _open_stream(chunker, session.ec)
+        parity = getattr(self.stream, "parity", None)
+        self.parity_code = None if parity is None else (parity[0], parity[1])
+        """(K, M) of the parity the stream gives its chunks, or None."""
         self.chunker_backend = str(getattr(chunker, "backend", "unknown"))
         capacity = max(1, session.ctx.config.window_bytes // session.ctx.config.batch_bytes)
         self.send, self._recv = trio.open_memory_channel[_Item](capacity)
@@ -198,13 +250,25 @@ class Pipeline:
             self._slots.release()
         for c in chunks:
             await self._slots.acquire()
-            uploads.start_soon(self._upload, c.id, c.data, self._cursor)
+            uploads.start_soon(self._upload, c.id, c.data, self._cursor,
+                               getattr(c, "parity", None))
             self._cursor += 1
 
-    async def _upload(self, chunk_id: bytes, data: bytes, cursor: int) -> None:
+    async def _upload(self, chunk_id: bytes, data: bytes, cursor: int,
+                      parity: Sequence[Any] | None = None) -> None:
         """Store one chunk: COPIES copies on distinct targets, starting at the stripe's
         CURSOR-th; a target that fails is replaced by the next one (a benefactor that died
-        mid-write costs a retry, not the file)."""
+        mid-write costs a retry, not the file). A chunk of an erasure-coded pool at least
+        the threshold long goes as fragments (PARITY: its parity fragments, when the
+        chunk stream computed them)."""
+        ec = self.session.ec
+        if ec is not None and len(data) >= max(ec.min_chunk, 1):
+            try:
+                await self._upload_coded(chunk_id, data, cursor, ec, parity)
+            finally:
+                self._slots.release()
+                self._unstored.give(len(data))
+            return
         try:
             targets = self.session.targets
             copies = min(self.session.copies, len(targets))
@@ -237,12 +301,113 @@ class Pipeline:
             self._slots.release()
             self._unstored.give(len(data))
 
+    async def _upload_coded(self, chunk_id: bytes, data: bytes, cursor: int,
+                            ec: EcPolicy, parity: Sequence[Any] | None = None) -> None:
+        """Store one chunk as K+M fragments on distinct benefactors of the stripe (in the
+        order `declustered` draws for it; CURSOR is unused here), all puts at once; a
+        fragment whose put fails goes to a stripe member that holds no other fragment of
+        the chunk. The stream's PARITY is used when
+        it was computed for this pool's K+M (a pool whose redundancy changed since the
+        stream began is coded on the CPU)."""
+        ctx = self.session.ctx
+        if self.parity_code != (ec.k, ec.m):
+            parity = None
+        coder = ctx.coder() if parity is None else None
+        ids, messages = await ctx.cpu(_encode, coder, data, ec.k, ec.m, parity)
+        width = ec.k + ec.m
+        targets = self.session.targets
+        free = declustered(targets, chunk_id)
+        holders: list[cpb.BenefactorAddress | None] = [None] * width
+        failures: list[str] = []
+        fatal: list[errors.MosafsError] = []
+        full = 0
+
+        async def put(i: int) -> None:
+            nonlocal full
+            while free and not fatal:
+                target = free.pop(0)
+                try:
+                    await ctx.benefactors.put(target, messages[i], self.session.write_token)
+                except (errors.Unavailable, errors.DeadlineExceeded, errors.NoSpace) as exc:
+                    failures.append(f"{target.address}: {exc.message}")
+                    full += isinstance(exc, errors.NoSpace)
+                    continue
+                except errors.MosafsError as exc:
+                    fatal.append(exc)
+                    return
+                holders[i] = target
+                return
+
+        async with trio.open_nursery() as nursery:
+            for i in range(width):
+                nursery.start_soon(put, i)
+        if fatal:
+            raise fatal[0]
+        stored = sum(h is not None for h in holders)
+        if stored < (width if ec.all else ec.k):
+            # Never less redundancy than the pool promises (pessimistic), never fewer than
+            # K fragments (unreadable): the write fails, ENOSPC when the pool is full.
+            error = errors.NoSpace if failures and full == len(failures) else errors.Unavailable
+            why = "; ".join(failures) or "no more benefactors in the stripe"
+            raise error(
+                f"chunk {chunk_id.hex()}: ec:{ec.k}+{ec.m} needs "
+                f"{width if ec.all else ec.k} of its {width} fragments on distinct "
+                f"benefactors, {stored} stored with {len(targets)} benefactors to write to "
+                f"({why})")
+        self.session.stored.fragments[chunk_id] = Fragmented(
+            ec.k, ec.m, len(data), tuple(ids),
+            tuple(h.id if h is not None else "" for h in holders),
+            tuple(h.address if h is not None else "" for h in holders))
+        self.session.stored.new_bytes += len(data)
+
     async def finish(self) -> list[ChunkEntry]:
         await self.send.aclose()
         await self.done.wait()
         if self.error is not None:
             raise self.error
         return self.entries
+
+
+def _open_stream(chunker: Any, ec: EcPolicy | None) -> Any:
+    """The pipeline's chunk stream. In an erasure-coded pool, a chunker that can (the
+    GPU's) computes every chunk's parity while it hashes it, from the bytes already on
+    the device, and copies back only the parity; other chunkers leave it to the CPU coder
+    at upload."""
+    if ec is not None and getattr(chunker, "computes_parity", False):
+        return chunker.stream(pipelined=True, parity=(ec.k, ec.m, max(ec.min_chunk, 1)))
+    return chunker.stream(pipelined=True)
+
+
+def declustered(targets: Sequence[Any], chunk_id: bytes) -> list[Any]:
+    """The stripe members in the order a coded chunk's fragments take them: a permutation
+    drawn from the chunk id (the same in every process). Consecutive members for every
+    chunk (as whole copies take them) would give each benefactor the same few partners in
+    every chunk of a narrow code (ec:2+1 over 7: its neighbours), so that after its loss
+    only those could serve the reads of the rebuild; drawn per chunk, the partners of a
+    lost benefactor are spread over the whole stripe and all the survivors share the work
+    (docs/erasure_pools.md, "Repair"). Balance over many chunks is statistical."""
+    order = list(targets)
+    random.Random(bytes(chunk_id)).shuffle(order)
+    return order
+
+
+def _encode(coder: Any, data: Any, k: int, m: int,
+            parity: Sequence[Any] | None = None) -> tuple[list[bytes], list[bytes]]:
+    """(the BLAKE3 of each of CHUNK's K+M fragments, each fragment's PutChunk message):
+    the data fragments are the chunk's own bytes; the parity is PARITY (the M fragments
+    the chunk stream computed) or CODER's. Runs in a worker thread: the coder and BLAKE3
+    release the GIL."""
+    if parity is None:
+        fragments = coder.fragments(data, k, m)
+    else:
+        src = as_u8(data)
+        lay = Code.of(k, m).layout(int(src.shape[0]))
+        if len(parity) != m or any(len(p) != lay.size for p in parity):
+            raise errors.InternalError(f"chunk stream parity does not fit ec:{k}+{m} for "
+                                       f"{src.shape[0]} bytes")
+        fragments = [*data_fragments(src, lay), *parity]
+    ids = [ids_of(f) for f in fragments]
+    return ids, [Benefactors.frame(fid, f) for fid, f in zip(ids, fragments, strict=True)]
 
 
 class _ByteBudget:

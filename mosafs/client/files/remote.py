@@ -15,15 +15,16 @@ starts each worker and hands it one end): pickle crosses no trust boundary.
 
     mount -> worker  {"op": "hello", config, identity, logging}   once, first
                      {"op": "open", "stream", spec, preferred, targets, copies, ids, inode,
-                      token}                                       token: the write token
+                      token, ec}                  token: the write token; ec: EcPolicy|None
                      {"op": "data", "stream"} + appended bytes
                      {"op": "token", "stream", "token"}           a lease renewal's token
                      {"op": "finish", "stream"}
-                     {"op": "get", "stream", "id", "addresses", "token"}   a chunk for a
-                                                                  reader, its read token
+                     {"op": "get", "stream", "id", "addresses", "token", "coded"}   a chunk
+                                       for a reader, its read token, its fragments if coded
     worker -> mount  {"backend"} or {"error"}                     once, first: ready
-                     {"stream", "entries", "placements", "addresses", "new_bytes",
-                      "hashed_bytes", "hash_seconds", "backend"} or {"stream", "error"}
+                     {"stream", "entries", "placements", "addresses", "fragments",
+                      "new_bytes", "hashed_bytes", "hash_seconds", "backend"} or
+                     {"stream", "error"}
                      {"stream"} + the chunk's verified bytes, or {"stream", "error"}
 
 Back-pressure is the window in the worker: while a stream's window is full the worker
@@ -256,11 +257,12 @@ def _raise(error: tuple[str, str]) -> None:
 
 
 async def fetch_remote(link: WorkerLink, chunk_id: bytes, addresses: list[str] | Any,
-                       token: bytes = b"") -> memoryview:
-    """A chunk's verified bytes, fetched by the worker behind LINK."""
+                       token: bytes = b"", coded: Any = None) -> memoryview:
+    """A chunk's verified bytes, fetched by the worker behind LINK (CODED: where its
+    fragments are, for an erasure-coded chunk: blockmap.Coded)."""
     reply, payload = await link.request({"op": "get", "stream": next(_streams),
                                          "id": chunk_id, "addresses": list(addresses),
-                                         "token": token})
+                                         "token": token, "coded": coded})
     if "error" in reply:
         _raise(reply["error"])
     return memoryview(payload)
@@ -284,7 +286,8 @@ class RemotePipeline:
         await self.link.send({
             "op": "open", "stream": self.stream, "spec": spec, "preferred": preferred,
             "targets": [(t.id, t.address) for t in s.targets], "copies": s.copies,
-            "ids": list(s.stored.ids), "inode": s.inode, "token": s.write_token})
+            "ids": list(s.stored.ids), "inode": s.inode, "token": s.write_token,
+            "ec": s.ec})
 
     async def send_token(self, token: bytes) -> None:
         """The session's write token after a lease renewal: the worker's puts use it."""
@@ -322,6 +325,7 @@ class RemotePipeline:
         stored.ids.update(e.id for e in entries)
         stored.placements.update(reply["placements"])
         stored.addresses.update(reply["addresses"])
+        stored.fragments.update(reply.get("fragments", {}))
         stored.new_bytes += reply["new_bytes"]
         metrics.CLIENT_HASH_SECONDS.labels(reply["backend"]).inc(reply["hash_seconds"])
         metrics.CLIENT_HASHED.labels(reply["backend"]).inc(reply["hashed_bytes"])

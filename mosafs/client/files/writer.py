@@ -56,10 +56,11 @@ import trio
 from mosafs import errors, metrics
 from mosafs._proto import common_pb2 as cpb
 from mosafs._proto import manager_pb2 as mpb
-from mosafs.client.files.blockmap import BlockMapView, ChunkEntry
+from mosafs.client.files.blockmap import BlockMapView, ChunkEntry, Coded, coded_of
 from mosafs.client.files.context import ClientContext
-from mosafs.client.files.pipeline import Pieces, Pipeline, Stored
+from mosafs.client.files.pipeline import EcPolicy, Pieces, Pipeline, Stored
 from mosafs.client.files.remote import RemotePipeline
+from mosafs.manager.pools import ec_min_chunk
 
 log = logging.getLogger(__name__)
 
@@ -247,6 +248,18 @@ class WriteSession:
         return max(self.lease.pool.replication, 1) if semantics == "pessimistic" else 1
 
     @property
+    def ec(self) -> EcPolicy | None:
+        """How new chunks are erasure-coded (None: the pool keeps whole copies). A
+        pessimistic write needs every fragment stored, an optimistic one K of them
+        (docs/erasure_pools.md)."""
+        assert self.lease is not None
+        pool = self.lease.pool
+        if not pool.ec_k:
+            return None
+        semantics = self.ctx.config.write_semantics or pool.write_semantics
+        return EcPolicy(pool.ec_k, pool.ec_m, ec_min_chunk(pool), semantics == "pessimistic")
+
+    @property
     def targets(self) -> list[cpb.BenefactorAddress]:
         assert self.lease is not None
         return list(self.lease.targets)
@@ -332,6 +345,8 @@ class WriteSession:
             # The bytes that pipeline carried are gone: the session's content is no longer
             # known, and committing what is left would store a version without them.
             self.lost = exc
+            log.info("inode %d: written bytes could not be stored, the file keeps its "
+                     "previous version (%s: %s)", self.inode, type(exc).__name__, exc.message)
             raise
 
     def _check_content(self) -> None:
@@ -365,12 +380,24 @@ class WriteSession:
         entries = self.prefix if entries is None else entries
         addresses = dict(self.stored.addresses)
         tokens: dict[bytes, bytes] = {}
+        coded: dict[bytes, Coded] = {}
         ids = sorted({e.id for e in entries})
+        # Erasure-coded chunks this session stored and has not committed: their fragments
+        # are read by id, with tokens asked for by fragment id.
+        mine = {cid: self.stored.fragments[cid] for cid in ids if cid in self.stored.fragments}
         if ids:
-            located, tokens = await self.ctx.manager.locate(ids)
-            for cid, where in located.items():
+            located = await self.ctx.manager.locate(
+                [*ids, *sorted({f for frag in mine.values() for f in frag.ids})])
+            tokens = located.tokens
+            for cid, where in located.addresses.items():
                 addresses.setdefault(cid, where)  # where this session put it first
-        return BlockMapView.build(self.committed_version, entries, addresses, tokens)
+            lengths = {e.id: e.length for e in entries}
+            coded = coded_of(located.coded, located.benefactors, lengths)
+        for cid, frag in mine.items():
+            coded[cid] = Coded(frag.k, frag.m, frag.length, frag.ids, frag.addresses,
+                               tuple(tokens.get(f, b"") for f in frag.ids),
+                               tuple(bool(a) for a in frag.addresses))
+        return BlockMapView.build(self.committed_version, entries, addresses, tokens, coded)
 
     # -- commit ----------------------------------------------------------------------------
 
@@ -408,8 +435,7 @@ class WriteSession:
         bytes finds them in the index or stores them again."""
         kept = {e.id for e in entries}
         for cid in self._provisional_ids - kept:
-            self.stored.ids.discard(cid)
-            self.stored.addresses.pop(cid, None)
+            self.stored.forget(cid)
 
     async def _new_pipeline(self) -> Pipeline | RemotePipeline:
         """A pipeline in a data-path worker process when the mount has them, else here."""
@@ -443,6 +469,9 @@ class WriteSession:
         wanted = {e.id for e in entries}
         placements = [mpb.ChunkPlacement(id=i, benefactor_ids=b)
                       for i, b in stored.placements.items() if i in wanted]
+        placements += [mpb.ChunkPlacement(id=i, ec_k=f.k, ec_m=f.m, fragment_ids=f.ids,
+                                          fragment_holders=f.holders)
+                       for i, f in stored.fragments.items() if i in wanted]
         try:
             reply = await self._send_commit(entries, placements, provisional)
         except errors.LeaseExpired:
@@ -455,10 +484,10 @@ class WriteSession:
         # Chunks stored for content that was not committed (overwritten, truncated away)
         # never reach the index, and garbage collection deletes them: they stop counting
         # as stored, so the same bytes written later are stored again.
-        for cid in stored.placements.keys() - wanted:
-            stored.ids.discard(cid)
-            stored.addresses.pop(cid, None)
+        for cid in (stored.placements.keys() | stored.fragments.keys()) - wanted:
+            stored.forget(cid)
         stored.placements.clear()
+        stored.fragments.clear()
         stored.new_bytes = 0
         return reply
 

@@ -1,0 +1,90 @@
+#!/usr/bin/env bash
+# Issue 19's GPU erasure coding on a lent GPU machine (the `run` tool), in few calls:
+# the coders' tests, the GPU chunk stream's parity stage, and the coder benchmark with
+# its end-to-end figure (chunking + BLAKE3 + parity from pinned memory over H2D).
+#
+#   Here, once:  the wheels in .whl (pyeclib included: it bundles ISA-L) and .devcarry, as
+#                scripts/device_gpu_check.sh describes (both ignored by git).
+#   There:       bash scripts/device_erasure.sh            (carry: .whl .devcarry)
+#                STEPS="env stream bench" bash scripts/device_erasure.sh   (a part)
+#
+# Steps (results in $OUT; each has its own time limit, so one hang spares the others):
+#   env      GPU, driver, Python and CuPy versions;
+#   stream   pytest -m gpu tests/gpu/test_gpu_erasure_stream.py -> stream.txt;
+#   bench    python -m mosafs.bench.ec_coders -> ec_coders.json, its GPU part printed;
+#   vectors  pytest -m gpu tests/unit/test_erasure_vectors.py -> vectors.txt;
+#   backend  pytest tests/gpu/test_gpu_backend.py (the runtime's pools) -> backend.txt;
+#   erasure  pytest -v -m gpu tests/gpu/test_gpu_erasure.py (2.5 minutes on a fresh
+#            machine, most of it NVRTC) -> erasure.txt;
+#   mount    mosafs bench ec --parts mount,rebuild (not in the default steps: minutes)
+#            -> ec_mount.json, its targets printed.
+set -u
+STEPS=${STEPS:-env stream bench vectors backend erasure}
+OUT=${OUT:-/tmp/mosafs-erasure}
+mkdir -p "$OUT"
+export PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+PY=${PY:-python3}
+if [ -d .whl ] && ! $PY -c "import blake3, pyeclib" 2>/dev/null; then
+    $PY -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+        --target /tmp/site .whl/*.whl || exit 1
+    export PYTHONPATH=/tmp/site:$PWD PATH=$PATH:/tmp/site/bin
+else
+    export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
+fi
+step() { case " $STEPS " in *" $1 "*) return 0;; *) return 1;; esac; }
+tests() {  # name, time limit, pytest arguments...
+    local name=$1 limit=$2; shift 2
+    echo "== $name"
+    timeout "$limit" $PY -m pytest -p no:cacheprovider "$@" > "$OUT/$name.txt" 2>&1
+    echo "rc=$?"; grep -E "^(FAILED|ERROR)|passed|failed|error" "$OUT/$name.txt" | tail -15
+}
+
+if step env; then
+    echo "== env"; nvidia-smi -L; nproc
+    $PY -c "import sys, cupy; print(sys.version.split()[0], 'cupy', cupy.__version__)"
+    $PY -c "from mosafs.erasure.isal import load_isal; print(load_isal().description)"
+fi
+if step stream; then
+    tests stream ${STREAM_LIMIT:-120} -q -m gpu tests/gpu/test_gpu_erasure_stream.py \
+        --durations=5
+fi
+if step bench; then
+    echo "== bench"
+    START=$(date +%s)
+    timeout ${BENCH_LIMIT:-120} $PY -m mosafs.bench.ec_coders > "$OUT/ec_coders.json" \
+        2> "$OUT/ec_coders.err"
+    echo "rc=$? in $(( $(date +%s) - START )) s"; tail -5 "$OUT/ec_coders.err"
+    $PY - "$OUT/ec_coders.json" <<'PYEOF'
+import json, sys
+result = json.load(open(sys.argv[1]))
+gpu = result["gpu"]
+for shape in ("4+2", "8+2"):
+    row = gpu.get(shape, {})
+    print(shape, json.dumps({k: v for k, v in row.items() if "kernel" in k or k == "verified"}))
+    print(shape, "isal", json.dumps(result["isal"][shape]))
+print("end_to_end", json.dumps(gpu.get("end_to_end"), indent=1))
+PYEOF
+fi
+if step vectors; then
+    tests vectors ${VECTORS_LIMIT:-90} -q -m gpu tests/unit/test_erasure_vectors.py
+fi
+if step backend; then
+    tests backend ${BACKEND_LIMIT:-90} -q tests/gpu/test_gpu_backend.py
+fi
+if step erasure; then  # last, verbose: a run cut by its limit still shows every result
+    tests erasure ${ERASURE_LIMIT:-200} -v -m gpu tests/gpu/test_gpu_erasure.py
+    echo "passed $(grep -c ' PASSED' "$OUT/erasure.txt"), failed $(grep -c ' FAILED' "$OUT/erasure.txt")"
+fi
+if step mount; then  # through a mount: needs FUSE (.devcarry/debs, as device_datapath.sh)
+    if [ -d .devcarry/debs ]; then
+        for f in .devcarry/debs/*.deb; do dpkg -x "$f" /tmp/fuseroot; done
+        export LD_LIBRARY_PATH=/tmp/fuseroot/lib/x86_64-linux-gnu:/tmp/fuseroot/usr/lib/x86_64-linux-gnu
+        export PATH=$PATH:/tmp/fuseroot/bin:/tmp/fuseroot/usr/bin
+    fi
+    echo "== mount"
+    START=$(date +%s)
+    timeout ${MOUNT_LIMIT:-420} $PY -m mosafs bench ec --parts ${MOUNT_PARTS:-mount,rebuild} \
+        --size-mib ${MOUNT_MIB:-1024} --json > "$OUT/ec_mount.json" 2> "$OUT/ec_mount.err"
+    echo "rc=$? in $(( $(date +%s) - START )) s"; tail -8 "$OUT/ec_mount.err"
+    $PY -c "import json,sys; r=json.load(open(sys.argv[1])); print(json.dumps(r.get('targets'), indent=1)); print(json.dumps(r.get('rebuild'))[:1500])" "$OUT/ec_mount.json"
+fi

@@ -106,17 +106,23 @@ def cluster_factory(tmp_path: Path,
     monkeypatch.setenv("MOSAFS_INSECURE", "1")
     clusters: list[Cluster] = []
     yield clusters
-    failures = []
-    for cluster in clusters:
-        for proc in [*cluster.mounts, *cluster.benefactors, cluster.manager]:
-            try:
-                proc.stop()
-            except AssertionError as exc:
-                failures.append(str(exc))
-        for proc in cluster.mounts:
-            mnt = Path(proc.ready.get("mountpoint", ""))
-            if mnt and os.path.ismount(mnt):
-                os.system(f"fusermount3 -u -z {mnt}")
+    failures = [failure for cluster in clusters for failure in stop_cluster(cluster)]
     assert not failures, "\n".join(failures)
+
+
+def stop_cluster(cluster: Cluster) -> list[str]:
+    """Stop every process of CLUSTER (mounts first) and unmount what is left; what each
+    process that did not stop cleanly or logged noise said (harness.Proc.stop)."""
+    failures = []
+    for proc in [*cluster.mounts, *cluster.benefactors, cluster.manager]:
+        try:
+            proc.stop()
+        except AssertionError as exc:
+            failures.append(str(exc))
+    for proc in cluster.mounts:
+        mnt = Path(proc.ready.get("mountpoint", ""))
+        if mnt and os.path.ismount(mnt):
+            os.system(f"fusermount3 -u -z {mnt}")
+    return failures
 
 

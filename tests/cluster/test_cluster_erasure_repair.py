@@ -36,7 +36,7 @@ from mosafs.admin.cluster import status_report
 from mosafs.certs import load
 from mosafs.rpc.channels import channel
 from tests import harness
-from tests.cluster.conftest import LEASE_S, Cluster, start_cluster
+from tests.cluster.conftest import LEASE_S, Cluster, start_cluster, stop_cluster
 from tests.conftest import fuse_available
 from tests.harness import cli, cli_json
 
@@ -394,16 +394,7 @@ def tls_cluster(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Clu
               "the benefactors did not register", timeout=30, identity=admin)
         yield cluster
     finally:
-        failures = []
-        for proc in [*cluster.mounts, *cluster.benefactors, cluster.manager]:
-            try:
-                proc.stop()
-            except AssertionError as exc:
-                failures.append(str(exc))
-        for proc in cluster.mounts:
-            mnt = Path(proc.ready.get("mountpoint", ""))
-            if mnt and os.path.ismount(mnt):
-                os.system(f"fusermount3 -u -z {mnt}")
+        failures = stop_cluster(cluster)
         assert not failures, "\n".join(failures)
 
 

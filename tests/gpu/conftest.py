@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import random
+import warnings
 from collections.abc import Iterator
 from typing import Any
 
@@ -113,3 +114,12 @@ def chunker_on(spec: str, rt: Any) -> Any:
             _BIGGER[key] = gpu_runtime.GpuRuntime(buffer_size=key[0], devices=list(key[1]))
         rt = _BIGGER[key]
     return GpuChunker(parsed, rt)
+
+
+@pytest.fixture(scope="module")
+def cp() -> Any:
+    """CuPy, imported quietly (its import warns about the CUDA path on some hosts)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        import cupy
+    return cupy

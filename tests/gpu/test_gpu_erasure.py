@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import itertools
 import random
-import warnings
 from typing import Any
 
 import numpy as np
@@ -29,14 +28,6 @@ ISAL_REASON = isal_unavailable_reason()
 pytestmark = [*GPU, pytest.mark.skipif(ISAL_REASON is not None,
                                        reason=f"the GPU coder needs ISA-L: {ISAL_REASON}")]
 MiB = 1 << 20
-
-
-@pytest.fixture(scope="module")
-def cp() -> Any:
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        import cupy
-    return cupy
 
 
 @pytest.fixture(scope="module")

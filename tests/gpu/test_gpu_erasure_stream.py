@@ -22,7 +22,6 @@ the reason.
 from __future__ import annotations
 
 import random
-import warnings
 from typing import Any
 
 import numpy as np
@@ -37,14 +36,6 @@ ISAL_REASON = isal_unavailable_reason()
 pytestmark = [*GPU, pytest.mark.skipif(ISAL_REASON is not None,
                                        reason=f"GPU parity uses ISA-L's matrices: {ISAL_REASON}")]
 SMALL_SPEC = "cdc:16384:65536:262144"
-
-
-@pytest.fixture(scope="module")
-def cp() -> Any:
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        import cupy
-    return cupy
 
 
 @pytest.fixture(scope="module")

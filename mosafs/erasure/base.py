@@ -73,9 +73,7 @@ class Coder(ABC):
         where they are all chunk, padded copies where they run past its end (the last
         one or few), then the parity rows."""
         src = as_u8(chunk)
-        lay = Code(k, m).layout(int(src.shape[0]))
-        parity = self.encode(src, k, m)
-        return data_fragments(src, lay) + [memoryview(row) for row in parity]
+        return with_parity(src, k, m, self.encode(src, k, m))
 
 
 # --- shared checks and helpers ---------------------------------------------------------
@@ -113,6 +111,18 @@ def buffer_address(buf: Any) -> tuple[int, int]:
 def writable_address(buf: Any) -> int:
     """Address of a writable C-contiguous buffer of at least one byte."""
     return ctypes.addressof(ctypes.c_char.from_buffer(buf))
+
+
+def with_parity(chunk: BytesLike, k: int, m: int, parity: Any) -> list[memoryview]:
+    """All K+M fragments of CHUNK given its M parity fragments (computed elsewhere: the
+    GPU chunk stream's, or a coder's): the data fragments as data_fragments() makes
+    them, then PARITY. InvalidArgument if PARITY does not fit the chunk's layout."""
+    src = as_u8(chunk)
+    lay = Code.of(k, m).layout(int(src.shape[0]))
+    if len(parity) != m or any(len(row) != lay.size for row in parity):
+        raise InvalidArgument(f"{len(parity)} parity fragments do not fit ec:{k}+{m} for "
+                              f"{src.shape[0]} bytes ({m} of {lay.size} bytes)")
+    return data_fragments(src, lay) + [memoryview(row) for row in parity]
 
 
 def data_fragments(src: U8, lay: Layout) -> list[memoryview]:

@@ -177,8 +177,10 @@ class ChunkFetcher:
         if failures:
             log.info("chunk %s read degraded from fragments %s (%s)", chunk_id.hex(),
                      sorted(got), "; ".join(failures))
-        coder = self._coder() if any(i >= k for i in got) and self._coder else None
-        return await self._cpu(_assemble, chunk_id, got, coded, size, coder)
+        if self._coder is None:
+            raise errors.InternalError(f"chunk {chunk_id.hex()}: no erasure coder to read "
+                                       "fragments with")
+        return await self._cpu(_assemble, chunk_id, got, coded, self._coder())
 
     async def _fetch_whole(self, chunk_id: bytes, addresses: Sequence[str],
                            token: bytes) -> ChunkBytes:
@@ -206,24 +208,11 @@ class ChunkFetcher:
         raise errors.Unavailable(f"chunk {chunk_id.hex()} could not be read ({reason})")
 
 
-def _assemble(chunk_id: bytes, got: dict[int, Any], coded: Coded, size: int,
-              coder: Any) -> memoryview:
-    """The chunk from K verified fragments (GOT: index -> bytes of SIZE): the data
-    fragments joined and cut to its length, else decoded by CODER; verified against
-    CHUNK_ID. Runs in a worker thread."""
-    k, length = coded.k, coded.length
-    if all(j in got for j in range(k)):
-        out = bytearray(length)
-        for j in range(k):
-            start = j * size
-            if start >= length:
-                break
-            take = min(size, length - start)
-            out[start:start + take] = memoryview(got[j])[:take]
-    elif coder is None:
-        raise errors.InternalError(f"chunk {chunk_id.hex()}: no erasure coder to decode with")
-    else:
-        out = coder.decode(got, k, coded.m, length)
+def _assemble(chunk_id: bytes, got: dict[int, Any], coded: Coded, coder: Any) -> memoryview:
+    """The chunk from K verified fragments (GOT: index -> bytes): CODER joins the data
+    fragments and decodes only those missing; verified against CHUNK_ID, since the
+    fragment ids are the writer's word. Runs in a worker thread."""
+    out = coder.decode(got, coded.k, coded.m, coded.length)
     ids.verify(chunk_id, out)  # every chunk, however it was put together
     return memoryview(out)
 

@@ -40,8 +40,7 @@ from mosafs import errors, metrics
 from mosafs._proto import common_pb2 as cpb
 from mosafs.client.files.blockmap import ChunkEntry
 from mosafs.client.rpc import Benefactors
-from mosafs.erasure.base import as_u8, data_fragments
-from mosafs.erasure.spec import Code
+from mosafs.erasure.base import with_parity
 from mosafs.ids import chunk_id as ids_of
 
 log = logging.getLogger("mosafs.client.files.writer")
@@ -400,12 +399,10 @@ def _encode(coder: Any, data: Any, k: int, m: int,
     if parity is None:
         fragments = coder.fragments(data, k, m)
     else:
-        src = as_u8(data)
-        lay = Code.of(k, m).layout(int(src.shape[0]))
-        if len(parity) != m or any(len(p) != lay.size for p in parity):
-            raise errors.InternalError(f"chunk stream parity does not fit ec:{k}+{m} for "
-                                       f"{src.shape[0]} bytes")
-        fragments = [*data_fragments(src, lay), *parity]
+        try:
+            fragments = with_parity(data, k, m, parity)
+        except errors.InvalidArgument as exc:  # the stream's parity: a bug, not bad input
+            raise errors.InternalError(f"chunk stream parity: {exc.message}") from None
     ids = [ids_of(f) for f in fragments]
     return ids, [Benefactors.frame(fid, f) for fid, f in zip(ids, fragments, strict=True)]
 

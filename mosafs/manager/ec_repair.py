@@ -48,7 +48,7 @@ from mosafs.manager.ec_plans import CONVERT, MOVE, REBUILD, Load, Plan, plan
 from mosafs.manager.metadata import Fragments, MetadataStore
 from mosafs.manager.pools import scheme
 from mosafs.manager.registry import Clock, Registry
-from mosafs.manager.replication import RATE_WINDOW_S, CopyFn, Redundancy, copy_deadline
+from mosafs.manager.replication import CopyFn, RateWindow, Redundancy, copy_deadline
 from mosafs.manager.tokens import TokenAuthority
 
 log = logging.getLogger(__name__)
@@ -108,7 +108,7 @@ class FragmentRepairer:
         self._started: dict[bytes, int] = {}  # chunk id -> wall ns its request started
         self._load = Load()
         self._inflight_bytes = 0
-        self._done: deque[tuple[float, int]] = deque()  # (clock, bytes) rebuilt or moved
+        self._done = RateWindow(clock)  # fragments rebuilt or moved
         self.rebuilt_fragments = 0
         self.rebuilt_bytes = 0
         self._pending: dict[bytes, tuple[str, int]] = {}  # to convert: id -> (pool, length)
@@ -156,12 +156,7 @@ class FragmentRepairer:
     def rate(self) -> float:
         """Bytes of fragments rebuilt or moved per second, over the last RATE_WINDOW_S."""
         with self._lock:
-            now = self._clock()
-            while self._done and self._done[0][0] < now - RATE_WINDOW_S:
-                self._done.popleft()
-            if not self._done:
-                return 0.0
-            return sum(n for _, n in self._done) / max(now - self._done[0][0], 1.0)
+            return self._done.rate()
 
     def conversions(self, scanned_at: float) -> list[Conversion]:
         """Per pool with chunks converted since its change, or left to convert. SCANNED_AT:
@@ -445,7 +440,7 @@ class FragmentRepairer:
         with self._lock:
             self.rebuilt_fragments += recorded
             self.rebuilt_bytes += recorded * size
-            self._done.append((self._clock(), recorded * size))
+            self._done.add(recorded * size)
         metrics.MANAGER_REPLICATED.inc(recorded * size)
         log.debug("%s of chunk %s: %d fragments recorded", p.kind, p.cid.hex(), recorded)
         return recorded == len(p.moves)

@@ -72,6 +72,26 @@ TICK_S = 0.2          # a step at least this often
 EXAMINE_BATCH = 4096  # ids examined per step (a step with more queued runs again at once)
 SCAN_PAGE = 4096
 RATE_WINDOW_S = 10.0
+
+
+class RateWindow:
+    """Bytes per second over the last RATE_WINDOW_S of finished transfers (the callers
+    hold their own lock around it)."""
+
+    def __init__(self, clock: Clock) -> None:
+        self._clock = clock
+        self._done: deque[tuple[float, int]] = deque()  # (clock, bytes)
+
+    def add(self, nbytes: int) -> None:
+        self._done.append((self._clock(), nbytes))
+
+    def rate(self) -> float:
+        now = self._clock()
+        while self._done and self._done[0][0] < now - RATE_WINDOW_S:
+            self._done.popleft()
+        if not self._done:
+            return 0.0
+        return sum(n for _, n in self._done) / max(now - self._done[0][0], 1.0)
 # Deadline of one copy request: a floor for connecting and a slow disk, plus its bytes at a
 # rate well below what any benefactor sustains.
 COPY_DEADLINE_FLOOR_S = 10.0
@@ -265,7 +285,7 @@ class Replicator:
         self._next_scan = clock()  # the first scan starts at once
         self._next_retry = clock()
         self._figures = ReplicationFigures()
-        self._done: deque[tuple[float, int]] = deque()  # (clock, bytes) of finished copies
+        self._done = RateWindow(clock)  # finished copies
         self._copied_total = 0
         self._debts: dict[int, _Debt] = {}
         self._debts_of: dict[bytes, set[int]] = defaultdict(set)
@@ -314,13 +334,7 @@ class Replicator:
             return out, self._rate()
 
     def _rate(self) -> float:
-        now = self._clock()
-        while self._done and self._done[0][0] < now - RATE_WINDOW_S:
-            self._done.popleft()
-        if not self._done:
-            return 0.0
-        span = max(now - self._done[0][0], 1.0)
-        return sum(n for _, n in self._done) / span
+        return self._done.rate()
 
     def age_ms(self, at: float) -> int:
         """Milliseconds since AT (a clock() reading); -1 for 0 (never)."""
@@ -574,7 +588,7 @@ class Replicator:
         self._inflight_bytes -= sum(n for _, n in group)
         if moved:
             self._copied_total += moved
-            self._done.append((self._clock(), moved))
+            self._done.add(moved)
             metrics.MANAGER_REPLICATED.inc(moved)
 
     # -- the safety net --------------------------------------------------------------------

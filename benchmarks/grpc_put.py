@@ -12,9 +12,13 @@ step closer to a benefactor's put:
                write, fsync, rename, directory fsync (a benefactor's put, less its
                servicer's metrics)
 
-    .venv/bin/python benchmarks/grpc_put.py [--tls] MODE ['[["grpc.option", value], ...]']
+    .venv/bin/python benchmarks/grpc_put.py [--tls] [--size BYTES] MODE \
+        ['[["grpc.option", value], ...]']
 
-Prints one JSON object: MB/s (512 puts of 1 MiB, 4 in flight), client_ns_B, server_ns_B.
+Prints one JSON object: MB/s (512 MiB in puts of SIZE, default 1 MiB, 4 in flight),
+client_ns_B, server_ns_B, and the server's CPU per put (server_us_put): comparing sizes
+splits a put's cost into a part per put and a part per byte (an `ec:4+2` pool puts
+fragments of a quarter chunk, 6 per chunk, where `replicas:3` puts 3 whole chunks).
 """
 
 from __future__ import annotations
@@ -45,8 +49,7 @@ from mosafs.rpc.handlers import add_decoding_in_handlers
 
 MAX = 65 << 20
 BASE = [("grpc.max_send_message_length", MAX), ("grpc.max_receive_message_length", MAX)]
-SIZE = 1 << 20
-PUTS = 512
+TOTAL = 512 << 20
 
 
 PUT_METHOD = "/mosafs.v1.Benefactor/PutChunk"
@@ -113,6 +116,7 @@ def main() -> None:
     parser.add_argument("mode", nargs="?", default="none", choices=MODES)
     parser.add_argument("options", nargs="?", default="[]", help="JSON list of gRPC options")
     parser.add_argument("--tls", action="store_true", help="mutual TLS (mosafs certs)")
+    parser.add_argument("--size", type=int, default=1 << 20, help="bytes per put")
     args = parser.parse_args()
     mode = args.mode
     options = [tuple(o) for o in json.loads(args.options)]
@@ -120,14 +124,16 @@ def main() -> None:
     # On the disk under the temporary directory (TMPDIR): what a benefactor's would be.
     store_dir = tempfile.mkdtemp(prefix="grpc-put-store-")
     try:
-        _run(mode, options, tls, store_dir)
+        _run(mode, options, tls, store_dir, args.size)
     finally:
         for directory in (tls, store_dir):
             if directory:
                 shutil.rmtree(directory, ignore_errors=True)
 
 
-def _run(mode: str, options: list[tuple[str, Any]], tls: str | None, store_dir: str) -> None:
+def _run(mode: str, options: list[tuple[str, Any]], tls: str | None, store_dir: str,
+         size: int) -> None:
+    puts = max(1, TOTAL // size)
     ports: Any = mp.Queue()
     server = mp.Process(target=_serve, args=(ports, mode, options, tls, store_dir),
                         daemon=True)
@@ -135,7 +141,7 @@ def _run(mode: str, options: list[tuple[str, Any]], tls: str | None, store_dir: 
     channel = _channel(f"127.0.0.1:{ports.get()}", options, tls)
     stub = pbg.BenefactorStub(channel)
     # Distinct chunks, so that `store` writes every put (a stored id is only touched).
-    blobs = [os.urandom(SIZE) for _ in range(PUTS + 1)]
+    blobs = [os.urandom(size) for _ in range(puts + 1)]
     ids = [blake3.blake3(b).digest() for b in blobs]
     raw_put = channel.unary_unary(PUT_METHOD, request_serializer=None,
                                   response_deserializer=pb.PutChunkResponse.FromString)
@@ -146,16 +152,17 @@ def _run(mode: str, options: list[tuple[str, Any]], tls: str | None, store_dir: 
         else:
             raw_put(chunkwire.encode_put(ids[i], blobs[i]))
 
-    put(PUTS)
+    put(puts)
     with futures.ThreadPoolExecutor(4) as pool:
         c0, s0, t0 = time.process_time(), _cpu_s(server.pid or 0), time.perf_counter()
-        list(pool.map(put, range(PUTS)))
+        list(pool.map(put, range(puts)))
         t1, c1, s1 = time.perf_counter(), time.process_time(), _cpu_s(server.pid or 0)
-    total = PUTS * SIZE
-    print(json.dumps({"mode": mode, "tls": bool(tls), "options": options,
+    total = puts * size
+    print(json.dumps({"mode": mode, "tls": bool(tls), "options": options, "size": size,
                       "MB_s": round(total / (t1 - t0) / 1e6),
                       "client_ns_B": round((c1 - c0) / total * 1e9, 2),
-                      "server_ns_B": round((s1 - s0) / total * 1e9, 2)}))
+                      "server_ns_B": round((s1 - s0) / total * 1e9, 2),
+                      "server_us_put": round((s1 - s0) / puts * 1e6)}))
     server.kill()
 
 

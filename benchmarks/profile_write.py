@@ -120,6 +120,29 @@ def table(before: dict[str, tuple[float, float]], after: dict[str, tuple[float, 
     return rows
 
 
+def put_figures(data_dir: Path) -> dict[str, float]:
+    """The benefactors' put figures from their /metrics: blobs stored, calls that carried
+    them (PutChunk, and PutChunks: grouped puts), blobs per call."""
+    import urllib.request
+
+    from prometheus_client.parser import text_string_to_metric_families
+
+    info = json.loads((data_dir / "cluster.json").read_text())
+    totals = {"blobs": 0.0, "PutChunk": 0.0, "PutChunks": 0.0}
+    for url in info["metrics"]["benefactors"].values():
+        with urllib.request.urlopen(url, timeout=10) as reply:
+            text = reply.read().decode()
+        for family in text_string_to_metric_families(text):
+            for sample in family.samples:
+                if sample.name == "mosafs_benefactor_put_chunks_total":
+                    totals["blobs"] += sample.value
+                elif sample.name == "mosafs_benefactor_put_calls_total":
+                    totals[sample.labels["method"]] += sample.value
+    calls = totals["PutChunk"] + totals["PutChunks"]
+    totals["blobs_per_call"] = round(totals["blobs"] / calls, 2) if calls else 0.0
+    return totals
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--size-mib", type=int, default=1024)
@@ -162,6 +185,7 @@ def main() -> int:
         after = snapshot(pids)
         time.sleep(1.0)  # the writer's own CPU is counted as `bench`
         result["write_mb_s"] = round(size / elapsed / 1e6, 1)
+        result["benefactor_puts"] = put_figures(cluster.data_dir)
         result["write_cpu_s_per_gib"] = table(before, after, size / GiB)
         result["write_peak_rss_mib"] = {
             name: round(memory_status(pid).get("VmHWM", 0) / (1 << 20), 1)

@@ -87,6 +87,9 @@ MANAGER_REDUNDANT_SECONDS = Histogram(
 
 BENEFACTOR_PUTS = Counter("mosafs_benefactor_put_chunks", "Chunk puts", ["outcome"])
 BENEFACTOR_PUT_BYTES = Counter("mosafs_benefactor_put_bytes", "Bytes of chunk puts")
+BENEFACTOR_PUT_CALLS = Counter("mosafs_benefactor_put_calls",
+                               "Put calls: PutChunk (one blob), PutChunks (grouped)",
+                               ["method"])
 BENEFACTOR_SERVED = Counter("mosafs_benefactor_served_bytes", "Bytes of chunks served")
 BENEFACTOR_CORRUPT = Counter("mosafs_benefactor_corrupt_chunks",
                              "Copies found corrupt (and deleted)")

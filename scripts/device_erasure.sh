@@ -17,7 +17,12 @@
 #   erasure  pytest -v -m gpu tests/gpu/test_gpu_erasure.py (2.5 minutes on a fresh
 #            machine, most of it NVRTC) -> erasure.txt;
 #   mount    mosafs bench ec --parts mount,rebuild (not in the default steps: minutes)
-#            -> ec_mount.json, its targets printed.
+#            -> ec_mount.json, its targets printed;
+#   ecwrite  write through the mount, replicas:3 and ec:4+2 alternating (CYCLES, default 3;
+#            benchmarks/profile_write.py, 11 benefactors, WRITE_MIB, default 1024): MB/s
+#            and CPU seconds per GiB of every process and thread -> ecwrite-*.json; with
+#            SPY=1 one more run of each under py-spy (the mount and its data-path worker)
+#            -> spy-*/.
 set -u
 STEPS=${STEPS:-env stream bench vectors backend erasure}
 OUT=${OUT:-/tmp/mosafs-erasure}
@@ -87,4 +92,31 @@ if step mount; then  # through a mount: needs FUSE (.devcarry/debs, as device_da
         --size-mib ${MOUNT_MIB:-1024} --json > "$OUT/ec_mount.json" 2> "$OUT/ec_mount.err"
     echo "rc=$? in $(( $(date +%s) - START )) s"; tail -8 "$OUT/ec_mount.err"
     $PY -c "import json,sys; r=json.load(open(sys.argv[1])); print(json.dumps(r.get('targets'), indent=1)); print(json.dumps(r.get('rebuild'))[:1500])" "$OUT/ec_mount.json"
+fi
+if step ecwrite; then  # does ec:4+2 write at least as fast as replicas:3? (issue 19)
+    if [ -d .devcarry/debs ]; then
+        for f in .devcarry/debs/*.deb; do dpkg -x "$f" /tmp/fuseroot; done
+        export LD_LIBRARY_PATH=/tmp/fuseroot/lib/x86_64-linux-gnu:/tmp/fuseroot/usr/lib/x86_64-linux-gnu
+        export PATH=$PATH:/tmp/fuseroot/bin:/tmp/fuseroot/usr/bin
+    fi
+    echo "== ecwrite"; export MOSAFS_HASH_BACKEND=gpu
+    for cycle in $(seq 1 ${CYCLES:-3}); do for layout in replicas:3 ec:4+2; do
+        name=ecwrite-${layout//[:+]/-}-$cycle
+        timeout 150 $PY benchmarks/profile_write.py --size-mib ${WRITE_MIB:-1024} \
+            --up-arg=--benefactors=11 --up-arg=--redundancy=$layout \
+            > "$OUT/$name.json" 2> "$OUT/$name.err"
+        echo "$name rc=$? $(grep -o '"write_mb_s": [0-9.]*' "$OUT/$name.json")"
+        $PY -c "import json,sys; r=json.load(open(sys.argv[1])); print(r.get('benefactor_puts'), {k: v['total'] for k, v in r['write_cpu_s_per_gib'].items() if '/' not in k and v['total'] > 0.1})" "$OUT/$name.json"
+    done; done
+    if [ -n "${SPY:-}" ]; then for layout in replicas:3 ec:4+2; do
+        spy=$OUT/spy-${layout//[:+]/-}
+        mkdir -p "$spy"
+        timeout 150 $PY benchmarks/profile_write.py --size-mib ${WRITE_MIB:-1024} \
+            --up-arg=--benefactors=11 --up-arg=--redundancy=$layout \
+            --py-spy "$spy" > "$spy.json" 2>&1
+        echo "spy $layout rc=$?"
+        $PY benchmarks/spy_top.py --top ${SPY_TOP:-30} "$spy"/*.txt | tee "$spy.top.txt" \
+            | grep -A ${SPY_SHOW:-0} "mount-worker-0.txt"
+        rm -rf "$spy"  # raw stacks: too many and too big to bring back
+    done; fi
 fi

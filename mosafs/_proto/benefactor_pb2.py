@@ -24,7 +24,7 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1amosafs/v1/benefactor.proto\x12\tmosafs.v1\"+\n\x0fPutChunkRequest\x12\n\n\x02id\x18\x01 \x01(\x0c\x12\x0c\n\x04\x64\x61ta\x18\x02 \x01(\x0c\"+\n\x10PutChunkResponse\x12\x17\n\x0f\x61lready_present\x18\x01 \x01(\x08\"-\n\x0fGetChunkRequest\x12\n\n\x02id\x18\x01 \x01(\x0c\x12\x0e\n\x06verify\x18\x02 \x01(\x08\" \n\x10GetChunkResponse\x12\x0c\n\x04\x64\x61ta\x18\x01 \x01(\x0c\"\x1f\n\x10HasChunksRequest\x12\x0b\n\x03ids\x18\x01 \x03(\x0c\"$\n\x11HasChunksResponse\x12\x0f\n\x07present\x18\x01 \x03(\x08\"\x10\n\x0eGetInfoRequest\"\x8d\x01\n\x0e\x42\x65nefactorInfo\x12\n\n\x02id\x18\x01 \x01(\t\x12\x0f\n\x07\x61\x64\x64ress\x18\x02 \x01(\t\x12\x16\n\x0e\x63\x61pacity_bytes\x18\x03 \x01(\x04\x12\x12\n\nfree_bytes\x18\x04 \x01(\x04\x12\x0e\n\x06\x63hunks\x18\x05 \x01(\x04\x12\x14\n\x0cstored_bytes\x18\x06 \x01(\x04\x12\x0c\n\x04pool\x18\x07 \x01(\t\"=\n\x16ReplicateChunksRequest\x12\x0b\n\x03ids\x18\x01 \x03(\x0c\x12\x16\n\x0etarget_address\x18\x02 \x01(\t\"Q\n\x17ReplicateChunksResponse\x12\x0e\n\x06\x63opied\x18\x01 \x03(\x08\x12\x0e\n\x06\x65rrors\x18\x02 \x03(\t\x12\x16\n\x0etarget_problem\x18\x03 \x01(\t\"\x15\n\x13GarbageRoundRequest\"e\n\x0cGarbageRound\x12\x10\n\x08reported\x18\x01 \x01(\x04\x12\x16\n\x0e\x64\x65leted_chunks\x18\x02 \x01(\x04\x12\x13\n\x0b\x66reed_bytes\x18\x03 \x01(\x04\x12\x16\n\x0ewaiting_chunks\x18\x04 \x01(\x04\"\x0e\n\x0cScrubRequest\"\xa4\x01\n\rScrubProgress\x12\x16\n\x0e\x63hecked_chunks\x18\x01 \x01(\x04\x12\x15\n\rchecked_bytes\x18\x02 \x01(\x04\x12\x14\n\x0ctotal_chunks\x18\x03 \x01(\x04\x12\x13\n\x0btotal_bytes\x18\x04 \x01(\x04\x12\x16\n\x0e\x63orrupt_chunks\x18\x05 \x01(\x04\x12\x0c\n\x04\x64one\x18\x06 \x01(\x08\x12\x13\n\x0b\x63orrupt_ids\x18\x07 \x03(\x0c\";\n\nBlobSource\x12\r\n\x05index\x18\x01 \x01(\r\x12\x0f\n\x07\x61\x64\x64ress\x18\x02 \x01(\t\x12\r\n\x05token\x18\x03 \x01(\x0c\".\n\x0cRecodeTarget\x12\r\n\x05index\x18\x01 \x01(\r\x12\x0f\n\x07\x61\x64\x64ress\x18\x02 \x01(\t\"\x81\x02\n\x12RecodeChunkRequest\x12\x10\n\x08\x63hunk_id\x18\x01 \x01(\x0c\x12\x0e\n\x06length\x18\x02 \x01(\x04\x12%\n\x06\x63opies\x18\x03 \x03(\x0b\x32\x15.mosafs.v1.BlobSource\x12\x0c\n\x04\x65\x63_k\x18\x04 \x01(\r\x12\x0c\n\x04\x65\x63_m\x18\x05 \x01(\r\x12\x14\n\x0c\x66ragment_ids\x18\x06 \x03(\x0c\x12(\n\tfragments\x18\x07 \x03(\x0b\x32\x15.mosafs.v1.BlobSource\x12\r\n\x05out_k\x18\x08 \x01(\r\x12\r\n\x05out_m\x18\t \x01(\r\x12(\n\x07targets\x18\n \x03(\x0b\x32\x17.mosafs.v1.RecodeTarget\"x\n\x13RecodeChunkResponse\x12\x14\n\x0c\x66ragment_ids\x18\x01 \x03(\x0c\x12\x0e\n\x06stored\x18\x02 \x03(\x08\x12\x0e\n\x06\x65rrors\x18\x03 \x03(\t\x12\x17\n\x0ftarget_problems\x18\x04 \x03(\t\x12\x12\n\nunreadable\x18\x05 \x03(\r2\xd1\x04\n\nBenefactor\x12\x43\n\x08PutChunk\x12\x1a.mosafs.v1.PutChunkRequest\x1a\x1b.mosafs.v1.PutChunkResponse\x12\x43\n\x08GetChunk\x12\x1a.mosafs.v1.GetChunkRequest\x1a\x1b.mosafs.v1.GetChunkResponse\x12\x46\n\tHasChunks\x12\x1b.mosafs.v1.HasChunksRequest\x1a\x1c.mosafs.v1.HasChunksResponse\x12?\n\x07GetInfo\x12\x19.mosafs.v1.GetInfoRequest\x1a\x19.mosafs.v1.BenefactorInfo\x12X\n\x0fReplicateChunks\x12!.mosafs.v1.ReplicateChunksRequest\x1a\".mosafs.v1.ReplicateChunksResponse\x12J\n\x0fRunGarbageRound\x12\x1e.mosafs.v1.GarbageRoundRequest\x1a\x17.mosafs.v1.GarbageRound\x12<\n\x05Scrub\x12\x17.mosafs.v1.ScrubRequest\x1a\x18.mosafs.v1.ScrubProgress0\x01\x12L\n\x0bRecodeChunk\x12\x1d.mosafs.v1.RecodeChunkRequest\x1a\x1e.mosafs.v1.RecodeChunkResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1amosafs/v1/benefactor.proto\x12\tmosafs.v1\"+\n\x0fPutChunkRequest\x12\n\n\x02id\x18\x01 \x01(\x0c\x12\x0c\n\x04\x64\x61ta\x18\x02 \x01(\x0c\"+\n\x10PutChunkResponse\x12\x17\n\x0f\x61lready_present\x18\x01 \x01(\x08\">\n\x10PutChunksRequest\x12*\n\x06\x63hunks\x18\x01 \x03(\x0b\x32\x1a.mosafs.v1.PutChunkRequest\"P\n\nPutOutcome\x12\x17\n\x0f\x61lready_present\x18\x01 \x01(\x08\x12\x0c\n\x04\x63ode\x18\x02 \x01(\r\x12\x0c\n\x04kind\x18\x03 \x01(\t\x12\r\n\x05\x65rror\x18\x04 \x01(\t\"<\n\x11PutChunksResponse\x12\'\n\x08outcomes\x18\x01 \x03(\x0b\x32\x15.mosafs.v1.PutOutcome\"-\n\x0fGetChunkRequest\x12\n\n\x02id\x18\x01 \x01(\x0c\x12\x0e\n\x06verify\x18\x02 \x01(\x08\" \n\x10GetChunkResponse\x12\x0c\n\x04\x64\x61ta\x18\x01 \x01(\x0c\"\x1f\n\x10HasChunksRequest\x12\x0b\n\x03ids\x18\x01 \x03(\x0c\"$\n\x11HasChunksResponse\x12\x0f\n\x07present\x18\x01 \x03(\x08\"\x10\n\x0eGetInfoRequest\"\x8d\x01\n\x0e\x42\x65nefactorInfo\x12\n\n\x02id\x18\x01 \x01(\t\x12\x0f\n\x07\x61\x64\x64ress\x18\x02 \x01(\t\x12\x16\n\x0e\x63\x61pacity_bytes\x18\x03 \x01(\x04\x12\x12\n\nfree_bytes\x18\x04 \x01(\x04\x12\x0e\n\x06\x63hunks\x18\x05 \x01(\x04\x12\x14\n\x0cstored_bytes\x18\x06 \x01(\x04\x12\x0c\n\x04pool\x18\x07 \x01(\t\"=\n\x16ReplicateChunksRequest\x12\x0b\n\x03ids\x18\x01 \x03(\x0c\x12\x16\n\x0etarget_address\x18\x02 \x01(\t\"Q\n\x17ReplicateChunksResponse\x12\x0e\n\x06\x63opied\x18\x01 \x03(\x08\x12\x0e\n\x06\x65rrors\x18\x02 \x03(\t\x12\x16\n\x0etarget_problem\x18\x03 \x01(\t\"\x15\n\x13GarbageRoundRequest\"e\n\x0cGarbageRound\x12\x10\n\x08reported\x18\x01 \x01(\x04\x12\x16\n\x0e\x64\x65leted_chunks\x18\x02 \x01(\x04\x12\x13\n\x0b\x66reed_bytes\x18\x03 \x01(\x04\x12\x16\n\x0ewaiting_chunks\x18\x04 \x01(\x04\"\x0e\n\x0cScrubRequest\"\xa4\x01\n\rScrubProgress\x12\x16\n\x0e\x63hecked_chunks\x18\x01 \x01(\x04\x12\x15\n\rchecked_bytes\x18\x02 \x01(\x04\x12\x14\n\x0ctotal_chunks\x18\x03 \x01(\x04\x12\x13\n\x0btotal_bytes\x18\x04 \x01(\x04\x12\x16\n\x0e\x63orrupt_chunks\x18\x05 \x01(\x04\x12\x0c\n\x04\x64one\x18\x06 \x01(\x08\x12\x13\n\x0b\x63orrupt_ids\x18\x07 \x03(\x0c\";\n\nBlobSource\x12\r\n\x05index\x18\x01 \x01(\r\x12\x0f\n\x07\x61\x64\x64ress\x18\x02 \x01(\t\x12\r\n\x05token\x18\x03 \x01(\x0c\".\n\x0cRecodeTarget\x12\r\n\x05index\x18\x01 \x01(\r\x12\x0f\n\x07\x61\x64\x64ress\x18\x02 \x01(\t\"\x81\x02\n\x12RecodeChunkRequest\x12\x10\n\x08\x63hunk_id\x18\x01 \x01(\x0c\x12\x0e\n\x06length\x18\x02 \x01(\x04\x12%\n\x06\x63opies\x18\x03 \x03(\x0b\x32\x15.mosafs.v1.BlobSource\x12\x0c\n\x04\x65\x63_k\x18\x04 \x01(\r\x12\x0c\n\x04\x65\x63_m\x18\x05 \x01(\r\x12\x14\n\x0c\x66ragment_ids\x18\x06 \x03(\x0c\x12(\n\tfragments\x18\x07 \x03(\x0b\x32\x15.mosafs.v1.BlobSource\x12\r\n\x05out_k\x18\x08 \x01(\r\x12\r\n\x05out_m\x18\t \x01(\r\x12(\n\x07targets\x18\n \x03(\x0b\x32\x17.mosafs.v1.RecodeTarget\"x\n\x13RecodeChunkResponse\x12\x14\n\x0c\x66ragment_ids\x18\x01 \x03(\x0c\x12\x0e\n\x06stored\x18\x02 \x03(\x08\x12\x0e\n\x06\x65rrors\x18\x03 \x03(\t\x12\x17\n\x0ftarget_problems\x18\x04 \x03(\t\x12\x12\n\nunreadable\x18\x05 \x03(\r2\x99\x05\n\nBenefactor\x12\x43\n\x08PutChunk\x12\x1a.mosafs.v1.PutChunkRequest\x1a\x1b.mosafs.v1.PutChunkResponse\x12\x46\n\tPutChunks\x12\x1b.mosafs.v1.PutChunksRequest\x1a\x1c.mosafs.v1.PutChunksResponse\x12\x43\n\x08GetChunk\x12\x1a.mosafs.v1.GetChunkRequest\x1a\x1b.mosafs.v1.GetChunkResponse\x12\x46\n\tHasChunks\x12\x1b.mosafs.v1.HasChunksRequest\x1a\x1c.mosafs.v1.HasChunksResponse\x12?\n\x07GetInfo\x12\x19.mosafs.v1.GetInfoRequest\x1a\x19.mosafs.v1.BenefactorInfo\x12X\n\x0fReplicateChunks\x12!.mosafs.v1.ReplicateChunksRequest\x1a\".mosafs.v1.ReplicateChunksResponse\x12J\n\x0fRunGarbageRound\x12\x1e.mosafs.v1.GarbageRoundRequest\x1a\x17.mosafs.v1.GarbageRound\x12<\n\x05Scrub\x12\x17.mosafs.v1.ScrubRequest\x1a\x18.mosafs.v1.ScrubProgress0\x01\x12L\n\x0bRecodeChunk\x12\x1d.mosafs.v1.RecodeChunkRequest\x1a\x1e.mosafs.v1.RecodeChunkResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -35,38 +35,44 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_PUTCHUNKREQUEST']._serialized_end=84
   _globals['_PUTCHUNKRESPONSE']._serialized_start=86
   _globals['_PUTCHUNKRESPONSE']._serialized_end=129
-  _globals['_GETCHUNKREQUEST']._serialized_start=131
-  _globals['_GETCHUNKREQUEST']._serialized_end=176
-  _globals['_GETCHUNKRESPONSE']._serialized_start=178
-  _globals['_GETCHUNKRESPONSE']._serialized_end=210
-  _globals['_HASCHUNKSREQUEST']._serialized_start=212
-  _globals['_HASCHUNKSREQUEST']._serialized_end=243
-  _globals['_HASCHUNKSRESPONSE']._serialized_start=245
-  _globals['_HASCHUNKSRESPONSE']._serialized_end=281
-  _globals['_GETINFOREQUEST']._serialized_start=283
-  _globals['_GETINFOREQUEST']._serialized_end=299
-  _globals['_BENEFACTORINFO']._serialized_start=302
-  _globals['_BENEFACTORINFO']._serialized_end=443
-  _globals['_REPLICATECHUNKSREQUEST']._serialized_start=445
-  _globals['_REPLICATECHUNKSREQUEST']._serialized_end=506
-  _globals['_REPLICATECHUNKSRESPONSE']._serialized_start=508
-  _globals['_REPLICATECHUNKSRESPONSE']._serialized_end=589
-  _globals['_GARBAGEROUNDREQUEST']._serialized_start=591
-  _globals['_GARBAGEROUNDREQUEST']._serialized_end=612
-  _globals['_GARBAGEROUND']._serialized_start=614
-  _globals['_GARBAGEROUND']._serialized_end=715
-  _globals['_SCRUBREQUEST']._serialized_start=717
-  _globals['_SCRUBREQUEST']._serialized_end=731
-  _globals['_SCRUBPROGRESS']._serialized_start=734
-  _globals['_SCRUBPROGRESS']._serialized_end=898
-  _globals['_BLOBSOURCE']._serialized_start=900
-  _globals['_BLOBSOURCE']._serialized_end=959
-  _globals['_RECODETARGET']._serialized_start=961
-  _globals['_RECODETARGET']._serialized_end=1007
-  _globals['_RECODECHUNKREQUEST']._serialized_start=1010
-  _globals['_RECODECHUNKREQUEST']._serialized_end=1267
-  _globals['_RECODECHUNKRESPONSE']._serialized_start=1269
-  _globals['_RECODECHUNKRESPONSE']._serialized_end=1389
-  _globals['_BENEFACTOR']._serialized_start=1392
-  _globals['_BENEFACTOR']._serialized_end=1985
+  _globals['_PUTCHUNKSREQUEST']._serialized_start=131
+  _globals['_PUTCHUNKSREQUEST']._serialized_end=193
+  _globals['_PUTOUTCOME']._serialized_start=195
+  _globals['_PUTOUTCOME']._serialized_end=275
+  _globals['_PUTCHUNKSRESPONSE']._serialized_start=277
+  _globals['_PUTCHUNKSRESPONSE']._serialized_end=337
+  _globals['_GETCHUNKREQUEST']._serialized_start=339
+  _globals['_GETCHUNKREQUEST']._serialized_end=384
+  _globals['_GETCHUNKRESPONSE']._serialized_start=386
+  _globals['_GETCHUNKRESPONSE']._serialized_end=418
+  _globals['_HASCHUNKSREQUEST']._serialized_start=420
+  _globals['_HASCHUNKSREQUEST']._serialized_end=451
+  _globals['_HASCHUNKSRESPONSE']._serialized_start=453
+  _globals['_HASCHUNKSRESPONSE']._serialized_end=489
+  _globals['_GETINFOREQUEST']._serialized_start=491
+  _globals['_GETINFOREQUEST']._serialized_end=507
+  _globals['_BENEFACTORINFO']._serialized_start=510
+  _globals['_BENEFACTORINFO']._serialized_end=651
+  _globals['_REPLICATECHUNKSREQUEST']._serialized_start=653
+  _globals['_REPLICATECHUNKSREQUEST']._serialized_end=714
+  _globals['_REPLICATECHUNKSRESPONSE']._serialized_start=716
+  _globals['_REPLICATECHUNKSRESPONSE']._serialized_end=797
+  _globals['_GARBAGEROUNDREQUEST']._serialized_start=799
+  _globals['_GARBAGEROUNDREQUEST']._serialized_end=820
+  _globals['_GARBAGEROUND']._serialized_start=822
+  _globals['_GARBAGEROUND']._serialized_end=923
+  _globals['_SCRUBREQUEST']._serialized_start=925
+  _globals['_SCRUBREQUEST']._serialized_end=939
+  _globals['_SCRUBPROGRESS']._serialized_start=942
+  _globals['_SCRUBPROGRESS']._serialized_end=1106
+  _globals['_BLOBSOURCE']._serialized_start=1108
+  _globals['_BLOBSOURCE']._serialized_end=1167
+  _globals['_RECODETARGET']._serialized_start=1169
+  _globals['_RECODETARGET']._serialized_end=1215
+  _globals['_RECODECHUNKREQUEST']._serialized_start=1218
+  _globals['_RECODECHUNKREQUEST']._serialized_end=1475
+  _globals['_RECODECHUNKRESPONSE']._serialized_start=1477
+  _globals['_RECODECHUNKRESPONSE']._serialized_end=1597
+  _globals['_BENEFACTOR']._serialized_start=1600
+  _globals['_BENEFACTOR']._serialized_end=2265
 # @@protoc_insertion_point(module_scope)

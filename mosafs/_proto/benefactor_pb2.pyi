@@ -20,6 +20,30 @@ class PutChunkResponse(_message.Message):
     already_present: bool
     def __init__(self, already_present: _Optional[bool] = ...) -> None: ...
 
+class PutChunksRequest(_message.Message):
+    __slots__ = ("chunks",)
+    CHUNKS_FIELD_NUMBER: _ClassVar[int]
+    chunks: _containers.RepeatedCompositeFieldContainer[PutChunkRequest]
+    def __init__(self, chunks: _Optional[_Iterable[_Union[PutChunkRequest, _Mapping]]] = ...) -> None: ...
+
+class PutOutcome(_message.Message):
+    __slots__ = ("already_present", "code", "kind", "error")
+    ALREADY_PRESENT_FIELD_NUMBER: _ClassVar[int]
+    CODE_FIELD_NUMBER: _ClassVar[int]
+    KIND_FIELD_NUMBER: _ClassVar[int]
+    ERROR_FIELD_NUMBER: _ClassVar[int]
+    already_present: bool
+    code: int
+    kind: str
+    error: str
+    def __init__(self, already_present: _Optional[bool] = ..., code: _Optional[int] = ..., kind: _Optional[str] = ..., error: _Optional[str] = ...) -> None: ...
+
+class PutChunksResponse(_message.Message):
+    __slots__ = ("outcomes",)
+    OUTCOMES_FIELD_NUMBER: _ClassVar[int]
+    outcomes: _containers.RepeatedCompositeFieldContainer[PutOutcome]
+    def __init__(self, outcomes: _Optional[_Iterable[_Union[PutOutcome, _Mapping]]] = ...) -> None: ...
+
 class GetChunkRequest(_message.Message):
     __slots__ = ("id", "verify")
     ID_FIELD_NUMBER: _ClassVar[int]

@@ -39,6 +39,11 @@ class BenefactorStub:
                 request_serializer=mosafs_dot_v1_dot_benefactor__pb2.PutChunkRequest.SerializeToString,
                 response_deserializer=mosafs_dot_v1_dot_benefactor__pb2.PutChunkResponse.FromString,
                 _registered_method=True)
+        self.PutChunks = channel.unary_unary(
+                '/mosafs.v1.Benefactor/PutChunks',
+                request_serializer=mosafs_dot_v1_dot_benefactor__pb2.PutChunksRequest.SerializeToString,
+                response_deserializer=mosafs_dot_v1_dot_benefactor__pb2.PutChunksResponse.FromString,
+                _registered_method=True)
         self.GetChunk = channel.unary_unary(
                 '/mosafs.v1.Benefactor/GetChunk',
                 request_serializer=mosafs_dot_v1_dot_benefactor__pb2.GetChunkRequest.SerializeToString,
@@ -82,6 +87,17 @@ class BenefactorServicer:
     def PutChunk(self, request, context):
         """Store one chunk. The benefactor recomputes BLAKE3 of `data` and refuses a mismatch
         with INVALID_ARGUMENT. Storing a chunk it already holds is a no-op.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def PutChunks(self, request, context):
+        """Store several chunks (or fragments) in one call: a writer groups the puts it has
+        queued for one benefactor, so that a call's fixed cost is paid once for many blobs
+        (docs/erasure_pools.md, "Grouped puts"). Each blob is verified and stored, or refused,
+        on its own: outcomes[i] answers chunks[i]. The call itself fails only for what
+        concerns all of them (a refused token, a malformed message).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -155,6 +171,11 @@ def add_BenefactorServicer_to_server(servicer, server):
                     request_deserializer=mosafs_dot_v1_dot_benefactor__pb2.PutChunkRequest.FromString,
                     response_serializer=mosafs_dot_v1_dot_benefactor__pb2.PutChunkResponse.SerializeToString,
             ),
+            'PutChunks': grpc.unary_unary_rpc_method_handler(
+                    servicer.PutChunks,
+                    request_deserializer=mosafs_dot_v1_dot_benefactor__pb2.PutChunksRequest.FromString,
+                    response_serializer=mosafs_dot_v1_dot_benefactor__pb2.PutChunksResponse.SerializeToString,
+            ),
             'GetChunk': grpc.unary_unary_rpc_method_handler(
                     servicer.GetChunk,
                     request_deserializer=mosafs_dot_v1_dot_benefactor__pb2.GetChunkRequest.FromString,
@@ -218,6 +239,33 @@ class Benefactor:
             '/mosafs.v1.Benefactor/PutChunk',
             mosafs_dot_v1_dot_benefactor__pb2.PutChunkRequest.SerializeToString,
             mosafs_dot_v1_dot_benefactor__pb2.PutChunkResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def PutChunks(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/mosafs.v1.Benefactor/PutChunks',
+            mosafs_dot_v1_dot_benefactor__pb2.PutChunksRequest.SerializeToString,
+            mosafs_dot_v1_dot_benefactor__pb2.PutChunksResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -116,6 +116,7 @@ def run(args: argparse.Namespace) -> int:
     from mosafs.benefactor.chunkstore import FileChunkStore, load_or_create_identity
     from mosafs.benefactor.garbage import GarbageRounds
     from mosafs.benefactor.ingest import IngestLimiter
+    from mosafs.benefactor.puts import Puts
     from mosafs.benefactor.recode import Recoder
     from mosafs.benefactor.replication import ChunkReplicator
     from mosafs.benefactor.scrub import Scrubber, ScrubLoop
@@ -138,9 +139,10 @@ def run(args: argparse.Namespace) -> int:
         scrubs = ScrubLoop(scrubber, args.scrub_rate)
         ingest = IngestLimiter(args.ingest_rate) if args.ingest_rate else None
         recoder = Recoder(store, peers.get, peers.put, check=scrubber.check)
+        puts = Puts(store)
         _register_metrics(store)
         srv, port = listen(lambda srv: add_to_server(srv, store, info, replicator, rounds.run,
-                                                     scrubber, ingest, tokens, recoder),
+                                                     scrubber, ingest, tokens, recoder, puts),
                            args.listen,
                            label="benefactor", max_concurrent_rpcs=args.max_concurrent_rpcs)
         info.address = advertised_address(listen_host, port, args.advertise)
@@ -167,6 +169,7 @@ def run(args: argparse.Namespace) -> int:
                 registrar.stop()
             srv.stop(STOP_GRACE_S).wait()
             recoder.close()
+            puts.close()
             peers.close()
     log.info("stopped")
     return 0

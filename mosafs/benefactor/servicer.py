@@ -24,6 +24,7 @@ from mosafs._proto import benefactor_pb2_grpc as pb_grpc
 from mosafs.benefactor.chunkstore import CORRUPT, ChunkStore
 from mosafs.benefactor.garbage import RoundResult
 from mosafs.benefactor.ingest import IngestLimiter
+from mosafs.benefactor.puts import Outcome, Puts
 from mosafs.benefactor.recode import Recoder, job_of, reply_of
 from mosafs.benefactor.replication import ChunkReplicator
 from mosafs.benefactor.scrub import Scrubber
@@ -31,7 +32,7 @@ from mosafs.benefactor.tokens import TokenChecker
 from mosafs.errors import IntegrityError, TokenRefused, Unavailable
 from mosafs.ids import check_id
 from mosafs.rpc import chunkwire
-from mosafs.rpc.errors import servicer
+from mosafs.rpc.errors import servicer, status_code
 from mosafs.rpc.handlers import add_decoding_in_handlers
 from mosafs.rpc.security import current_caller, refuse
 
@@ -64,12 +65,14 @@ class BenefactorServicer(pb_grpc.BenefactorServicer):
     def __init__(self, store: ChunkStore, info: Callable[[], pb.BenefactorInfo],
                  replicator: ChunkReplicator, garbage_round: Callable[[], RoundResult],
                  scrubber: Scrubber, ingest: IngestLimiter | None = None,
-                 tokens: TokenChecker | None = None, recoder: Recoder | None = None) -> None:
+                 tokens: TokenChecker | None = None, recoder: Recoder | None = None,
+                 puts: Puts | None = None) -> None:
         # INFO is a callable: the address is known only once the server has bound its port,
         # after the servicer was added.
         self._ingest = ingest
         self._tokens = tokens or TokenChecker(required=False)
         self._store = store
+        self._puts = puts or Puts(store)
         self._info = info
         self._replicator = replicator
         self._garbage_round = garbage_round
@@ -78,20 +81,26 @@ class BenefactorServicer(pb_grpc.BenefactorServicer):
 
     def PutChunk(self, request: chunkwire.PutChunk,
                  context: grpc.ServicerContext) -> pb.PutChunkResponse:
+        # REQUEST.data is a view into the received message (mosafs.rpc.chunkwire).
+        self._admit("PutChunk", context, memoryview(request.data).nbytes)
+        return pb.PutChunkResponse(already_present=self._puts.one(request))
+
+    def PutChunks(self, request: list[chunkwire.PutChunk],
+                  context: grpc.ServicerContext) -> pb.PutChunksResponse:
+        self._admit("PutChunks", context, sum(memoryview(c.data).nbytes for c in request))
+        return pb.PutChunksResponse(outcomes=[_outcome(o) for o in self._puts.group(request)])
+
+    def _admit(self, method: str, context: grpc.ServicerContext, size: int) -> None:
+        """A put's token (a peer's copy needs none) and its bytes' share of the ingest
+        limit, once per call."""
         caller = current_caller()
-        if caller.role != "benefactor":  # a peer's copy needs no token
+        if caller.role != "benefactor":
             try:
                 self._tokens.check_write(_token(context), caller.fingerprint)
             except TokenRefused as exc:
-                raise _refused("PutChunk", caller.name, exc) from None
-        data = request.data  # a view into the received message (mosafs.rpc.chunkwire)
-        size = memoryview(data).nbytes
+                raise _refused(method, caller.name, exc) from None
         if self._ingest is not None:
             self._ingest.take(size)
-        present = self._store.put(request.id, data)
-        metrics.BENEFACTOR_PUTS.labels("present" if present else "stored").inc()
-        metrics.BENEFACTOR_PUT_BYTES.inc(size)
-        return pb.PutChunkResponse(already_present=present)
 
     def GetChunk(self, request: pb.GetChunkRequest,
                  context: grpc.ServicerContext) -> bytes:
@@ -153,6 +162,13 @@ def _token(context: grpc.ServicerContext) -> bytes:
     return b""
 
 
+def _outcome(out: Outcome) -> pb.PutOutcome:
+    if out.error is None:
+        return pb.PutOutcome(already_present=out.present)
+    return pb.PutOutcome(code=status_code(out.error).value[0], kind=out.error.kind,
+                         error=out.error.message)
+
+
 def _refused(method: str, name: str, exc: TokenRefused) -> TokenRefused:
     """EXC, counted and logged (the servicer wrapper answers it)."""
     refuse("token", name, method, exc.message)
@@ -163,11 +179,13 @@ def add_to_server(server: grpc.Server, store: ChunkStore,
                   info: Callable[[], pb.BenefactorInfo], replicator: ChunkReplicator,
                   garbage_round: Callable[[], RoundResult], scrubber: Scrubber,
                   ingest: IngestLimiter | None = None,
-                  tokens: TokenChecker | None = None, recoder: Recoder | None = None) -> None:
+                  tokens: TokenChecker | None = None, recoder: Recoder | None = None,
+                  puts: Puts | None = None) -> None:
     add_decoding_in_handlers(
         pb_grpc.add_BenefactorServicer_to_server,
         BenefactorServicer(store, info, replicator, garbage_round, scrubber, ingest, tokens,
-                           recoder),
+                           recoder, puts),
         server,
         codecs={"PutChunk": (chunkwire.decode_put, None),
+                "PutChunks": (chunkwire.decode_puts, None),
                 "GetChunk": (None, chunkwire.encode_get_response)})

@@ -18,7 +18,7 @@ from typing import Any, TypeVar
 import grpc
 import trio
 
-from mosafs import ids
+from mosafs import errors, ids
 from mosafs._proto import benefactor_pb2 as bpb
 from mosafs._proto import benefactor_pb2_grpc as bgrpc
 from mosafs._proto import common_pb2 as cpb
@@ -27,7 +27,7 @@ from mosafs._proto import manager_pb2_grpc as mgrpc
 from mosafs.client import acting
 from mosafs.rpc import chunkwire
 from mosafs.rpc.channels import channel
-from mosafs.rpc.errors import call, from_rpc_error
+from mosafs.rpc.errors import call, error_of, from_rpc_error
 
 T = TypeVar("T")
 
@@ -35,6 +35,7 @@ T = TypeVar("T")
 METADATA_TIMEOUT = 30.0
 CHUNK_TIMEOUT = 120.0
 PUT_METHOD = "/mosafs.v1.Benefactor/PutChunk"
+PUTS_METHOD = "/mosafs.v1.Benefactor/PutChunks"
 LOCATE_BATCH = 65_536  # ids per LocateChunks call (the manager's limit)
 GET_METHOD = "/mosafs.v1.Benefactor/GetChunk"
 
@@ -240,6 +241,8 @@ class _Links:
         self.stub = bgrpc.BenefactorStub(ch)
         self.put = ch.unary_unary(PUT_METHOD, request_serializer=None,
                                   response_deserializer=bpb.PutChunkResponse.FromString)
+        self.puts = ch.unary_unary(PUTS_METHOD, request_serializer=None,
+                                   response_deserializer=bpb.PutChunksResponse.FromString)
         self.get = ch.unary_unary(GET_METHOD,
                                   request_serializer=bpb.GetChunkRequest.SerializeToString,
                                   response_deserializer=chunkwire.decode_get_response)
@@ -288,6 +291,22 @@ class Benefactors:
                                                         metadata=_token(token) or None)
         reply = await completion(future)
         return bool(reply.already_present)
+
+    async def put_many(self, target: cpb.BenefactorAddress, messages: Sequence[bytes],
+                       token: bytes) -> list[bool | errors.MosafsError]:
+        """Store several chunks framed by frame() in one call (PutChunks), with the write
+        session's TOKEN: for each, whether it was there already, or the error that refused
+        it. A failure of the call itself (the benefactor unreachable, the token refused)
+        is raised: none of them may be taken as stored."""
+        future = self._link(target.address).puts.future(
+            chunkwire.encode_puts(list(messages)), timeout=CHUNK_TIMEOUT,
+            metadata=_token(token) or None)
+        reply = await completion(future)
+        if len(reply.outcomes) != len(messages):
+            raise errors.Unavailable(f"benefactor {target.address} answered {len(reply.outcomes)} "
+                                     f"outcomes for {len(messages)} chunks")
+        return [error_of(o.code, o.kind, o.error) if o.code else bool(o.already_present)
+                for o in reply.outcomes]
 
     async def get(self, address: str, chunk_id: bytes, token: bytes) -> bytes | memoryview:
         """A chunk's verified bytes (a view into the received message); TOKEN: its read

@@ -37,6 +37,7 @@ MANAGER_ACCESS: dict[str, frozenset[str]] = {
 BENEFACTOR_ACCESS: dict[str, frozenset[str]] = {
     # Clients store and read; a benefactor pushing a replica puts to its peer.
     "PutChunk": USERS | BENEFACTOR,
+    "PutChunks": USERS | BENEFACTOR,
     "GetChunk": USERS | BENEFACTOR,
     "HasChunks": USERS | MANAGER,
     "GetInfo": ANY,

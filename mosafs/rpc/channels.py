@@ -66,7 +66,7 @@ _IDEMPOTENT = {
                           "GetVersionStats", "ListVersions", "ListBenefactors",
                           "GetClusterStatus", "GetFolderSettings", "ListFolderSettings",
                           "GetPool", "ListPools", "GetDrainStatus", "RenewLease"),
-    "mosafs.v1.Benefactor": ("PutChunk", "GetChunk", "HasChunks", "GetInfo"),
+    "mosafs.v1.Benefactor": ("PutChunk", "PutChunks", "GetChunk", "HasChunks", "GetInfo"),
 }
 SERVICE_CONFIG = json.dumps({"methodConfig": [{
     "name": [{"service": service, "method": method} for service, methods in _IDEMPOTENT.items()

@@ -1,5 +1,6 @@
-"""The two messages that carry chunk bytes, PutChunkRequest and GetChunkResponse
-(protos/mosafs/v1/benefactor.proto), encoded and decoded without protobuf's copies.
+"""The messages that carry chunk bytes, PutChunkRequest, PutChunksRequest (several of
+them) and GetChunkResponse (protos/mosafs/v1/benefactor.proto), encoded and decoded
+without protobuf's copies.
 
 Why: through the generated code a chunk is copied into the message when it is built,
 again when it is serialised, and on the other side once when it is parsed and once more
@@ -27,6 +28,7 @@ Buffer = bytes | bytearray | memoryview
 _ID_FIELD = b"\x0a\x20"   # field 1, length-delimited, 32 bytes: the chunk id
 _DATA_TAG_PUT = 0x12      # field 2, length-delimited: the chunk's bytes
 _DATA_TAG_GET = 0x0A      # GetChunkResponse's field 1
+_CHUNKS_TAG = 0x0A        # PutChunksRequest's field 1: one PutChunkRequest each
 _ID_LEN = 32
 # The gRPC metadata key of a chunk access token (mosafs.manager.tokens): a GetChunk carries
 # the chunk's read token, a PutChunk the write session's token. "-bin": the value is bytes.
@@ -70,15 +72,46 @@ def encode_put(chunk_id: bytes, data: Buffer) -> bytes:
                      _varint(memoryview(data).nbytes), data))
 
 
-def decode_put(raw: bytes) -> PutChunk:
+def decode_put(raw: Buffer) -> PutChunk:
     """A PutChunkRequest from its wire bytes, the data not copied when the layout is ours."""
     if len(raw) > 2 + _ID_LEN and raw[:2] == _ID_FIELD and raw[2 + _ID_LEN] == _DATA_TAG_PUT:
         length, start = _read_varint(raw, 3 + _ID_LEN)
         if length >= 0 and start + length == len(raw):
             view = memoryview(raw)
             return PutChunk(bytes(view[2:2 + _ID_LEN]), view[start:])
-    message = bpb.PutChunkRequest.FromString(raw)  # any other valid layout, or DecodeError
+    # Any other valid layout, or DecodeError.
+    message = bpb.PutChunkRequest.FromString(bytes(raw))
     return PutChunk(message.id, message.data)
+
+
+def encode_puts(frames: list[bytes]) -> bytes:
+    """A PutChunksRequest's wire bytes from PutChunkRequest FRAMES (encode_put's): one
+    copy of each, into the call's message."""
+    parts: list[bytes] = []
+    for frame in frames:
+        parts += (bytes((_CHUNKS_TAG,)), _varint(len(frame)), frame)
+    return b"".join(parts)
+
+
+def decode_puts(raw: bytes) -> list[PutChunk]:
+    """The PutChunkRequests of a PutChunksRequest, each a view into RAW when the layout is
+    ours (field 1 only, each entry whole); any other valid encoding goes through the
+    generated parser, a malformed one raises DecodeError."""
+    view = memoryview(raw)
+    out: list[PutChunk] = []
+    pos = 0
+    while pos < len(raw):
+        if raw[pos] != _CHUNKS_TAG:
+            break
+        length, start = _read_varint(raw, pos + 1)
+        if length < 0 or start + length > len(raw):
+            break
+        out.append(decode_put(view[start:start + length]))
+        pos = start + length
+    else:
+        return out
+    message = bpb.PutChunksRequest.FromString(raw)
+    return [PutChunk(c.id, c.data) for c in message.chunks]
 
 
 def encode_get_response(data: Buffer) -> bytes:

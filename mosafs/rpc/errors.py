@@ -135,10 +135,21 @@ def from_rpc_error(exc: grpc.RpcError) -> errors.MosafsError:
     for key, value in trailing or ():
         if key == KIND_KEY:
             kind = value
+    return error_of(code, kind, details)
+
+
+def error_of(code: grpc.StatusCode | int, kind: str | None, message: str) -> errors.MosafsError:
+    """The domain error of a status CODE (or its number) and error KIND, as a failed call
+    or a refused blob of a grouped put (PutOutcome) reports them."""
+    if isinstance(code, int):
+        code = _BY_NUMBER.get(code, grpc.StatusCode.UNKNOWN)
     cls = errors.BY_KIND.get(kind) if kind else None
     if cls is None:
         cls = _FALLBACK.get(code, errors.MosafsError)
-    return cls(details)
+    return cls(message or str(code))
+
+
+_BY_NUMBER = {c.value[0]: c for c in grpc.StatusCode}
 
 
 R = TypeVar("R")

@@ -1,6 +1,7 @@
 """An erasure-coded default pool under `mosafs up` (mutual TLS, chunk access tokens on):
 `up --redundancy ec:2+1` over three benefactors; a file written and read back through
-the `.versions` view (fragments fetched with their own read tokens from the block-map), a
+the `.versions` view (fragments fetched with their own read tokens from the block-map;
+their puts grouped per benefactor), a
 file edited in place before its first commit (its fragments read back with tokens asked
 for by fragment id), `up` refusing a redundancy wider than its benefactors."""
 
@@ -11,7 +12,7 @@ from pathlib import Path
 
 import blake3
 
-from tests.harness import cli
+from tests.harness import cli, scrape
 
 MiB = 1 << 20
 
@@ -41,6 +42,14 @@ def test_fuse_erasure_up_write_read_and_spill(start_cluster, tmp_path: Path) -> 
     stats = json.loads(cli("stats", str(mnt / "first"), "--json").stdout)
     assert {r["redundancy"] for r in stats["redundancy"]} >= {"ec:2+1"}
     assert stats["fully_redundant"]
+    # The fragments queued for one benefactor left in grouped calls (PutChunks), several
+    # per call: the writer's puts were grouped.
+    blobs = groups = 0.0
+    for url in cluster.info["metrics"]["benefactors"].values():
+        figures = scrape(url)
+        blobs += figures.get("mosafs_benefactor_put_chunks_total{outcome=stored}", 0.0)
+        groups += figures.get("mosafs_benefactor_put_calls_total{method=PutChunks}", 0.0)
+    assert 0 < groups < blobs, (groups, blobs)
     pools = json.loads(cli("pool", "list", "--json", "--data-dir",
                            str(cluster.data_dir)).stdout)["pools"]
     assert [p["redundancy"] for p in pools] == ["ec:2+1"]

@@ -27,7 +27,8 @@ from typing import Any
 import numpy as np
 import pytest
 
-from mosafs.client.files.pipeline import EcPolicy, _encode, _open_stream
+from mosafs.client.files.pipeline import EcPolicy, _open_stream
+from mosafs.client.files.uploads import encode as _encode
 from mosafs.erasure.isal import IsalCoder, isal_unavailable_reason
 from mosafs.errors import ConfigError
 from tests.gpu.conftest import GPU, MiB, chunker_on, feed_pieces, random_bytes

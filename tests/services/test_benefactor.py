@@ -132,6 +132,33 @@ def test_services_benefactor_put_get_has_round_trip(benefactor: Proc, stub: Stub
     assert stored.read_bytes() == data  # exactly the chunk's bytes, named by its id
 
 
+def test_services_benefactor_grouped_put_answers_each_blob(benefactor: Proc,
+                                                           stub: Stub) -> None:
+    good = [blob(f"group-{i}", 1000 * (i + 1)) for i in range(3)]
+    forged = blob("forged", 2048)
+    entries = [pb.PutChunkRequest(id=chunk_id(b), data=b) for b in good]
+    entries.insert(1, pb.PutChunkRequest(id=chunk_id(forged), data=forged[:-1] + b"!"))
+    entries.append(pb.PutChunkRequest(id=b"../x", data=b"x"))
+    reply = stub.PutChunks(pb.PutChunksRequest(chunks=entries), timeout=TIMEOUT)
+    codes = [grpc.StatusCode.INVALID_ARGUMENT.value[0]]
+    assert [o.code for o in reply.outcomes] == [0, *codes, 0, 0, *codes]
+    assert "does not match its id" in reply.outcomes[1].error
+    assert reply.outcomes[1].kind == "invalid-argument"
+    assert "32 bytes" in reply.outcomes[4].error
+    assert not any(o.already_present for o in reply.outcomes)
+    # The good ones are stored whatever happened to the others; the forged one is not.
+    for b in good:
+        assert stub.GetChunk(pb.GetChunkRequest(id=chunk_id(b)), timeout=TIMEOUT).data == b
+    has = stub.HasChunks(pb.HasChunksRequest(ids=[chunk_id(forged)]), timeout=TIMEOUT)
+    assert list(has.present) == [False]
+    again = stub.PutChunks(pb.PutChunksRequest(chunks=[entries[0], entries[2]]),
+                           timeout=TIMEOUT)
+    assert [(o.code, o.already_present) for o in again.outcomes] == [(0, True), (0, True)]
+    empty = stub.PutChunks(pb.PutChunksRequest(), timeout=TIMEOUT)
+    assert list(empty.outcomes) == []
+    assert_serving(stub)
+
+
 def test_services_benefactor_get_missing_is_not_found(benefactor: Proc, stub: Stub) -> None:
     raw = chunk_id(b"never stored")
     code, details = code_of(stub.GetChunk, pb.GetChunkRequest(id=raw))
@@ -262,6 +289,17 @@ def test_services_benefactor_capacity_pool_and_advertise_flags(
                                 pb.PutChunkRequest(id=chunk_id(too_big), data=too_big))
         assert code == grpc.StatusCode.RESOURCE_EXHAUSTED
         assert "capacity" in details
+        # A grouped put past the capacity: what fits is stored, the rest refused as full.
+        fits, over = blob("cap-c", 500_000), blob("cap-d", 700_000)  # either order
+        reply = stub.PutChunks(pb.PutChunksRequest(chunks=[
+            pb.PutChunkRequest(id=chunk_id(b), data=b) for b in (fits, over)]),
+            timeout=TIMEOUT)
+        assert [(o.code, o.kind) for o in reply.outcomes] == [
+            (0, ""), (grpc.StatusCode.RESOURCE_EXHAUSTED.value[0], "no-space")]
+        assert "capacity" in reply.outcomes[1].error
+        has = stub.HasChunks(pb.HasChunksRequest(ids=[chunk_id(fits), chunk_id(over)]),
+                             timeout=TIMEOUT)
+        assert list(has.present) == [True, False]
     finally:
         ch.close()
 

@@ -186,6 +186,9 @@ def test_services_put_chunk_needs_a_write_token_unless_from_a_benefactor(
                       (lease.write_token, "issued to another certificate")]:
         code, details = refusal(lambda s=sent: client.PutChunk(request, **with_token(s)))
         assert code == Code.PERMISSION_DENIED and why in details, (why, details)
+        code, details = refusal(lambda s=sent: client.PutChunks(
+            bpb.PutChunksRequest(chunks=[request]), **with_token(s)))
+        assert code == Code.PERMISSION_DENIED and why in details, (why, details)
     cluster["admin"].AbortWrite(mpb.AbortWriteRequest(lease_id=lease.lease_id))
     # A peer copy: a benefactor certificate needs no token.
     peer = benefactor_stub(address, tls, "benefactor")

@@ -361,6 +361,9 @@ def _request(rpc: Rpc, world: World,
     msg = data.draw(_message(rpc.request, world, rpc), label=rpc.name)
     if rpc.name == "PutChunk" and data.draw(st.booleans(), label="matching id"):
         msg.id = chunk_id(msg.data)  # type: ignore[attr-defined]
+    if rpc.name == "PutChunks" and data.draw(st.booleans(), label="matching ids"):
+        for entry in msg.chunks:  # type: ignore[attr-defined]
+            entry.id = chunk_id(entry.data)
     if rpc.name == "CommitVersion":  # half the time a lease with its own inode
         lease = data.draw(st.sampled_from([*[None] * 8, *range(8)]), label="own lease")
         if lease is not None and world.leases:
@@ -517,9 +520,9 @@ def fuzz(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fuzz]:
 
 def test_rpc_fuzz_enumerates_every_rpc() -> None:
     names = {(r.service.rsplit(".", 1)[-1], r.name) for r in RPCS}
-    assert len(names) == len(RPCS) >= 57
+    assert len(names) == len(RPCS) >= 58
     assert {("Manager", "SetAttr"), ("Manager", "Scrub"), ("Benefactor", "PutChunk"),
-            ("Benefactor", "Scrub")} <= names
+            ("Benefactor", "PutChunks"), ("Benefactor", "Scrub")} <= names
 
 
 @pytest.mark.parametrize("role", list(ROLES))

@@ -64,3 +64,36 @@ def test_malformed_puts_raise_decode_error(raw: bytes) -> None:
 def test_malformed_get_response_raises_decode_error() -> None:
     with pytest.raises(DecodeError):
         chunkwire.decode_get_response(b"\x0a\x09short")
+
+
+def test_grouped_puts_are_the_protobuf_encoding_and_decode_as_views() -> None:
+    blobs = [os.urandom(size) for size in (0, 1, 300, 70_000, 1 << 20)]
+    frames = [chunkwire.encode_put(chunk_id(b), b) for b in blobs]
+    raw = chunkwire.encode_puts(frames)
+    parsed = bpb.PutChunksRequest.FromString(raw)
+    assert [(c.id, c.data) for c in parsed.chunks] == [(chunk_id(b), b) for b in blobs]
+    decoded = chunkwire.decode_puts(raw)
+    assert [(d.id, bytes(d.data)) for d in decoded] == [(chunk_id(b), b) for b in blobs]
+    assert all(isinstance(d.data, memoryview) and d.data.obj is raw for d in decoded[1:])
+    assert chunkwire.decode_puts(b"") == []
+
+
+def test_grouped_puts_of_another_valid_layout_decode_through_protobuf() -> None:
+    data = os.urandom(500)
+    cid = chunk_id(data)
+    # An entry whose fields are reversed, then an unknown field (15, varint) of the group.
+    entry = b"\x12" + bytes([0xF4, 0x03]) + data + b"\x0a\x20" + cid
+    raw = b"\x0a" + bytes([len(entry) & 0x7F | 0x80, len(entry) >> 7]) + entry + b"\x78\x01"
+    (decoded,) = chunkwire.decode_puts(raw)
+    assert decoded.id == cid and bytes(decoded.data) == data
+
+
+@pytest.mark.parametrize("raw", [
+    b"\x0a\x05abc",                                      # entry shorter than its length
+    b"\x0a" + b"\xff" * 11,                              # length that never ends
+    b"\x0a\x02\x0a\x20",                                 # entry: an id cut short
+    b"\xff\xff\xff",                                     # not protobuf at all
+])
+def test_malformed_grouped_puts_raise_decode_error(raw: bytes) -> None:
+    with pytest.raises(DecodeError):
+        chunkwire.decode_puts(raw)

@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from mosafs.client.files.pipeline import _encode
+from mosafs.client.files.pipeline import encode as _encode
 from mosafs.erasure import Code, fragment_size
 from mosafs.erasure.gpu_batch import BatchParity, ragged_plan
 from mosafs.erasure.gpu_kernels import (

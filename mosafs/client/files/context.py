@@ -15,6 +15,7 @@ import trio
 
 from mosafs.chunking import available_backends, make_chunker
 from mosafs.client.files.chunkcache import ChunkFetcher
+from mosafs.client.files.putgroups import PutGroups
 from mosafs.client.files.remote import WorkerPool
 from mosafs.client.rpc import Benefactors, ManagerClient, Rpc
 
@@ -62,6 +63,7 @@ class ClientContext:
         self.cpu_limiter = trio.CapacityLimiter(config.cpu_threads)
         self.manager = ManagerClient(config.manager, self.rpc, timeout=config.manager_timeout)
         self.benefactors = Benefactors(self.rpc)
+        self.puts = PutGroups(self.benefactors)  # the write pipelines' chunk puts
         self.fetcher = ChunkFetcher(self.benefactors, config.cache_bytes, self.spawn,
                                     cpu=self.cpu, coder=self.coder)
         self._chunkers: dict[tuple[str, str], Any] = {}

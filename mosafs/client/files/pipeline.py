@@ -15,7 +15,8 @@ each fragment is named by its BLAKE3 and put to a distinct benefactor of
 the stripe, all K+M in parallel; a put that fails moves that fragment to a stripe member
 no other fragment of the chunk uses. Pessimistic writes need all K+M stored, optimistic
 ones at least K (the rest are recorded as holes). Smaller chunks are stored as `copies`
-whole copies (M+1 in such a pool).
+whole copies (M+1 in such a pool). Every put goes through the context's PutGroups
+(mosafs.client.files.putgroups): the puts queued for one benefactor leave as one call.
 
 The pipeline runs in the mount's process, or in a data-path worker process
 (mosafs.client.worker, mosafs.client.files.remote) that runs this same code; SESSION is
@@ -28,47 +29,19 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import random
 import time
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import trio
 
 from mosafs import errors, metrics
-from mosafs._proto import common_pb2 as cpb
 from mosafs.client.files.blockmap import ChunkEntry
-from mosafs.client.rpc import Benefactors
-from mosafs.erasure.base import with_parity
-from mosafs.ids import chunk_id as ids_of
+from mosafs.client.files.uploads import EcPolicy, Fragmented, New, encode, store_group
+
+__all__ = ["EcPolicy", "Fragmented", "Pieces", "Pipeline", "Stored", "encode"]
 
 log = logging.getLogger("mosafs.client.files.writer")
-
-
-@dataclass(frozen=True)
-class EcPolicy:
-    """How a session stores new chunks of an erasure-coded pool: K+M fragments for chunks of
-    at least MIN_CHUNK bytes; ALL: every fragment must be stored (pessimistic), else at
-    least K (optimistic)."""
-
-    k: int
-    m: int
-    min_chunk: int
-    all: bool = True
-
-
-@dataclass(frozen=True)
-class Fragmented:
-    """Where a session stored an erasure-coded chunk's fragments: fragment i is the blob
-    ids[i] on benefactor holders[i] at addresses[i] ("" both: not stored)."""
-
-    k: int
-    m: int
-    length: int
-    ids: tuple[bytes, ...]
-    holders: tuple[str, ...]
-    addresses: tuple[str, ...]
 
 
 @dataclass
@@ -104,6 +77,9 @@ class Pieces(list[bytes]):
 
 
 _JOIN_ABOVE = 16  # pieces per batch above which they are joined before feeding
+# New chunks stored together (one slot of uploads_per_file): their puts to one benefactor
+# leave as one call (mosafs.client.files.uploads).
+GROUP_BYTES = 8 << 20
 
 # bytes to feed | count written in place | request
 _Item = Pieces | int | _ViewRequest
@@ -247,117 +223,21 @@ class Pipeline:
                 self._unstored.give(sum(len(c.data) for c in found))  # stored already
         finally:
             self._slots.release()
-        for c in chunks:
+        for group in _groups(chunks, GROUP_BYTES):
+            news = [New(c.id, c.data, self._cursor + i, getattr(c, "parity", None))
+                    for i, c in enumerate(group)]
+            self._cursor += len(group)
             await self._slots.acquire()
-            uploads.start_soon(self._upload, c.id, c.data, self._cursor,
-                               getattr(c, "parity", None))
-            self._cursor += 1
+            uploads.start_soon(self._upload, news)
 
-    async def _upload(self, chunk_id: bytes, data: bytes, cursor: int,
-                      parity: Sequence[Any] | None = None) -> None:
-        """Store one chunk: COPIES copies on distinct targets, starting at the stripe's
-        CURSOR-th; a target that fails is replaced by the next one (a benefactor that died
-        mid-write costs a retry, not the file). A chunk of an erasure-coded pool at least
-        the threshold long goes as fragments (PARITY: its parity fragments, when the
-        chunk stream computed them)."""
-        ec = self.session.ec
-        if ec is not None and len(data) >= max(ec.min_chunk, 1):
-            try:
-                await self._upload_coded(chunk_id, data, cursor, ec, parity)
-            finally:
-                self._slots.release()
-                self._unstored.give(len(data))
-            return
+    async def _upload(self, group: list[New]) -> None:
+        """Store a group of new chunks (mosafs.client.files.uploads): their puts to one
+        benefactor leave as one call."""
         try:
-            targets = self.session.targets
-            copies = min(self.session.copies, len(targets))
-            failures: list[str] = []
-            done: list[cpb.BenefactorAddress] = []
-            full = 0  # of the failures, targets without space
-            message = self.session.ctx.benefactors.frame(chunk_id, data)  # once, every target
-            for attempt in range(len(targets)):
-                if len(done) == copies:
-                    break
-                target = targets[(cursor + attempt) % len(targets)]
-                try:
-                    await self.session.ctx.benefactors.put(target, message,
-                                                           self.session.write_token)
-                except (errors.Unavailable, errors.DeadlineExceeded, errors.NoSpace) as exc:
-                    failures.append(f"{target.address}: {exc.message}")
-                    full += isinstance(exc, errors.NoSpace)
-                    continue
-                done.append(target)
-            if len(done) < max(copies, 1):
-                # Every target full: the pool has no room (ENOSPC), not a passing outage.
-                error = errors.NoSpace if full == len(failures) else errors.Unavailable
-                raise error(f"chunk {chunk_id.hex()}: {len(done)} of {copies} copies stored "
-                            f"({'; '.join(failures)})")
-            stored = self.session.stored
-            stored.placements[chunk_id] = [t.id for t in done]
-            stored.addresses[chunk_id] = [t.address for t in done]
-            stored.new_bytes += len(data)
+            await store_group(self.session, self.session.ctx.puts, group, self.parity_code)
         finally:
             self._slots.release()
-            self._unstored.give(len(data))
-
-    async def _upload_coded(self, chunk_id: bytes, data: bytes, cursor: int,
-                            ec: EcPolicy, parity: Sequence[Any] | None = None) -> None:
-        """Store one chunk as K+M fragments on distinct benefactors of the stripe (in the
-        order `declustered` draws for it; CURSOR is unused here), all puts at once; a
-        fragment whose put fails goes to a stripe member that holds no other fragment of
-        the chunk. The stream's PARITY is used when
-        it was computed for this pool's K+M (a pool whose redundancy changed since the
-        stream began is coded on the CPU)."""
-        ctx = self.session.ctx
-        if self.parity_code != (ec.k, ec.m):
-            parity = None
-        coder = ctx.coder() if parity is None else None
-        ids, messages = await ctx.cpu(_encode, coder, data, ec.k, ec.m, parity)
-        width = ec.k + ec.m
-        targets = self.session.targets
-        free = declustered(targets, chunk_id)
-        holders: list[cpb.BenefactorAddress | None] = [None] * width
-        failures: list[str] = []
-        fatal: list[errors.MosafsError] = []
-        full = 0
-
-        async def put(i: int) -> None:
-            nonlocal full
-            while free and not fatal:
-                target = free.pop(0)
-                try:
-                    await ctx.benefactors.put(target, messages[i], self.session.write_token)
-                except (errors.Unavailable, errors.DeadlineExceeded, errors.NoSpace) as exc:
-                    failures.append(f"{target.address}: {exc.message}")
-                    full += isinstance(exc, errors.NoSpace)
-                    continue
-                except errors.MosafsError as exc:
-                    fatal.append(exc)
-                    return
-                holders[i] = target
-                return
-
-        async with trio.open_nursery() as nursery:
-            for i in range(width):
-                nursery.start_soon(put, i)
-        if fatal:
-            raise fatal[0]
-        stored = sum(h is not None for h in holders)
-        if stored < (width if ec.all else ec.k):
-            # Never less redundancy than the pool promises (pessimistic), never fewer than
-            # K fragments (unreadable): the write fails, ENOSPC when the pool is full.
-            error = errors.NoSpace if failures and full == len(failures) else errors.Unavailable
-            why = "; ".join(failures) or "no more benefactors in the stripe"
-            raise error(
-                f"chunk {chunk_id.hex()}: ec:{ec.k}+{ec.m} needs "
-                f"{width if ec.all else ec.k} of its {width} fragments on distinct "
-                f"benefactors, {stored} stored with {len(targets)} benefactors to write to "
-                f"({why})")
-        self.session.stored.fragments[chunk_id] = Fragmented(
-            ec.k, ec.m, len(data), tuple(ids),
-            tuple(h.id if h is not None else "" for h in holders),
-            tuple(h.address if h is not None else "" for h in holders))
-        self.session.stored.new_bytes += len(data)
+            self._unstored.give(sum(len(c.data) for c in group))
 
     async def finish(self) -> list[ChunkEntry]:
         await self.send.aclose()
@@ -377,34 +257,17 @@ def _open_stream(chunker: Any, ec: EcPolicy | None) -> Any:
     return chunker.stream(pipelined=True)
 
 
-def declustered(targets: Sequence[Any], chunk_id: bytes) -> list[Any]:
-    """The stripe members in the order a coded chunk's fragments take them: a permutation
-    drawn from the chunk id (the same in every process). Consecutive members for every
-    chunk (as whole copies take them) would give each benefactor the same few partners in
-    every chunk of a narrow code (ec:2+1 over 7: its neighbours), so that after its loss
-    only those could serve the reads of the rebuild; drawn per chunk, the partners of a
-    lost benefactor are spread over the whole stripe and all the survivors share the work
-    (docs/erasure_pools.md, "Repair"). Balance over many chunks is statistical."""
-    order = list(targets)
-    random.Random(bytes(chunk_id)).shuffle(order)
-    return order
-
-
-def _encode(coder: Any, data: Any, k: int, m: int,
-            parity: Sequence[Any] | None = None) -> tuple[list[bytes], list[bytes]]:
-    """(the BLAKE3 of each of CHUNK's K+M fragments, each fragment's PutChunk message):
-    the data fragments are the chunk's own bytes; the parity is PARITY (the M fragments
-    the chunk stream computed) or CODER's. Runs in a worker thread: the coder and BLAKE3
-    release the GIL."""
-    if parity is None:
-        fragments = coder.fragments(data, k, m)
-    else:
-        try:
-            fragments = with_parity(data, k, m, parity)
-        except errors.InvalidArgument as exc:  # the stream's parity: a bug, not bad input
-            raise errors.InternalError(f"chunk stream parity: {exc.message}") from None
-    ids = [ids_of(f) for f in fragments]
-    return ids, [Benefactors.frame(fid, f) for fid, f in zip(ids, fragments, strict=True)]
+def _groups(chunks: list[Any], limit: int) -> list[list[Any]]:
+    """CHUNKS in consecutive groups of at most LIMIT bytes (at least one chunk each)."""
+    out: list[list[Any]] = []
+    size = 0
+    for c in chunks:
+        if not out or size + len(c.data) > limit:
+            out.append([])
+            size = 0
+        out[-1].append(c)
+        size += len(c.data)
+    return out
 
 
 class _ByteBudget:

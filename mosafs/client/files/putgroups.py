@@ -1,0 +1,139 @@
+"""Grouped puts (docs/erasure_pools.md, "Grouped puts"): the puts a writer has queued for
+one benefactor leave as one PutChunks call instead of one call each.
+
+Why: a put's call costs the writer about as much CPU as sending its bytes (the gRPC call
+set-up; py-spy of a data-path worker, docs/benchmarks.md), and an `ec:4+2` chunk is six
+puts of a quarter of a chunk where a replicated one is R puts of the whole chunk, so the
+calls, not the bytes, bound an erasure-coded write.
+
+No put waits for a group to fill (no delay, Nagle-free): per benefactor and write token at
+most DEPTH calls are in flight; a put finding a free slot sends at once, everything queued
+behind it (up to MAX_BYTES) that found none, so groups form only where calls would have
+queued anyway. The task that finds a free slot sends the group for all of its members and
+wakes them when it ends; each member gets its own outcome (PutChunks answers each blob on
+its own) and the callers' retry logic (another target, per chunk) is unchanged. A sender
+cancelled mid-call puts its group back at the head of the queue (re-sending a blob is
+harmless: a stored id is only touched), so no other caller's put is lost with it.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from typing import Any
+
+import trio
+
+from mosafs import errors
+from mosafs.client.rpc import Benefactors
+
+MiB = 1 << 20
+MAX_BYTES = 8 * MiB
+MAX_COUNT = 256
+DEPTH = 2
+
+
+class _Entry:
+    __slots__ = ("done", "error", "message", "present")
+
+    def __init__(self, message: bytes) -> None:
+        self.message = message
+        self.done = False
+        self.present = False
+        self.error: errors.MosafsError | None = None
+
+
+class _Queue:
+    __slots__ = ("entries", "inflight", "lot")
+
+    def __init__(self) -> None:
+        self.entries: deque[_Entry] = deque()
+        self.inflight = 0
+        self.lot = trio.lowlevel.ParkingLot()
+
+    def take(self, max_bytes: int, max_count: int) -> list[_Entry]:
+        group = [self.entries.popleft()]
+        size = len(group[0].message)
+        while self.entries and len(group) < max_count \
+                and size + len(self.entries[0].message) <= max_bytes:
+            entry = self.entries.popleft()
+            size += len(entry.message)
+            group.append(entry)
+        return group
+
+
+class PutGroups:
+    """Puts through BENEFACTORS, grouped per (benefactor, token). Trio tasks of one run."""
+
+    def __init__(self, benefactors: Benefactors, *, depth: int = DEPTH,
+                 max_bytes: int = MAX_BYTES, max_count: int = MAX_COUNT) -> None:
+        self._benefactors = benefactors
+        self._depth = depth
+        self._max_bytes = max_bytes
+        self._max_count = max_count
+        self._queues: dict[tuple[str, bytes], _Queue] = {}
+        self.calls = 0  # calls made, and puts they carried (tests, figures)
+        self.puts = 0
+
+    async def put(self, target: Any, message: bytes, token: bytes) -> bool:
+        """Store a chunk framed by Benefactors.frame() on TARGET (a BenefactorAddress);
+        whether it was there already. Raises the error that refused it."""
+        (outcome,) = await self.put_all(target, [message], token)
+        if isinstance(outcome, errors.MosafsError):
+            raise outcome
+        return outcome
+
+    async def put_all(self, target: Any, messages: list[bytes],
+                      token: bytes) -> list[bool | errors.MosafsError]:
+        """Store every one of MESSAGES on TARGET (queued together: they leave in as few
+        calls as MAX_BYTES allows); for each, whether it was there already, or the error
+        that refused it."""
+        key = (target.address, token)
+        queue = self._queues.get(key)
+        if queue is None:
+            queue = self._queues[key] = _Queue()
+        entries = [_Entry(message) for message in messages]
+        queue.entries.extend(entries)
+        try:
+            while not all(e.done for e in entries):
+                if queue.inflight < self._depth and queue.entries:
+                    await self._send(queue, target, token)
+                else:
+                    await queue.lot.park()
+        finally:
+            for entry in entries:
+                if not entry.done and entry in queue.entries:
+                    queue.entries.remove(entry)  # cancelled before it was sent
+            if not queue.entries and not queue.inflight:
+                self._queues.pop(key, None)
+        return [e.error if e.error is not None else e.present for e in entries]
+
+    async def _send(self, queue: _Queue, target: Any, token: bytes) -> None:
+        group = queue.take(self._max_bytes, self._max_count)
+        queue.inflight += 1
+        self.calls += 1
+        self.puts += len(group)
+        try:
+            outcomes = await self._call(target, group, token)
+        except BaseException:
+            queue.entries.extendleft(reversed(group))  # cancelled: sent again by a waiter
+            raise
+        else:
+            for entry, outcome in zip(group, outcomes, strict=True):
+                if isinstance(outcome, errors.MosafsError):
+                    entry.error = outcome
+                else:
+                    entry.present = outcome
+                entry.done = True
+        finally:
+            queue.inflight -= 1
+            queue.lot.unpark_all()
+
+    async def _call(self, target: Any, group: list[_Entry],
+                    token: bytes) -> list[bool | errors.MosafsError]:
+        """Each member's outcome; a failed call is every member's error."""
+        try:
+            if len(group) == 1:
+                return [await self._benefactors.put(target, group[0].message, token)]
+            return await self._benefactors.put_many(target, [e.message for e in group], token)
+        except errors.MosafsError as exc:
+            return [exc] * len(group)

@@ -276,14 +276,9 @@ class Benefactors:
         ids.verify(chunk_id, data)  # readers verify every chunk, whoever sent it
         return data
 
-    @staticmethod
-    def frame(chunk_id: bytes, data: chunkwire.Buffer) -> bytes:
-        """A chunk's PutChunk message, framed once for all its targets."""
-        return chunkwire.encode_put(chunk_id, data)
-
     async def put(self, target: cpb.BenefactorAddress, message: bytes, token: bytes) -> bool:
-        """Store a chunk framed by frame(), with the write session's TOKEN. Started as a
-        gRPC future, not in a thread: the call runs in gRPC's own threads (TLS, the
+        """Store a chunk framed by chunkwire.encode_put, with the write session's TOKEN.
+        Started as a gRPC future, not in a thread: the call runs in gRPC's own threads (TLS, the
         socket) and only its completion comes back to trio, which saves the two thread
         hand-offs per put that were a fifth of a data-path worker's CPU (py-spy,
         docs/benchmarks.md)."""
@@ -292,19 +287,18 @@ class Benefactors:
         reply = await completion(future)
         return bool(reply.already_present)
 
-    async def put_many(self, target: cpb.BenefactorAddress, messages: Sequence[bytes],
-                       token: bytes) -> list[bool | errors.MosafsError]:
-        """Store several chunks framed by frame() in one call (PutChunks), with the write
-        session's TOKEN: for each, whether it was there already, or the error that refused
-        it. A failure of the call itself (the benefactor unreachable, the token refused)
-        is raised: none of them may be taken as stored."""
+    async def put_group(self, target: cpb.BenefactorAddress, message: bytes, count: int,
+                        token: bytes) -> list[bool | errors.MosafsError]:
+        """Store the COUNT chunks of a PutChunksRequest (chunkwire.encode_puts) in one
+        call, with the write session's TOKEN: for each, whether it was there already, or
+        the error that refused it. A failure of the call itself (the benefactor
+        unreachable, the token refused) is raised: none of them may be taken as stored."""
         future = self._link(target.address).puts.future(
-            chunkwire.encode_puts(list(messages)), timeout=CHUNK_TIMEOUT,
-            metadata=_token(token) or None)
+            message, timeout=CHUNK_TIMEOUT, metadata=_token(token) or None)
         reply = await completion(future)
-        if len(reply.outcomes) != len(messages):
-            raise errors.Unavailable(f"benefactor {target.address} answered {len(reply.outcomes)} "
-                                     f"outcomes for {len(messages)} chunks")
+        if len(reply.outcomes) != count:
+            raise errors.Unavailable(f"benefactor {target.address} answered "
+                                     f"{len(reply.outcomes)} outcomes for {count} chunks")
         return [error_of(o.code, o.kind, o.error) if o.code else bool(o.already_present)
                 for o in reply.outcomes]
 

@@ -84,12 +84,14 @@ def decode_put(raw: Buffer) -> PutChunk:
     return PutChunk(message.id, message.data)
 
 
-def encode_puts(frames: list[bytes]) -> bytes:
-    """A PutChunksRequest's wire bytes from PutChunkRequest FRAMES (encode_put's): one
-    copy of each, into the call's message."""
-    parts: list[bytes] = []
-    for frame in frames:
-        parts += (bytes((_CHUNKS_TAG,)), _varint(len(frame)), frame)
+def encode_puts(blobs: list[tuple[bytes, Buffer]]) -> bytes:
+    """A PutChunksRequest's wire bytes from (id, data) BLOBS: one copy of each blob's
+    bytes, straight into the call's message."""
+    parts: list[Buffer] = []
+    for blob_id, data in blobs:
+        size = memoryview(data).nbytes
+        head = b"".join((_ID_FIELD, blob_id, bytes((_DATA_TAG_PUT,)), _varint(size)))
+        parts += (bytes((_CHUNKS_TAG,)), _varint(len(head) + size), head, data)
     return b"".join(parts)
 
 

@@ -68,8 +68,7 @@ def test_malformed_get_response_raises_decode_error() -> None:
 
 def test_grouped_puts_are_the_protobuf_encoding_and_decode_as_views() -> None:
     blobs = [os.urandom(size) for size in (0, 1, 300, 70_000, 1 << 20)]
-    frames = [chunkwire.encode_put(chunk_id(b), b) for b in blobs]
-    raw = chunkwire.encode_puts(frames)
+    raw = chunkwire.encode_puts([(chunk_id(b), memoryview(b)) for b in blobs])
     parsed = bpb.PutChunksRequest.FromString(raw)
     assert [(c.id, c.data) for c in parsed.chunks] == [(chunk_id(b), b) for b in blobs]
     decoded = chunkwire.decode_puts(raw)

@@ -25,6 +25,9 @@ import trio
 
 from mosafs import errors
 from mosafs.client.rpc import Benefactors
+from mosafs.rpc import chunkwire
+
+Blob = tuple[bytes, chunkwire.Buffer]  # (id, bytes)
 
 MiB = 1 << 20
 MAX_BYTES = 8 * MiB
@@ -33,10 +36,11 @@ DEPTH = 2
 
 
 class _Entry:
-    __slots__ = ("done", "error", "message", "present")
+    __slots__ = ("blob", "done", "error", "present", "size")
 
-    def __init__(self, message: bytes) -> None:
-        self.message = message
+    def __init__(self, blob: Blob) -> None:
+        self.blob = blob
+        self.size = memoryview(blob[1]).nbytes
         self.done = False
         self.present = False
         self.error: errors.MosafsError | None = None
@@ -52,11 +56,11 @@ class _Queue:
 
     def take(self, max_bytes: int, max_count: int) -> list[_Entry]:
         group = [self.entries.popleft()]
-        size = len(group[0].message)
+        size = group[0].size
         while self.entries and len(group) < max_count \
-                and size + len(self.entries[0].message) <= max_bytes:
+                and size + self.entries[0].size <= max_bytes:
             entry = self.entries.popleft()
-            size += len(entry.message)
+            size += entry.size
             group.append(entry)
         return group
 
@@ -74,24 +78,24 @@ class PutGroups:
         self.calls = 0  # calls made, and puts they carried (tests, figures)
         self.puts = 0
 
-    async def put(self, target: Any, message: bytes, token: bytes) -> bool:
-        """Store a chunk framed by Benefactors.frame() on TARGET (a BenefactorAddress);
-        whether it was there already. Raises the error that refused it."""
-        (outcome,) = await self.put_all(target, [message], token)
+    async def put(self, target: Any, blob: Blob, token: bytes) -> bool:
+        """Store BLOB (id, bytes) on TARGET (a BenefactorAddress); whether it was there
+        already. Raises the error that refused it."""
+        (outcome,) = await self.put_all(target, [blob], token)
         if isinstance(outcome, errors.MosafsError):
             raise outcome
         return outcome
 
-    async def put_all(self, target: Any, messages: list[bytes],
+    async def put_all(self, target: Any, blobs: list[Blob],
                       token: bytes) -> list[bool | errors.MosafsError]:
-        """Store every one of MESSAGES on TARGET (queued together: they leave in as few
-        calls as MAX_BYTES allows); for each, whether it was there already, or the error
-        that refused it."""
+        """Store every one of BLOBS on TARGET (queued together: they leave in as few calls
+        as MAX_BYTES allows); for each, whether it was there already, or the error that
+        refused it."""
         key = (target.address, token)
         queue = self._queues.get(key)
         if queue is None:
             queue = self._queues[key] = _Queue()
-        entries = [_Entry(message) for message in messages]
+        entries = [_Entry(blob) for blob in blobs]
         queue.entries.extend(entries)
         try:
             while not all(e.done for e in entries):
@@ -108,6 +112,7 @@ class PutGroups:
         return [e.error if e.error is not None else e.present for e in entries]
 
     async def _send(self, queue: _Queue, target: Any, token: bytes) -> None:
+        """Send a group from the head of QUEUE; record each member's outcome."""
         group = queue.take(self._max_bytes, self._max_count)
         queue.inflight += 1
         self.calls += 1
@@ -130,10 +135,15 @@ class PutGroups:
 
     async def _call(self, target: Any, group: list[_Entry],
                     token: bytes) -> list[bool | errors.MosafsError]:
-        """Each member's outcome; a failed call is every member's error."""
+        """Each member's outcome; a failed call is every member's error. The message (one
+        copy of every blob's bytes) is built in a worker thread: on a data-path worker
+        the trio thread is the one that bounds the writes."""
+        blobs = [e.blob for e in group]
         try:
             if len(group) == 1:
-                return [await self._benefactors.put(target, group[0].message, token)]
-            return await self._benefactors.put_many(target, [e.message for e in group], token)
+                frame = await trio.to_thread.run_sync(chunkwire.encode_put, *blobs[0])
+                return [await self._benefactors.put(target, frame, token)]
+            message = await trio.to_thread.run_sync(chunkwire.encode_puts, blobs)
+            return await self._benefactors.put_group(target, message, len(blobs), token)
         except errors.MosafsError as exc:
             return [exc] * len(group)

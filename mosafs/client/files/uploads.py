@@ -31,7 +31,6 @@ import trio
 from mosafs import errors
 from mosafs._proto import common_pb2 as cpb
 from mosafs.client.files.putgroups import PutGroups
-from mosafs.client.rpc import Benefactors
 from mosafs.erasure.base import with_parity
 from mosafs.ids import chunk_id as ids_of
 
@@ -81,11 +80,11 @@ class New:
 
 @dataclass
 class _Placing:
-    """One chunk's blobs and where they went: slot i is blob MESSAGES[i] (the same framed
-    chunk for every copy), stored on HOLDERS[i]; FREE: the members not tried yet."""
+    """One chunk's blobs and where they went: slot i is blob BLOBS[i] (id, bytes: the
+    chunk itself for every copy), stored on HOLDERS[i]; FREE: the members not tried yet."""
 
     chunk: New
-    messages: list[bytes]
+    blobs: list[tuple[bytes, Any]]
     fragment_ids: list[bytes] | None
     free: list[Target]
     need: int
@@ -94,7 +93,7 @@ class _Placing:
     full: int = 0
 
     def __post_init__(self) -> None:
-        self.holders = [None] * len(self.messages)
+        self.holders = [None] * len(self.blobs)
 
 
 async def store_group(session: Any, puts: PutGroups, group: list[New],
@@ -110,7 +109,7 @@ async def store_group(session: Any, puts: PutGroups, group: list[New],
         assert ec is not None
         placings += await _coded(session, coded, ec, parity_code)
     if whole:
-        placings += await _whole(session, whole)
+        placings += _whole(session, whole)
     await _place(session, puts, placings)
     for p in placings:
         _record(session, p, ec)
@@ -118,35 +117,35 @@ async def store_group(session: Any, puts: PutGroups, group: list[New],
 
 async def _coded(session: Any, chunks: list[New], ec: EcPolicy,
                  parity_code: tuple[int, int] | None) -> list[_Placing]:
-    """The fragments of CHUNKS (one worker-thread call for all: the coder and BLAKE3 release
-    the GIL), each chunk's members in its declustered order."""
+    """The fragments of CHUNKS and their ids (one worker-thread call for all: the coder
+    and BLAKE3 release the GIL), each chunk's members in its declustered order."""
     ctx = session.ctx
     parities = [c.parity if parity_code == (ec.k, ec.m) else None for c in chunks]
     coder = ctx.coder() if any(p is None for p in parities) else None
     encoded = await ctx.cpu(_encode_all, coder, [c.data for c in chunks], ec.k, ec.m,
                             parities)
     need = ec.k + ec.m if ec.all else ec.k
-    return [_Placing(c, messages, ids, declustered(session.targets, c.id), need)
-            for c, (ids, messages) in zip(chunks, encoded, strict=True)]
+    return [_Placing(c, list(zip(ids, fragments, strict=True)), ids,
+                     declustered(session.targets, c.id), need)
+            for c, (ids, fragments) in zip(chunks, encoded, strict=True)]
 
 
-async def _whole(session: Any, chunks: list[New]) -> list[_Placing]:
-    """Whole copies of CHUNKS, framed once each (in a worker thread: a copy of the bytes)."""
+def _whole(session: Any, chunks: list[New]) -> list[_Placing]:
+    """Whole copies of CHUNKS: COPIES slots each, on the stripe from the chunk's cursor."""
     targets = list(session.targets)
     copies = min(session.copies, len(targets))
-    frames = await session.ctx.cpu(_frame_all, [(c.id, c.data) for c in chunks])
     out = []
-    for c, frame in zip(chunks, frames, strict=True):
+    for c in chunks:
         start = c.cursor % len(targets) if targets else 0
-        out.append(_Placing(c, [frame] * copies, None, targets[start:] + targets[:start],
-                            max(copies, 1) if copies else 1))
+        out.append(_Placing(c, [(c.id, c.data)] * copies, None,
+                            targets[start:] + targets[:start], max(copies, 1)))
     return out
 
 
 async def _place(session: Any, puts: PutGroups, placings: list[_Placing]) -> None:
     """Rounds of puts: each slot without a holder takes its chunk's next free member; the
     slots of a round are grouped per benefactor into one call each, all calls at once."""
-    pending = [(p, i) for p in placings for i in range(len(p.messages))]
+    pending = [(p, i) for p in placings for i in range(len(p.blobs))]
     while pending:
         batch: dict[str, list[tuple[_Placing, int, Target]]] = {}
         for p, i in pending:
@@ -169,8 +168,7 @@ async def _send(puts: PutGroups, token: bytes, entries: list[tuple[_Placing, int
                 retry: list[tuple[_Placing, int]], fatal: list[errors.MosafsError]) -> None:
     """The puts of ENTRIES (all to one benefactor), each outcome recorded: its holder, a
     slot to RETRY elsewhere, or a FATAL refusal."""
-    outcomes = await puts.put_all(entries[0][2], [p.messages[i] for p, i, _ in entries],
-                                  token)
+    outcomes = await puts.put_all(entries[0][2], [p.blobs[i] for p, i, _ in entries], token)
     for (p, i, target), outcome in zip(entries, outcomes, strict=True):
         if not isinstance(outcome, errors.MosafsError):
             p.holders[i] = target
@@ -190,7 +188,7 @@ def _record(session: Any, p: _Placing, ec: EcPolicy | None) -> None:
         error = errors.NoSpace if p.failures and p.full == len(p.failures) \
             else errors.Unavailable
         why = "; ".join(p.failures) or "no more benefactors in the stripe"
-        width = len(p.messages)
+        width = len(p.blobs)
         if p.fragment_ids is not None:
             assert ec is not None
             raise error(f"chunk {c.id.hex()}: ec:{ec.k}+{ec.m} needs {p.need} of its {width} "
@@ -223,22 +221,18 @@ def declustered(targets: Sequence[Any], chunk_id: bytes) -> list[Any]:
     return order
 
 
-def _frame_all(chunks: list[tuple[bytes, Any]]) -> list[bytes]:
-    return [Benefactors.frame(cid, data) for cid, data in chunks]
-
-
 def _encode_all(coder: Any, chunks: list[Any], k: int, m: int,
-                parities: list[Sequence[Any] | None]) -> list[tuple[list[bytes], list[bytes]]]:
+                parities: list[Sequence[Any] | None]) -> list[tuple[list[bytes], list[Any]]]:
     return [encode(coder, data, k, m, parity)
             for data, parity in zip(chunks, parities, strict=True)]
 
 
 def encode(coder: Any, data: Any, k: int, m: int,
-           parity: Sequence[Any] | None = None) -> tuple[list[bytes], list[bytes]]:
-    """(the BLAKE3 of each of CHUNK's K+M fragments, each fragment's PutChunk message):
-    the data fragments are the chunk's own bytes; the parity is PARITY (the M fragments
-    the chunk stream computed) or CODER's. Runs in a worker thread: the coder and BLAKE3
-    release the GIL."""
+           parity: Sequence[Any] | None = None) -> tuple[list[bytes], list[Any]]:
+    """(the BLAKE3 of each of CHUNK's K+M fragments, the fragments): the data fragments
+    are the chunk's own bytes; the parity is PARITY (the M fragments the chunk stream
+    computed) or CODER's. Runs in a worker thread: the coder and BLAKE3 release the
+    GIL."""
     if parity is None:
         fragments = coder.fragments(data, k, m)
     else:
@@ -246,5 +240,4 @@ def encode(coder: Any, data: Any, k: int, m: int,
             fragments = with_parity(data, k, m, parity)
         except errors.InvalidArgument as exc:  # the stream's parity: a bug, not bad input
             raise errors.InternalError(f"chunk stream parity: {exc.message}") from None
-    ids = [ids_of(f) for f in fragments]
-    return ids, [Benefactors.frame(fid, f) for fid, f in zip(ids, fragments, strict=True)]
+    return [ids_of(f) for f in fragments], list(fragments)

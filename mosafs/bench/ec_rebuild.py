@@ -172,6 +172,7 @@ def _run_case(workdir: Path, case: Case, links: Links, dead_mib: int,
         "rebuild_s": round(rebuild_s, 3),
         "rebuild_mb_s": round(rebuilt / rebuild_s / 1e6, 1) if rebuild_s > 0 else None,
         "lost_chunks": watched["lost_chunks"],
+        **phases(watched["timeline"], watched["detected"], watched["done"]),
     }
 
 
@@ -219,12 +220,15 @@ def watch(manager: str, victim: str, out_path: Path, ready: Path) -> None:
         ready.touch()
         started = time.monotonic()
         detected = None
+        timeline: list[tuple[float, int]] = []  # (clock, bytes rebuilt) at each change
         while True:
             status = stub.GetClusterStatus(mpb.ClusterStatusRequest(), timeout=30)
             now = time.monotonic()
             dead = not next(b.alive for b in status.benefactors if b.info.id == victim)
             if dead and detected is None:
                 detected = now
+            if not timeline or status.ec_rebuilt_bytes != timeline[-1][1]:
+                timeline.append((now, status.ec_rebuilt_bytes))
             made = now - status.scanned_age_ms / 1000
             if (detected is not None and made > detected + 0.3 and status.ec_rebuilt_fragments
                     and not status.ec_short_chunks and not status.under_replicated_chunks):
@@ -234,14 +238,34 @@ def watch(manager: str, victim: str, out_path: Path, ready: Path) -> None:
             time.sleep(POLL_S)
     out_path.write_text(json.dumps({
         "detected": detected, "done": now, "rebuilt_fragments": status.ec_rebuilt_fragments,
-        "rebuilt_bytes": status.ec_rebuilt_bytes, "lost_chunks": status.lost_chunks}))
+        "rebuilt_bytes": status.ec_rebuilt_bytes, "lost_chunks": status.lost_chunks,
+        "timeline": timeline}))
+
+
+def phases(timeline: list[tuple[float, int]], detected: float, done: float) -> dict[str, Any]:
+    """Where a rebuild's time went: from the death declared to the first fragment
+    recorded (`start_s`: finding the work, the first round of transfers), the rate
+    between 10 % and 90 % of the bytes (`steady_mb_s`: the links' use once under way),
+    and from the last fragment recorded to full redundancy seen (`tail_s`)."""
+    moving = [(t, b) for t, b in timeline if b > 0]
+    if not moving:
+        return {"start_s": None, "steady_mb_s": None, "tail_s": None}
+    total = moving[-1][1]
+    low = next(p for p in moving if p[1] >= 0.1 * total)
+    high = next(p for p in moving if p[1] >= 0.9 * total)
+    steady = (high[1] - low[1]) / (high[0] - low[0]) / 1e6 if high[0] > low[0] else None
+    return {"start_s": round(moving[0][0] - detected, 3),
+            "steady_mb_s": round(steady, 2) if steady else None,
+            "tail_s": round(done - moving[-1][0], 3)}
 
 
 def format_table(result: dict[str, Any]) -> str:
-    rows = [f"{'case':<38} {'rebuilt':>10} {'time':>8} {'MB/s':>7}"]
+    rows = [f"{'case':<38} {'rebuilt':>10} {'time':>8} {'MB/s':>7} {'start':>7} "
+            f"{'steady':>7} {'tail':>6}"]
     for c in result["cases"]:
         rows.append(f"{c['case']:<38} {c['rebuilt_bytes'] / MiB:>7.1f} MiB {c['rebuild_s']:>7.2f}s "
-                    f"{c['rebuild_mb_s']:>7}")
+                    f"{c['rebuild_mb_s']:>7} {c['start_s']:>7} {c['steady_mb_s']:>7} "
+                    f"{c['tail_s']:>6}")
     for code, comp in result["comparisons"].items():
         rows.append(f"{code}: 6 survivors {comp['speedup']}x faster than 2 (target 3x: "
                     f"{'pass' if comp['pass'] else 'FAIL'})")

@@ -72,6 +72,19 @@ class Plan:
     copies: tuple[str, ...] = ()  # sources: holders of whole copies, usable now
     fragments: tuple[tuple[int, str], ...] = ()  # sources: (index, holder), best first
 
+    def transfers(self) -> list[tuple[str, str]]:
+        """(sender, receiver) of each transfer between benefactors this plan makes while
+        it runs: the worker's reads from peers (the whole copy, or the first K fragments
+        it tries: its own come first), and its puts to other benefactors."""
+        worker = self.worker
+        if self.kind == MOVE:
+            return [(worker, m.holder) for m in self.moves if m.holder != worker]
+        k = self.expect.k
+        reads = [self.copies[0]] if self.copies else [h for _, h in self.fragments[:k]]
+        puts = self.targets if self.kind == CONVERT else tuple(m.holder for m in self.moves)
+        return [(h, worker) for h in reads if h != worker] + \
+            [(worker, t) for t in puts if t != worker]
+
     def stored_on(self) -> dict[str, int]:
         """Bytes this plan puts on each benefactor."""
         if self.kind == CONVERT:

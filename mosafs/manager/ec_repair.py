@@ -16,7 +16,14 @@ each benefactor (the benefactor itself runs at most two RecodeChunk requests at 
 of which at most one a conversion, and repairs start before conversions; the plans
 waiting and running hold at most `max_inflight_bytes` (the rest stays queued). Rebuilders
 and targets are chosen least busy first, so the chunks of a dead benefactor are rebuilt by
-all the survivors in parallel.
+all the survivors in parallel. Links are reserved at both ends, as Ceph reserves backfill
+slots on the source and the target OSD: a request starts only while each benefactor it
+reads from sends at most `per_link` transfers and each one it puts to (or reads into)
+receives at most `per_link` (a request wider than that starts on idle links). Without it
+the survivors that happened to hold many of the lost chunks' other fragments served many
+reads at once while others served none: with six survivors the links ran at two thirds
+of their speed (docs/benchmarks.md, "Rebuild"); plans waiting for a busy link let others
+whose links are free go first.
 
 A request that ends records its outcome in one transaction (`record_fragments`: the new
 holders; `convert_chunk`: the new layout, swapped only if the record still has the layout
@@ -79,7 +86,8 @@ class FragmentRepairer:
     def __init__(self, store: MetadataStore, registry: Registry, recode: RecodeFn,
                  copy: CopyFn, *, tokens: TokenAuthority | None = None,
                  clock: Clock = time.monotonic, retry_s: float = 2.0, per_worker: int = 2,
-                 max_inflight_bytes: int = 256 * MiB, workers: int = 16) -> None:
+                 per_link: int = 2, max_inflight_bytes: int = 256 * MiB,
+                 workers: int = 16) -> None:
         self._store = store
         self._registry = registry
         self._recode = recode
@@ -88,6 +96,7 @@ class FragmentRepairer:
         self._clock = clock
         self._retry_s = retry_s
         self._per_worker = per_worker
+        self._per_link = per_link
         self._max_inflight_bytes = max_inflight_bytes
         self._pool = ThreadPoolExecutor(workers, thread_name_prefix="ec-repair")
         self._lock = threading.Lock()
@@ -105,6 +114,8 @@ class FragmentRepairer:
         self._conversions: deque[Plan] = deque()
         self._running: Counter[str] = Counter()  # worker -> requests running
         self._converting: Counter[str] = Counter()  # worker -> conversions running
+        self._sending: Counter[str] = Counter()  # benefactor -> transfers out, running
+        self._receiving: Counter[str] = Counter()  # benefactor -> transfers in, running
         self._started: dict[bytes, int] = {}  # chunk id -> wall ns its request started
         self._load = Load()
         self._inflight_bytes = 0
@@ -218,11 +229,12 @@ class FragmentRepairer:
             return 0.0 if self._more() else TICK_S
 
     def _cap(self) -> int:
-        """Plans that may wait for a slot, of each kind: a round of every live
+        """Plans that may wait for a slot, of each kind: two rounds of every live
         benefactor's slots, so that each plan is made with the load of its time (plans
         made all at once, long before they can run, left some workers a backlog at the
-        end while the others were idle)."""
-        return self._per_worker * max(1, len(self._registry.live()))
+        end while the others were idle), and the dispatcher has plans on other links to
+        start while some wait for a busy one."""
+        return 2 * self._per_worker * max(1, len(self._registry.live()))
 
     def _more(self) -> bool:
         """Whether a step now would find something to plan."""
@@ -297,14 +309,33 @@ class FragmentRepairer:
                 while queue:
                     p = queue.popleft()
                     if self._running[p.worker] >= self._per_worker or (
-                            p.kind == CONVERT and self._converting[p.worker] >= 1):
+                            p.kind == CONVERT and self._converting[p.worker] >= 1) \
+                            or not self._links_free(p):
                         held.append(p)
                         continue
                     self._running[p.worker] += 1
                     self._converting[p.worker] += p.kind == CONVERT
+                    self._reserve(p, 1)
                     self._started[p.cid] = time.time_ns()
                     self._pool.submit(self._run, p, addresses)
                 queue.extend(held)
+
+    def _links_free(self, p: Plan) -> bool:
+        """Whether P's transfers fit in its benefactors' link slots (under the lock)."""
+        out = Counter(s for s, _ in p.transfers())
+        into = Counter(r for _, r in p.transfers())
+        return all(self._sending[b] == 0 or self._sending[b] + n <= self._per_link
+                   for b, n in out.items()) and \
+            all(self._receiving[b] == 0 or self._receiving[b] + n <= self._per_link
+                for b, n in into.items())
+
+    def _reserve(self, p: Plan, sign: int) -> None:
+        for sender, receiver in p.transfers():
+            self._sending[sender] += sign
+            self._receiving[receiver] += sign
+        if sign < 0:
+            self._sending += Counter()  # drop zeros
+            self._receiving += Counter()
 
     def _run(self, p: Plan, addresses: dict[str, str]) -> None:
         ok = False
@@ -322,6 +353,7 @@ class FragmentRepairer:
             with self._lock:
                 self._running[p.worker] -= 1
                 self._converting[p.worker] -= p.kind == CONVERT
+                self._reserve(p, -1)
                 self._running += Counter()
                 self._converting += Counter()
                 del self._plans[p.cid]

@@ -17,7 +17,9 @@ benefactor would run them, without gRPC.
 
 from __future__ import annotations
 
+import threading
 import time
+from collections import Counter
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
@@ -190,6 +192,55 @@ def test_a_dead_holders_fragments_are_rebuilt_by_several_survivors(
         assert len(request.targets) == 1 and request.out_k == 4
         own = [s for s in request.fragments if not s.address]
         assert all(s is request.fragments[0] for s in own[:1])
+
+
+def test_rebuilds_reserve_links_at_both_ends(ec: Manager, cluster: Benefactors,
+                                             clock: Clock) -> None:
+    """While many rebuilds run at once, no benefactor sends more than two transfers (the
+    repairer's per_link) and none receives more, unless one request alone needs more
+    (a rebuilder reading K = 4 fragments)."""
+    chunks = [data(f"link{n}", 256 * 1024 + n) for n in range(28)]
+    for n, c in enumerate(chunks):
+        store_coded(ec, cluster, f"l{n}", c, [f"b{(n + i) % 7}" for i in range(6)])
+    settle(ec)
+    lock = threading.Lock()
+    sending: Counter[str] = Counter()
+    receiving: Counter[str] = Counter()
+    seen = {"send": 0, "receive": 0, "parallel": 0, "running": 0}
+    recode = cluster.recode
+
+    def watched(address: str, request: bpb.RecodeChunkRequest,
+                timeout: float) -> bpb.RecodeChunkResponse:
+        sources = [s.address for s in request.fragments[:request.ec_k] if s.address]
+        with lock:
+            for src in sources:
+                sending[src] += 1
+            receiving[address] += len(sources)
+            seen["running"] += 1
+            seen["parallel"] = max(seen["parallel"], seen["running"])
+            seen["send"] = max(seen["send"], *(sending[src] for src in sources))
+            if receiving[address] > len(sources):  # not alone on its link
+                seen["receive"] = max(seen["receive"], receiving[address])
+        try:
+            time.sleep(0.05)  # a transfer takes time: requests overlap
+            return recode(address, request, timeout)
+        finally:
+            with lock:
+                for src in sources:
+                    sending[src] -= 1
+                receiving[address] -= len(sources)
+                seen["running"] -= 1
+
+    assert ec.repairer is not None
+    ec.repairer._recode = watched  # the same recoder, watched
+    cluster.down.add("127.0.0.1:7003")
+    keep_alive(ec, clock, [f"b{i}" for i in range(N) if i != 3])
+    settle(ec, rounds=2000)
+    assert len(cluster.asked) == sum("b3" in [f"b{(n + i) % 7}" for i in range(6)]
+                                     for n in range(len(chunks)))
+    assert seen["parallel"] >= 3, seen  # rebuilds did run side by side
+    assert seen["send"] <= 2 and seen["receive"] <= 2, seen
+    assert ec.cluster_status().ec_short_chunks == 0
 
 
 def test_holes_and_corrupt_fragments_are_rebuilt(ec: Manager, cluster: Benefactors) -> None:

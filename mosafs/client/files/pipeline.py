@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import random
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -107,6 +108,9 @@ class Pipeline:
         self._slots = trio.Semaphore(session.ctx.config.uploads_per_file)
         self._unstored = _ByteBudget(session.ctx.config.window_bytes)
         self._cursor = 0
+        # Where this stream's coded chunks start in the placement rotation (uploads.
+        # declustered): random, so that many small files do not all start alike.
+        self._spread = random.randrange(1 << 30)
         self.hashed_bytes = 0  # what the chunking engine took, and its time (metrics)
         self.hash_seconds = 0.0
 
@@ -234,7 +238,8 @@ class Pipeline:
         """Store a group of new chunks (mosafs.client.files.uploads): their puts to one
         benefactor leave as one call."""
         try:
-            await store_group(self.session, self.session.ctx.puts, group, self.parity_code)
+            await store_group(self.session, self.session.ctx.puts, group, self.parity_code,
+                              self._spread)
         finally:
             self._slots.release()
             self._unstored.give(sum(len(c.data) for c in group))

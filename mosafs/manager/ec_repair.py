@@ -322,8 +322,9 @@ class FragmentRepairer:
 
     def _links_free(self, p: Plan) -> bool:
         """Whether P's transfers fit in its benefactors' link slots (under the lock)."""
-        out = Counter(s for s, _ in p.transfers())
-        into = Counter(r for _, r in p.transfers())
+        transfers = p.transfers()
+        out = Counter(s for s, _ in transfers)
+        into = Counter(r for _, r in transfers)
         return all(self._sending[b] == 0 or self._sending[b] + n <= self._per_link
                    for b, n in out.items()) and \
             all(self._receiving[b] == 0 or self._receiving[b] + n <= self._per_link

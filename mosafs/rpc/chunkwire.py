@@ -66,10 +66,14 @@ def _read_varint(raw: Buffer, pos: int) -> tuple[int, int]:
     return -1, pos
 
 
+def _put_head(chunk_id: bytes, size: int) -> bytes:
+    """A PutChunkRequest's bytes before its SIZE bytes of data."""
+    return b"".join((_ID_FIELD, chunk_id, bytes((_DATA_TAG_PUT,)), _varint(size)))
+
+
 def encode_put(chunk_id: bytes, data: Buffer) -> bytes:
-    """A PutChunkRequest's wire bytes: one copy of DATA, shared by every target."""
-    return b"".join((_ID_FIELD, chunk_id, bytes((_DATA_TAG_PUT,)),
-                     _varint(memoryview(data).nbytes), data))
+    """A PutChunkRequest's wire bytes: one copy of DATA."""
+    return b"".join((_put_head(chunk_id, memoryview(data).nbytes), data))
 
 
 def decode_put(raw: Buffer) -> PutChunk:
@@ -90,7 +94,7 @@ def encode_puts(blobs: list[tuple[bytes, Buffer]]) -> bytes:
     parts: list[Buffer] = []
     for blob_id, data in blobs:
         size = memoryview(data).nbytes
-        head = b"".join((_ID_FIELD, blob_id, bytes((_DATA_TAG_PUT,)), _varint(size)))
+        head = _put_head(blob_id, size)
         parts += (bytes((_CHUNKS_TAG,)), _varint(len(head) + size), head, data)
     return b"".join(parts)
 

@@ -75,16 +75,6 @@ class PutGroups:
         self._max_bytes = max_bytes
         self._max_count = max_count
         self._queues: dict[tuple[str, bytes], _Queue] = {}
-        self.calls = 0  # calls made, and puts they carried (tests, figures)
-        self.puts = 0
-
-    async def put(self, target: Any, blob: Blob, token: bytes) -> bool:
-        """Store BLOB (id, bytes) on TARGET (a BenefactorAddress); whether it was there
-        already. Raises the error that refused it."""
-        (outcome,) = await self.put_all(target, [blob], token)
-        if isinstance(outcome, errors.MosafsError):
-            raise outcome
-        return outcome
 
     async def put_all(self, target: Any, blobs: list[Blob],
                       token: bytes) -> list[bool | errors.MosafsError]:
@@ -115,8 +105,6 @@ class PutGroups:
         """Send a group from the head of QUEUE; record each member's outcome."""
         group = queue.take(self._max_bytes, self._max_count)
         queue.inflight += 1
-        self.calls += 1
-        self.puts += len(group)
         try:
             outcomes = await self._call(target, group, token)
         except BaseException:

@@ -104,11 +104,12 @@ async def store_group(session: Any, puts: PutGroups, group: list[New],
     SPREAD: where this session's coded chunks start in the rotation of `declustered`.
     Raises the write's error when a chunk cannot be stored as its layout needs."""
     ec: EcPolicy | None = session.ec
-    coded = [c for c in group if ec is not None and ec.codes(len(c.data))]
-    whole = [c for c in group if not (ec is not None and ec.codes(len(c.data)))]
+    coded: list[New] = []
+    whole: list[New] = []
+    for c in group:
+        (coded if ec is not None and ec.codes(len(c.data)) else whole).append(c)
     placings: list[_Placing] = []
-    if coded:
-        assert ec is not None
+    if ec is not None and coded:
         placings += await _coded(session, coded, ec, parity_code, spread)
     if whole:
         placings += _whole(session, whole)

@@ -222,7 +222,7 @@ def test_rebuilds_reserve_links_at_both_ends(ec: Manager, cluster: Benefactors,
             if receiving[address] > len(sources):  # not alone on its link
                 seen["receive"] = max(seen["receive"], receiving[address])
         try:
-            time.sleep(0.05)  # a transfer takes time: requests overlap
+            time.sleep(0.2)  # a transfer takes time: requests overlap, even on a busy host
             return recode(address, request, timeout)
         finally:
             with lock:
@@ -238,8 +238,10 @@ def test_rebuilds_reserve_links_at_both_ends(ec: Manager, cluster: Benefactors,
     settle(ec, rounds=2000)
     assert len(cluster.asked) == sum("b3" in [f"b{(n + i) % 7}" for i in range(6)]
                                      for n in range(len(chunks)))
-    assert seen["parallel"] >= 3, seen  # rebuilds did run side by side
-    assert seen["send"] <= 2 and seen["receive"] <= 2, seen
+    # Rebuilds ran side by side, up to the limit on a sender (each reads K = 4 of the
+    # seven benefactors, so a third one rarely finds four free senders), never past it.
+    assert seen["parallel"] >= 2 and seen["send"] == 2, seen
+    assert seen["receive"] <= 2, seen
     assert ec.cluster_status().ec_short_chunks == 0
 
 

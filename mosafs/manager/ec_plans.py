@@ -19,12 +19,18 @@ The worker (rebuilder, converter) is the least busy of the benefactors that hold
 the chunk (a local read saves a transfer) and those that will store part of it (a local
 put saves one): `Load` counts, per benefactor, the plans it has waiting or running and the
 bytes planned to it, so that consecutive chunks go to different rebuilders and targets.
+
+A REBUILD keeps the other benefactors that could take its fragments (`spare`): when its
+turn comes and its links are busy, `rebound` makes the same repair with the rebuilder,
+sources and targets whose links are free then (late binding). A plan bound when it was
+made waited for its own target while links that could have served it stood idle.
 """
 
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
 
 from mosafs._proto import metadata_pb2
 from mosafs.manager.metadata import FragmentMove, Layout
@@ -71,6 +77,7 @@ class Plan:
     targets: tuple[str, ...] = ()  # CONVERT: fragment i (or copy i) -> benefactor
     copies: tuple[str, ...] = ()  # sources: holders of whole copies, usable now
     fragments: tuple[tuple[int, str], ...] = ()  # sources: (index, holder), best first
+    spare: tuple[str, ...] = ()  # REBUILD: other benefactors that could take its fragments
 
     def transfers(self) -> list[tuple[str, str]]:
         """(sender, receiver) of each transfer between benefactors this plan makes while
@@ -152,7 +159,8 @@ def repair_plan(cid: bytes, rec: metadata_pb2.ChunkRecord, view: Redundancy,
         sources = readable(rec, view)
         if len(sources) < k:
             return None  # lost for now: a holder may come back
-        targets = fragment_targets(rec, view, load, size, exclude=named)[:len(rebuild)]
+        eligible = fragment_targets(rec, view, load, size, exclude=named)
+        targets = eligible[:len(rebuild)]
         if not targets:
             return None
         moves = tuple(FragmentMove(i, bytes(rec.fragment_ids[i]), holders[i], t)
@@ -161,7 +169,7 @@ def repair_plan(cid: bytes, rec: metadata_pb2.ChunkRecord, view: Redundancy,
         local = sum(h == worker for _, h in sources[:k])
         return Plan(cid, REBUILD, worker, pool, rec.length, read_bytes=(k - local) * size,
                     store_bytes=len(moves) * size, moves=moves, expect=Layout.of(rec),
-                    fragments=_sources(sources, worker))
+                    fragments=_sources(sources, worker), spare=tuple(eligible[len(moves):]))
     # Every short slot's holder is alive (draining, or moved to another pool): copy one.
     i = short[0]
     targets = fragment_targets(rec, view, load, size, exclude=named)[:1]
@@ -198,3 +206,56 @@ def convert_plan(cid: bytes, rec: metadata_pb2.ChunkRecord, view: Redundancy,
                 store_bytes=width * size, expect=Layout.of(rec), out_k=k, out_m=m,
                 targets=tuple(targets), copies=tuple(sorted(copies, key=lambda b: b != worker)),
                 fragments=_sources(sources, worker))
+
+
+def fits(p: Plan, sending: Counter[str], receiving: Counter[str], per_link: int) -> bool:
+    """Whether P's transfers fit in its benefactors' link slots: each sends and receives
+    at most PER_LINK at once (a plan that needs more alone starts on idle links)."""
+    transfers = p.transfers()
+    out = Counter(s for s, _ in transfers)
+    into = Counter(r for _, r in transfers)
+    return all(sending[b] == 0 or sending[b] + n <= per_link for b, n in out.items()) and \
+        all(receiving[b] == 0 or receiving[b] + n <= per_link for b, n in into.items())
+
+
+def _least_busy_sources(fragments: tuple[tuple[int, str], ...], worker: str,
+                        sending: Counter[str]) -> tuple[tuple[int, str], ...]:
+    """FRAGMENTS to read, WORKER's own first, then those whose holders send least."""
+    return tuple(sorted(fragments, key=lambda f: (f[1] != worker, sending[f[1]], f[0])))
+
+
+def _least_busy_targets(pool: tuple[str, ...], worker: str,
+                        receiving: Counter[str]) -> list[str]:
+    """POOL, WORKER first (its put is local), then those that receive least."""
+    return sorted(pool, key=lambda t: (t != worker, receiving[t]))
+
+
+def rebound(p: Plan, may_start: Callable[[Plan], bool], sending: Counter[str],
+            receiving: Counter[str]) -> Plan | None:
+    """REBUILD P made again with the links of now: for each rebuilder that could run it
+    (a holder of a readable fragment, or a benefactor that could take a rebuilt one), its
+    own fragment and the least busy senders as sources, itself and the least busy
+    receivers among P's targets and spares as targets; of those MAY_START allows, the one
+    that leaves the busiest link least busy (None: none may start now)."""
+    if p.kind != REBUILD or not p.spare:
+        return None
+    k = p.expect.k
+    pool = tuple(dict.fromkeys((*(m.holder for m in p.moves), *p.spare)))
+    best: tuple[tuple[int, int], Plan] | None = None
+    for worker in dict.fromkeys((*(h for _, h in p.fragments), *pool)):
+        sources = _least_busy_sources(p.fragments, worker, sending)
+        targets = _least_busy_targets(pool, worker, receiving)
+        moves = tuple(replace(m, holder=t) for m, t in zip(p.moves, targets, strict=False))
+        size = p.store_bytes // len(p.moves)
+        local = sum(h == worker for _, h in sources[:k])
+        q = replace(p, worker=worker, fragments=sources, moves=moves,
+                    read_bytes=(k - local) * size,
+                    spare=tuple(t for t in pool if t not in {m.holder for m in moves}))
+        if not may_start(q):
+            continue
+        busiest = [sending[s] for s, _ in q.transfers()] + \
+            [receiving[r] for _, r in q.transfers()]
+        score = (max(busiest, default=0), sum(busiest))
+        if best is None or score < best[0]:
+            best = (score, q)
+    return None if best is None else best[1]

@@ -23,7 +23,8 @@ receives at most `per_link` (a request wider than that starts on idle links). Wi
 the survivors that happened to hold many of the lost chunks' other fragments served many
 reads at once while others served none: with six survivors the links ran at two thirds
 of their speed (docs/benchmarks.md, "Rebuild"); plans waiting for a busy link let others
-whose links are free go first.
+whose links are free go first, and a rebuild whose links are busy when its turn comes is
+bound again to the benefactors whose links are free then (`ec_plans.rebound`).
 
 A request that ends records its outcome in one transaction (`record_fragments`: the new
 holders; `convert_chunk`: the new layout, swapped only if the record still has the layout
@@ -51,7 +52,7 @@ from mosafs import metrics
 from mosafs._proto import benefactor_pb2, metadata_pb2
 from mosafs.errors import DeadlineExceeded, MosafsError, Unavailable
 from mosafs.ids import ID_LEN
-from mosafs.manager.ec_plans import CONVERT, MOVE, REBUILD, Load, Plan, plan
+from mosafs.manager.ec_plans import CONVERT, MOVE, REBUILD, Load, Plan, fits, plan, rebound
 from mosafs.manager.metadata import Fragments, MetadataStore
 from mosafs.manager.pools import scheme
 from mosafs.manager.registry import Clock, Registry
@@ -122,6 +123,7 @@ class FragmentRepairer:
         self._done = RateWindow(clock)  # fragments rebuilt or moved
         self.rebuilt_fragments = 0
         self.rebuilt_bytes = 0
+        self.rebound = 0  # plans started with other benefactors than planned
         self._pending: dict[bytes, tuple[str, int]] = {}  # to convert: id -> (pool, length)
         self._converted: dict[str, list[int]] = {}  # pool -> [chunks, bytes] since change
         self._changed: dict[str, float] = {}  # pool -> clock() of its last change
@@ -299,7 +301,7 @@ class FragmentRepairer:
         with self._lock:
             named = {b for q in (self._repairs, self._conversions) for p in q
                      for b in (p.worker, *p.targets, *p.copies, *(h for _, h in p.fragments),
-                               *(m.holder for m in p.moves))}
+                               *(m.holder for m in p.moves), *p.spare)}
         if not named:
             return
         addresses = self._store.benefactor_addresses(named)
@@ -308,11 +310,13 @@ class FragmentRepairer:
                 held: deque[Plan] = deque()
                 while queue:
                     p = queue.popleft()
-                    if self._running[p.worker] >= self._per_worker or (
-                            p.kind == CONVERT and self._converting[p.worker] >= 1) \
-                            or not self._links_free(p):
-                        held.append(p)
-                        continue
+                    if not self._may_start(p):
+                        q = rebound(p, self._may_start, self._sending, self._receiving)
+                        if q is None:
+                            held.append(p)
+                            continue
+                        self._rebind(p, q)
+                        p = q
                     self._running[p.worker] += 1
                     self._converting[p.worker] += p.kind == CONVERT
                     self._reserve(p, 1)
@@ -320,15 +324,19 @@ class FragmentRepairer:
                     self._pool.submit(self._run, p, addresses)
                 queue.extend(held)
 
-    def _links_free(self, p: Plan) -> bool:
-        """Whether P's transfers fit in its benefactors' link slots (under the lock)."""
-        transfers = p.transfers()
-        out = Counter(s for s, _ in transfers)
-        into = Counter(r for _, r in transfers)
-        return all(self._sending[b] == 0 or self._sending[b] + n <= self._per_link
-                   for b, n in out.items()) and \
-            all(self._receiving[b] == 0 or self._receiving[b] + n <= self._per_link
-                for b, n in into.items())
+    def _may_start(self, p: Plan) -> bool:
+        """Whether P may start now: a slot free on its worker (one conversion each), and
+        on every link it uses (under the lock)."""
+        return self._running[p.worker] < self._per_worker and not (
+            p.kind == CONVERT and self._converting[p.worker] >= 1) and \
+            fits(p, self._sending, self._receiving, self._per_link)
+
+    def _rebind(self, p: Plan, q: Plan) -> None:
+        """Q replaces waiting plan P (the same repair, other benefactors: under the lock)."""
+        self._load.add(p, -1)
+        self._load.add(q)
+        self._plans[q.cid] = q
+        self.rebound += 1
 
     def _reserve(self, p: Plan, sign: int) -> None:
         for sender, receiver in p.transfers():

@@ -1,0 +1,62 @@
+"""Late binding of rebuilds (mosafs.manager.ec_plans.rebound): a rebuild whose links are
+busy when its turn comes starts with other benefactors whose links are free, the same
+repair (the same slots, sources among the readable fragments, targets among those that
+could take them when it was planned)."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+from mosafs.manager.ec_plans import REBUILD, Plan, fits, rebound
+from mosafs.manager.metadata import FragmentMove, Layout
+
+IDS = tuple(bytes([i]) * 32 for i in range(3))
+
+
+def rebuild(worker: str, target: str, spare: tuple[str, ...]) -> Plan:
+    """ec:2+1, fragment 2 lost with dead b9: fragments 0 and 1 on b0 and b1."""
+    return Plan(b"c" * 32, REBUILD, worker, "p", 1000, read_bytes=512, store_bytes=512,
+                moves=(FragmentMove(2, IDS[2], "b9", target),), expect=Layout(2, 1, IDS),
+                fragments=((0, "b0"), (1, "b1")), spare=spare)
+
+
+def test_a_busy_target_is_replaced_by_a_free_spare() -> None:
+    p = rebuild("b0", "b2", ("b3", "b4"))
+    sending: Counter[str] = Counter()
+    receiving = Counter({"b2": 2, "b0": 2, "b3": 1})
+    assert not fits(p, sending, receiving, 2)
+    q = rebound(p, lambda x: fits(x, sending, receiving, 2), sending, receiving)
+    assert q is not None and fits(q, sending, receiving, 2)
+    # b0 and b2 may not receive: the rebuilder is b1 (its own fragment local, reads b0's)
+    # or the free spare b4 (reads both); the target the idlest of the spares.
+    assert q.moves[0].holder == "b4" and q.moves[0].index == 2 and q.moves[0].fid == IDS[2]
+    assert {t for s, t in q.transfers()} <= {"b1", "b4"}
+    assert q.worker in {"b1", "b4"} and q.cid == p.cid and q.expect == p.expect
+    # The spares are the rest of the candidates, the old target among them.
+    assert set(q.spare) == {"b2", "b3"}
+    # Bytes read from peers: one fragment of 512 bytes if the rebuilder holds the other.
+    assert q.read_bytes == (512 if q.worker == "b1" else 1024)
+    if q.worker == "b1":
+        assert q.fragments[0] == (1, "b1")
+
+
+def test_busy_senders_are_read_around_when_more_fragments_are_readable() -> None:
+    # ec:1+2 with fragment 2 lost: either of the two others rebuilds it.
+    p = Plan(b"c" * 32, REBUILD, "b2", "p", 1000, read_bytes=1024, store_bytes=1024,
+             moves=(FragmentMove(2, IDS[2], "b9", "b2"),), expect=Layout(1, 2, IDS),
+             fragments=((0, "b0"), (1, "b1")), spare=("b3",))
+    sending = Counter({"b0": 2})
+    receiving: Counter[str] = Counter()
+    assert not fits(p, sending, receiving, 2)  # planned to read b0's
+    q = rebound(p, lambda x: fits(x, sending, receiving, 2), sending, receiving)
+    assert q is not None and all(s != "b0" for s, _ in q.transfers())
+    assert q.fragments[0] == (1, "b1") and q.moves[0].holder in {"b2", "b3"}
+
+
+def test_nothing_starts_while_every_choice_is_busy() -> None:
+    p = rebuild("b0", "b2", ("b3",))
+    sending = Counter({"b0": 2, "b1": 2})  # both sources busy: every rebuild needs one
+    receiving: Counter[str] = Counter()
+    assert rebound(p, lambda x: fits(x, sending, receiving, 2), sending, receiving) is None
+    # Without spares a plan is not bound again (moves of live fragments, conversions).
+    assert rebound(rebuild("b0", "b2", ()), lambda x: True, sending, receiving) is None

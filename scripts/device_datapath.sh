@@ -29,22 +29,8 @@ set -u
 STEPS=${STEPS:-env profile backends}
 OUT=${OUT:-/tmp/mosafs-datapath}
 mkdir -p "$OUT"
-export PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+. scripts/device_env.sh
 export MOSAFS_HASH_BACKEND=gpu
-PY=${PY:-python3}
-if [ -d .whl ] && ! $PY -c "import blake3" 2>/dev/null; then
-    $PY -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
-        --target /tmp/site .whl/*.whl || exit 1
-    export PYTHONPATH=/tmp/site:$PWD PATH=$PATH:/tmp/site/bin
-else
-    export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
-fi
-if [ -d .devcarry/debs ]; then  # libfuse3 and fusermount3
-    for f in .devcarry/debs/*.deb; do dpkg -x "$f" /tmp/fuseroot; done
-    export LD_LIBRARY_PATH=/tmp/fuseroot/lib/x86_64-linux-gnu:/tmp/fuseroot/usr/lib/x86_64-linux-gnu
-    export PATH=$PATH:/tmp/fuseroot/bin:/tmp/fuseroot/usr/bin
-fi
-step() { case " $STEPS " in *" $1 "*) return 0;; *) return 1;; esac; }
 run() {  # name, time limit, command...
     local name=$1 limit=$2; shift 2
     echo "== $name"

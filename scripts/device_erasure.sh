@@ -27,16 +27,7 @@ set -u
 STEPS=${STEPS:-env stream bench vectors backend erasure}
 OUT=${OUT:-/tmp/mosafs-erasure}
 mkdir -p "$OUT"
-export PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
-PY=${PY:-python3}
-if [ -d .whl ] && ! $PY -c "import blake3, pyeclib" 2>/dev/null; then
-    $PY -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
-        --target /tmp/site .whl/*.whl || exit 1
-    export PYTHONPATH=/tmp/site:$PWD PATH=$PATH:/tmp/site/bin
-else
-    export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
-fi
-step() { case " $STEPS " in *" $1 "*) return 0;; *) return 1;; esac; }
+. scripts/device_env.sh
 tests() {  # name, time limit, pytest arguments...
     local name=$1 limit=$2; shift 2
     echo "== $name"
@@ -81,11 +72,6 @@ if step erasure; then  # last, verbose: a run cut by its limit still shows every
     echo "passed $(grep -c ' PASSED' "$OUT/erasure.txt"), failed $(grep -c ' FAILED' "$OUT/erasure.txt")"
 fi
 if step mount; then  # through a mount: needs FUSE (.devcarry/debs, as device_datapath.sh)
-    if [ -d .devcarry/debs ]; then
-        for f in .devcarry/debs/*.deb; do dpkg -x "$f" /tmp/fuseroot; done
-        export LD_LIBRARY_PATH=/tmp/fuseroot/lib/x86_64-linux-gnu:/tmp/fuseroot/usr/lib/x86_64-linux-gnu
-        export PATH=$PATH:/tmp/fuseroot/bin:/tmp/fuseroot/usr/bin
-    fi
     echo "== mount"
     START=$(date +%s)
     timeout ${MOUNT_LIMIT:-420} $PY -m mosafs bench ec --parts ${MOUNT_PARTS:-mount,rebuild} \
@@ -94,11 +80,6 @@ if step mount; then  # through a mount: needs FUSE (.devcarry/debs, as device_da
     $PY -c "import json,sys; r=json.load(open(sys.argv[1])); print(json.dumps(r.get('targets'), indent=1)); print(json.dumps(r.get('rebuild'))[:1500])" "$OUT/ec_mount.json"
 fi
 if step ecwrite; then  # does ec:4+2 write at least as fast as replicas:3? (issue 19)
-    if [ -d .devcarry/debs ]; then
-        for f in .devcarry/debs/*.deb; do dpkg -x "$f" /tmp/fuseroot; done
-        export LD_LIBRARY_PATH=/tmp/fuseroot/lib/x86_64-linux-gnu:/tmp/fuseroot/usr/lib/x86_64-linux-gnu
-        export PATH=$PATH:/tmp/fuseroot/bin:/tmp/fuseroot/usr/bin
-    fi
     echo "== ecwrite"; export MOSAFS_HASH_BACKEND=gpu
     for cycle in $(seq 1 ${CYCLES:-3}); do for layout in replicas:3 ec:4+2; do
         name=ecwrite-${layout//[:+]/-}-$cycle

@@ -31,23 +31,7 @@ BENCH_BACKEND=${BENCH_BACKEND:-all}
 TESTS=${TESTS:-tests/gpu tests/unit/test_chunking.py tests/unit/test_bench_hash.py}
 OUT=${OUT:-/tmp/mosafs-gpu-check}
 mkdir -p "$OUT"
-export PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
-PY=${PY:-python3}
-if [ -d .whl ] && ! $PY -c "import blake3" 2>/dev/null; then
-    $PY -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
-        --target /tmp/site .whl/*.whl || exit 1
-    export PYTHONPATH=/tmp/site:$PWD
-else
-    export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
-fi
-
-if [ -d .devcarry/debs ]; then  # libfuse3 and fusermount3 for the mount tests
-    for f in .devcarry/debs/*.deb; do dpkg -x "$f" /tmp/fuseroot; done
-    export LD_LIBRARY_PATH=/tmp/fuseroot/lib/x86_64-linux-gnu:/tmp/fuseroot/usr/lib/x86_64-linux-gnu
-    export PATH=$PATH:/tmp/fuseroot/bin:/tmp/fuseroot/usr/bin
-fi
-
-step() { case " $STEPS " in *" $1 "*) return 0;; *) return 1;; esac; }
+. scripts/device_env.sh
 
 if step env; then
 echo "== 1. environment"

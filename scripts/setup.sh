@@ -24,6 +24,12 @@ python="${PYTHON:-python3}"
 [ -x .venv/bin/python ] || "$python" -m venv .venv
 .venv/bin/python -m pip install -q --upgrade pip 2>/dev/null || true
 if [ "${1:-}" = "--dev" ]; then
+  # The checkpoint tests need torch: its CPU build (the default wheel brings gigabytes of
+  # CUDA libraries the tests never use). --retries 0: a local mirror answers at once.
+  .venv/bin/python -c "import torch" 2>/dev/null ||
+    .venv/bin/python -m pip install -q --retries 0 \
+      --index-url https://download.pytorch.org/whl/cpu \
+      --extra-index-url https://download.pytorch.org/whl/cpu "torch>=2.2"
   .venv/bin/python -m pip install -q -e '.[dev]'
 else
   .venv/bin/python -m pip install -q -e .

@@ -98,13 +98,15 @@ class GpuChunker(Chunker):
 
     def stream(self, *, pipelined: bool = False, keep_data: bool = True,
                profile: Profile | None = None,
-               parity: tuple[int, int, int] | None = None) -> GpuStream:
+               parity: tuple[int, int, int] | None = None,
+               device_input: int | None = None) -> GpuStream:
         """A new stream; see gpu_runtime.GpuStream for the options (parity=(K, M,
-        MIN_CHUNK): each chunk's erasure parity computed on the GPU too)."""
+        MIN_CHUNK): each chunk's erasure parity computed on the GPU too; device_input=D:
+        the bytes are on GPU D already)."""
         from mosafs.chunking.gpu_runtime import GpuStream
 
         return GpuStream(self.runtime, self.spec, pipelined=pipelined, keep_data=keep_data,
-                         profile=profile, parity=parity)
+                         profile=profile, parity=parity, device_input=device_input)
 
     def chunk_all(self, data: BytesLike) -> list[Chunk]:
         stream = self.stream(pipelined=True)

@@ -591,13 +591,22 @@ class GpuStream(ChunkStream):
     device from the bytes already there for hashing; only the parity comes back. Chunk
     objects carry copies (`Chunk.parity`); ChunkBatch.parity holds views of a host
     block, valid until the batch is released.
+
+    device_input=D makes a stream of bytes that are on GPU D already (mosafs.checkpoint:
+    tensors): `feed_device_batch(ptr, count)` copies them device to device into the
+    slots (of D's lanes only), and feed_batch copies host bytes (a file header) straight
+    to the device; nothing goes through the pinned buffers, and the caller takes the new
+    chunks' bytes from its own memory (keep_data=False).
     """
 
     in_place = True
 
     def __init__(self, rt: GpuRuntime, spec: ChunkerSpec, *, pipelined: bool = False,
                  keep_data: bool = True, profile: Profile | None = None,
-                 parity: tuple[int, int, int] | None = None) -> None:
+                 parity: tuple[int, int, int] | None = None,
+                 device_input: int | None = None) -> None:
+        if device_input is not None and keep_data:
+            raise ValueError("a stream of device bytes keeps no chunk bytes: keep_data=False")
         if spec.max_size > rt.buffer_size:
             raise ValueError(f"GPU buffers of {rt.buffer_size} bytes cannot hold a "
                              f"{spec.max_size}-byte chunk")
@@ -620,6 +629,11 @@ class GpuStream(ChunkStream):
         self._done = False
         self._expected = (4 * GEAR_STRIP) if not self._cdc else max(1, spec.avg_size // 4)
         self._parity = None if parity is None else _ParityStage(rt, *parity)
+        self._on_device = device_input is not None
+        # The lanes this stream's slots come from: the input's GPU's, where it has some.
+        own = [i for i, d in enumerate(rt.devices) if d.index == device_input]
+        self._lanes = own if self._on_device and own else list(range(rt.lanes))
+        self._lane0 = self._lane0 % len(self._lanes)
 
     @property
     def parity(self) -> tuple[int, int, int] | None:
@@ -656,8 +670,34 @@ class GpuStream(ChunkStream):
         while pos < total:
             use = self._current()
             take = min(total - pos, self._rt.buffer_size - use.fill)
-            at = HIST + use.fill
-            use.slot.host[at:at + take] = src[pos:pos + take]
+            if self._on_device:  # host bytes in a device stream: straight to the device
+                slot = use.slot
+                slot.device.activate()
+                cupy.cuda.runtime.memcpyAsync(slot.data_ptr + use.fill,
+                                              int(src.ctypes.data) + pos, take, _H2D,
+                                              slot.stream.ptr)
+                slot.stream.synchronize()  # the source is the caller's pageable memory
+            else:
+                at = HIST + use.fill
+                use.slot.host[at:at + take] = src[pos:pos + take]
+            pos += take
+            self._added(use, take)
+        return self._after_feed()
+
+    def feed_device_batch(self, ptr: int, count: int) -> list[ChunkBatch]:
+        """COUNT bytes at device pointer PTR (a stream made with device_input), copied
+        into the slots on their streams: the caller keeps them unchanged until finish()."""
+        self._check_open()
+        if not self._on_device:
+            raise ValueError("feed_device_batch needs a stream made with device_input")
+        pos = 0
+        while pos < count:
+            use = self._current()
+            take = min(count - pos, self._rt.buffer_size - use.fill)
+            slot = use.slot
+            slot.device.activate()
+            cupy.cuda.runtime.memcpyAsync(slot.data_ptr + use.fill, ptr + pos, take,
+                                          _DEFAULT, slot.stream.ptr)
             pos += take
             self._added(use, take)
         return self._after_feed()
@@ -701,12 +741,18 @@ class GpuStream(ChunkStream):
         if len(self._uses) >= self._max_uses:
             self._progress(need_slot=True)
         prev = self._uses[-1] if self._uses else None
-        lane = (self._lane0 + self._nuses) % self._rt.lanes
+        lane = self._lanes[(self._lane0 + self._nuses) % len(self._lanes)]
         slot = self._rt.acquire(lane)
         base = 0 if prev is None else prev.base + prev.fill
         use = _Use(slot, base, self._nuses)
         self._nuses += 1
-        if prev is not None:  # the gear window's bytes before this buffer
+        if prev is not None and self._on_device:  # the window's bytes, device to device
+            slot.device.activate()
+            slot.stream.wait_event(prev.slot.h2d_ev)  # recorded when prev was submitted
+            cupy.cuda.runtime.memcpyAsync(slot.data_ptr - HIST,
+                                          prev.slot.data_ptr + prev.fill - HIST, HIST,
+                                          _DEFAULT, slot.stream.ptr)
+        elif prev is not None:  # the gear window's bytes before this buffer
             end = HIST + prev.fill
             slot.host[:HIST] = prev.slot.host[end - HIST:end]
         self._uses.append(use)
@@ -753,9 +799,11 @@ class GpuStream(ChunkStream):
                               ("t0", "t1", "t2", "t3", "t4", "t5", "t6")}
                 seg.timing["t0"].record(stream)
             # [a - 64, b): the window's bytes before a come along (header or this slot).
-            cupy.cuda.runtime.memcpyAsync(slot.data_ptr + a - HIST,
-                                          slot.host_ptr + HIST + a - HIST,
-                                          b - a + HIST, _H2D, stream.ptr)
+            # A device stream's bytes are there already (fed device to device).
+            if not self._on_device:
+                cupy.cuda.runtime.memcpyAsync(slot.data_ptr + a - HIST,
+                                              slot.host_ptr + HIST + a - HIST,
+                                              b - a + HIST, _H2D, stream.ptr)
             slot.h2d_ev.record(stream)
             if seg.timing is not None:
                 seg.timing["t1"].record(stream)

@@ -298,6 +298,22 @@ class WriteSession:
         await self._pipeline.append(data)
         self.size += len(data)
 
+    def replace_content(self, entries: list[ChunkEntry]) -> None:
+        """The content is ENTRIES from now on: chunks the caller stored through this
+        session (recorded in `stored`, as the pipeline records them) or that the base or
+        the index has. mosafs.checkpoint chunks tensors on the GPU, outside the pipeline,
+        and commits with this. Only on a session with no appended or spilled bytes."""
+        self._check_content()
+        if self._pipeline is not None or self._spill is not None:
+            raise errors.InternalError("replace_content on a session with pending writes")
+        if self.lease is None:
+            raise errors.InternalError("replace_content without a write lease")
+        self.prefix = list(entries)
+        self.size = sum(e.length for e in entries)
+        self.dirty = True
+        self.only_emptied = False
+        self.mtime_ns = time.time_ns()
+
     async def truncate(self, size: int) -> None:
         check_size(size)
         if size == self.size:

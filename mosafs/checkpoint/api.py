@@ -1,0 +1,173 @@
+"""`save` and `load` (docs/checkpoint.md): checkpoints as safetensors files that are
+ordinary mosafs files, saved without the copies a write through the mount makes."""
+
+from __future__ import annotations
+
+import concurrent.futures
+import os
+import time
+from collections.abc import Mapping
+from dataclasses import replace
+from typing import Any
+
+import numpy as np
+
+from mosafs.checkpoint.cluster import client, target
+from mosafs.checkpoint.format import BITS, Layout, layout
+from mosafs.checkpoint.loading import read_file
+from mosafs.checkpoint.saving import SaveResult, save_host
+from mosafs.checkpoint.sources import Source, sources
+
+PathLike = str | os.PathLike[str]
+
+
+class SaveHandle:
+    """A save running in the background (`save(..., blocking=False)`). The tensors were
+    snapshotted before `save` returned: the caller may change them at once."""
+
+    def __init__(self, future: concurrent.futures.Future[SaveResult], result: SaveResult,
+                 started: float) -> None:
+        self._future = future
+        self.result_so_far = result
+        self._started = started
+
+    def done(self) -> bool:
+        return self._future.done()
+
+    def wait(self, timeout: float | None = None) -> SaveResult:
+        """The save's figures once it has committed; its error (a MosafsError) if it
+        failed; TimeoutError if TIMEOUT seconds pass first."""
+        return self._future.result(timeout)
+
+    def exception(self, timeout: float | None = None) -> BaseException | None:
+        return self._future.exception(timeout)
+
+
+def save(tensors: Mapping[str, Any], path: PathLike, *, metadata: Mapping[str, str] | None = None,
+         blocking: bool = True) -> SaveResult | SaveHandle:
+    """Save TENSORS (names to torch tensors, numpy or CuPy arrays) as a new version of
+    PATH, a file inside a mosafs mount, in the safetensors format: the bytes
+    `safetensors.torch.save_file(tensors, path, metadata)` writes. BLOCKING=False returns
+    a SaveHandle once the tensors are snapshotted."""
+    started = time.perf_counter()
+    where = target(path)
+    found = sources(tensors)
+    plan = layout([s.spec for s in found], metadata)
+    result = SaveResult(str(where.path))
+    on_gpu = any(s.on_device for s in found)
+    if on_gpu:
+        _device_ready(found)
+    keep: Any = None
+    if not blocking:
+        found, keep = _snapshot(found, on_gpu)
+    future = client(where).submit(_save, where, plan, found, result, started, on_gpu, keep)
+    if blocking:
+        return future.result()
+    result.blocked_s = time.perf_counter() - started
+    return SaveHandle(future, result, started)
+
+
+async def _save(ctx: Any, where: Any, plan: Layout, found: list[Source], result: SaveResult,
+                started: float, on_gpu: bool, keep: Any) -> SaveResult:
+    if on_gpu:
+        from mosafs.checkpoint.device import save_device
+
+        await save_device(ctx, where, plan, found, result)
+    else:
+        await save_host(ctx, where, plan, found, result)
+    del keep  # the snapshot's memory, held until the save is done
+    result.total_s = time.perf_counter() - started
+    if not result.blocked_s:
+        result.blocked_s = result.total_s
+    return result
+
+
+def _device_ready(found: list[Source]) -> None:
+    """Wait for the work queued on the tensors' devices (the caller's streams): the save
+    reads them on streams of its own. Without CuPy a GPU save cannot run: an error,
+    never a silent copy to the host."""
+    from mosafs.chunking.gpu import gpu_unavailable_reason
+    from mosafs.errors import ConfigError
+
+    reason = gpu_unavailable_reason()
+    if reason is not None:
+        raise ConfigError(f"tensors on a GPU, but the GPU backend cannot run: {reason}")
+    import cupy
+
+    for device in {s.device for s in found if s.on_device}:
+        with cupy.cuda.Device(device):
+            cupy.cuda.runtime.deviceSynchronize()
+
+
+def _snapshot(found: list[Source], on_gpu: bool) -> tuple[list[Source], Any]:
+    """Copies of FOUND's bytes that the caller cannot change (GPU tensors: device to
+    device), and what holds their memory."""
+    if on_gpu:
+        from mosafs.checkpoint.device import snapshot
+
+        return snapshot(found)
+    return [replace(s, host=memoryview(bytes(s.host)), keep=None) if s.host is not None
+            else s for s in found], None
+
+
+def load(path: PathLike, *, device: str = "cpu") -> dict[str, Any]:
+    """The newest version of PATH (a safetensors file in a mosafs mount) as torch tensors
+    on DEVICE ("cpu", "cuda", "cuda:1"), as `safetensors.torch.load_file` gives them."""
+    import torch
+
+    where = target(path)
+    to_gpu = torch.device(device).type == "cuda"
+
+    def alloc(n: int) -> Any:
+        return torch.empty(n, dtype=torch.uint8, pin_memory=to_gpu).numpy()
+
+    plan, buffer, _ = client(where).submit(read_file, where, alloc).result()
+    host = torch.from_numpy(buffer)
+    out: dict[str, Any] = {}
+    for entry in sorted(plan.entries, key=lambda e: e.spec.name):
+        spec = entry.spec
+        dtype = _torch_dtype(spec.dtype)
+        tensor = torch.empty(spec.shape, dtype=dtype, device=device)
+        if spec.nbytes:
+            piece = host[entry.start:entry.end].view(dtype).reshape(spec.shape)
+            tensor.copy_(piece, non_blocking=to_gpu)
+        out[spec.name] = tensor
+    if to_gpu:
+        torch.cuda.synchronize(device)
+    return out
+
+
+def load_numpy(path: PathLike) -> dict[str, np.ndarray]:
+    """The newest version of PATH as numpy arrays (`safetensors.numpy.load_file`)."""
+    where = target(path)
+    plan, buffer, _ = client(where).submit(
+        read_file, where, lambda n: np.empty(n, dtype=np.uint8)).result()
+    out = {}
+    for entry in sorted(plan.entries, key=lambda e: e.spec.name):
+        dtype = np.dtype(_NUMPY.get(entry.spec.dtype, "V"))
+        if entry.spec.dtype not in _NUMPY:
+            from mosafs.errors import InvalidArgument
+
+            raise InvalidArgument(f"tensor {entry.spec.name!r} is {entry.spec.dtype}, "
+                                  f"which numpy has no dtype for: load it with torch")
+        out[entry.spec.name] = buffer[entry.start:entry.end].view(dtype).reshape(
+            entry.spec.shape).copy()
+    return out
+
+
+_NUMPY = {"F64": "float64", "F32": "float32", "F16": "float16", "I64": "int64",
+          "I32": "int32", "I16": "int16", "I8": "int8", "U64": "uint64", "U32": "uint32",
+          "U16": "uint16", "U8": "uint8", "BOOL": "bool", "C64": "complex64"}
+
+
+def _torch_dtype(name: str) -> Any:
+    import torch
+
+    from mosafs.checkpoint.sources import DTYPE_NAMES
+
+    for torch_name, st_name in DTYPE_NAMES.items():
+        if st_name == name and hasattr(torch, torch_name):
+            return getattr(torch, torch_name)
+    from mosafs.errors import InvalidArgument
+
+    raise InvalidArgument(f"dtype {name} ({BITS.get(name, '?')} bits) has no torch dtype here")

@@ -1,0 +1,79 @@
+#!/usr/bin/env bash
+# One call on a lent GPU machine (the `run` tool) for GPU-native checkpoints (issue 20,
+# docs/checkpoint.md): the tests and the benchmark.
+#
+#   There:  bash scripts/device_checkpoint.sh       (carry: .whl .devcarry, as
+#           scripts/device_gpu_check.sh says how to make them)
+#
+# Steps (STEPS, default "env tests bench"):
+#   env    the GPU, torch, safetensors, cupy;
+#   tests  tests/gpu/test_gpu_checkpoint*.py, the GPU stream tests (the device-fed stream
+#          is new), the CPU checkpoint tests -> $OUT/tests.txt;
+#   quick  one 1 GiB state on the GPU, saved twice (all new, then a tenth changed) and
+#          loaded, against torch.save to the local disk: a smoke of the figures;
+#   bench  mosafs bench checkpoint (1 GiB on the GPU) -> $OUT/checkpoint.json.
+set -u
+STEPS=${STEPS:-env tests bench}
+OUT=${OUT:-/tmp/mosafs-checkpoint}
+mkdir -p "$OUT"
+. scripts/device_env.sh
+
+if step env; then
+    echo "== env"
+    nvidia-smi -L; nproc
+    $PY -c "import torch, safetensors, cupy; print('torch', torch.__version__, 'safetensors', safetensors.__version__, 'cupy', cupy.__version__, 'cuda', torch.cuda.is_available())"
+fi
+if step tests; then
+    echo "== tests"
+    # shellcheck disable=SC2086
+    timeout ${TESTS_LIMIT:-300} $PY -m pytest -p no:cacheprovider -rfEs --durations=10 \
+        ${TESTS:-tests/gpu/test_gpu_checkpoint.py tests/gpu/test_gpu_erasure_stream.py tests/fuse/test_fuse_checkpoint.py tests/unit/test_checkpoint_format.py} \
+        > "$OUT/tests.txt" 2>&1
+    echo "rc=$?"; grep -E "^(FAILED|ERROR)|passed|failed|error|^E " "$OUT/tests.txt" | tail -30
+fi
+if step quick; then
+    echo "== quick"
+    rm -rf /tmp/ckq; mkdir -p /tmp/ckq
+    $PY -m mosafs up /tmp/ckq/mnt --data-dir /tmp/ckq/data --hash-backend gpu > /tmp/ckq/up.log 2>&1 &
+    UP=$!
+    for _ in $(seq 60); do mountpoint -q /tmp/ckq/mnt && break; sleep 1; done
+    timeout 240 $PY - <<'PYEOF' 2>&1 | tee "$OUT/quick.txt"
+import os, time, torch
+from mosafs import checkpoint
+g = torch.Generator(device="cuda").manual_seed(0)
+sd = {f"l{i}": torch.randn(4 << 20, device="cuda", generator=g) for i in range(64)}  # 64 x 16 MiB
+torch.cuda.synchronize()
+def local():
+    t = time.perf_counter()
+    with open("/tmp/ckq/local.pt", "wb") as f:
+        torch.save(sd, f); f.flush(); os.fsync(f.fileno())
+    return time.perf_counter() - t
+for step in range(3):
+    if step:
+        for i in range(0, 64, 10): sd[f"l{i}"].add_(1)
+    torch.cuda.synchronize()
+    tl = local()
+    t = time.perf_counter(); r = checkpoint.save(sd, "/tmp/ckq/mnt/model.r0.%d" % step); tb = time.perf_counter() - t
+    print(f"step {step}: torch.save local {tl:.3f}s  save {tb:.3f}s ({tb/tl:.2f}x) to_host {r.bytes_to_host>>20} MiB sent {r.bytes_sent>>20} MiB phases {r.phases}")
+t = time.perf_counter(); h = checkpoint.save(sd, "/tmp/ckq/mnt/model.r0.9", blocking=False); tr = time.perf_counter() - t
+r = h.wait(); print(f"non-blocking return {tr:.4f}s total {r.total_s:.3f}s")
+from safetensors.torch import save_file, load_file
+save_file(sd, "/tmp/ckq/local.safetensors")
+for rep in range(2):
+    t = time.perf_counter(); a = load_file("/tmp/ckq/local.safetensors", device="cuda"); torch.cuda.synchronize(); ts = time.perf_counter() - t
+    t = time.perf_counter(); b = checkpoint.load("/tmp/ckq/mnt/model.r0.9", device="cuda"); tm = time.perf_counter() - t
+    print(f"load: safetensors local {ts:.3f}s mosafs {tm:.3f}s speed ratio {ts/tm:.2f}")
+assert all(torch.equal(b[k], sd[k]) for k in sd)
+from mosafs.checkpoint.cluster import close_all; close_all()
+PYEOF
+    kill -INT $UP; wait $UP
+fi
+if step bench; then
+    echo "== bench"
+    START=$(date +%s)
+    timeout ${BENCH_LIMIT:-400} $PY -m mosafs bench checkpoint --device cuda \
+        --size-mib ${SIZE_MIB:-1024} --steps ${BENCH_STEPS:-4} --json \
+        > "$OUT/checkpoint.json" 2> "$OUT/checkpoint.err"
+    echo "rc=$? in $(( $(date +%s) - START )) s"; tail -20 "$OUT/checkpoint.err"
+    head -c 6000 "$OUT/checkpoint.json"
+fi

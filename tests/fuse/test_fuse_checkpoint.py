@@ -1,0 +1,170 @@
+"""mosafs.checkpoint on CPU tensors against a real `mosafs up` cluster (mutual TLS, the
+library finding the cluster and certificates from the mount, as the admin commands do):
+
+- the file a save makes is, read through the mount, byte for byte what safetensors writes
+  for the same tensors (numpy and torch), stock `safetensors.safe_open` reads it there,
+  and `load` / `load_numpy` give the tensors back;
+- saves are versions of the path, deduplicated against the previous one (a save that
+  changes one tensor sends a fraction of the file), and against files written through the
+  mount: the same bytes written by `cp` after a save send nothing (the same chunk ids);
+- a non-blocking save returns a handle at once; the tensors changed right after do not
+  reach the file; the handle reports the figures;
+- pruning policies prune saved series like any file;
+- bad input (non-contiguous or shared tensors, a path outside every mount, a folder)
+  is refused with a clear error and writes nothing.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from mosafs import checkpoint
+from mosafs.checkpoint.cluster import close_all
+from mosafs.errors import ConfigError, InvalidArgument, IsADirectory
+from tests.conftest import UpCluster
+from tests.harness import cli
+
+MiB = 1 << 20
+UP_ARGS = ("--benefactors", "3", "--chunker", "cdc:16384:65536:262144")
+
+safetensors_numpy = pytest.importorskip("safetensors.numpy",
+                                        reason="safetensors is a test dependency")
+
+
+@pytest.fixture
+def cluster(start_cluster: Any) -> Iterator[UpCluster]:
+    up = start_cluster(*UP_ARGS)
+    try:
+        yield up
+    finally:
+        close_all()  # the library's client threads, before the cluster stops
+
+
+def state(seed: int, tensors: int = 8, size: int = 256 * 1024) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    out: dict[str, np.ndarray] = {
+        f"layer{i}.weight": rng.standard_normal(size // 4, dtype=np.float32).reshape(-1, 64)
+        for i in range(tensors)}
+    out["step"] = np.array([seed], dtype=np.int64)
+    out["mask"] = rng.integers(0, 2, size=100).astype(bool)
+    out["half"] = rng.standard_normal(33).astype(np.float16)
+    return out
+
+
+def stats(path: Path) -> dict[str, Any]:
+    done = cli("stats", str(path), "--json")
+    assert done.returncode == 0, done.stderr
+    return dict(json.loads(done.stdout))
+
+
+def test_fuse_checkpoint_numpy_files_are_safetensors_versions_deduplicated(
+        cluster: UpCluster, tmp_path: Path) -> None:
+    path = cluster.mountpoint / "model.safetensors"
+    first = state(1)
+    result = checkpoint.save(first, path, metadata={"step": "1"})
+    assert isinstance(result, checkpoint.SaveResult)
+    expected = safetensors_numpy.save(first, metadata={"step": "1"})
+    assert path.read_bytes() == expected
+    assert result.version == 1 and result.size == len(expected)
+    assert result.bytes_hashed == len(expected) and result.bytes_sent == len(expected)
+    with safetensors_numpy.safe_open(str(path), framework="np") as f:  # stock reader
+        assert f.metadata() == {"step": "1"}
+        assert np.array_equal(f.get_tensor("layer3.weight"), first["layer3.weight"])
+
+    # One tensor of eight changes: a new version that sends a fraction of the file.
+    second = dict(first)
+    second["layer5.weight"] = first["layer5.weight"] + 1
+    again = checkpoint.save(second, path, metadata={"step": "1"})
+    assert isinstance(again, checkpoint.SaveResult)
+    assert again.version == 2
+    assert 0 < again.bytes_sent < len(expected) // 2, again
+    assert path.read_bytes() == safetensors_numpy.save(second, metadata={"step": "1"})
+    back = checkpoint.load_numpy(path)
+    assert back.keys() == second.keys()
+    assert all(np.array_equal(back[k], second[k]) and back[k].dtype == second[k].dtype
+               for k in second)
+    versions = json.loads(cli("versions", str(path), "--json").stdout)
+    assert [v["version"] for v in versions["versions"]] == [1, 2]
+
+    # The same bytes written through the mount: every chunk deduplicated (same ids).
+    local = tmp_path / "copy.safetensors"
+    local.write_bytes(safetensors_numpy.save(second, metadata={"step": "1"}))
+    shutil.copyfile(local, path)
+    copied = stats(path)
+    assert copied["version"] == 3 and copied["new_bytes"] == 0, copied
+    # ... and the other way round: a file written through the mount, saved again.
+    other = cluster.mountpoint / "other.safetensors"
+    other.write_bytes(safetensors_numpy.save(first))
+    resaved = checkpoint.save(first, other)
+    assert isinstance(resaved, checkpoint.SaveResult)
+    assert resaved.version == 2 and resaved.bytes_sent == 0
+
+
+def test_fuse_checkpoint_torch_cpu_blocking_and_not(cluster: UpCluster) -> None:
+    torch = pytest.importorskip("torch", reason="torch (CPU) is a test dependency")
+    safetensors_torch = pytest.importorskip("safetensors.torch")
+    gen = torch.Generator().manual_seed(3)
+    tensors = {
+        "w": torch.randn(300, 257, generator=gen),
+        "b16": torch.randn(1000, generator=gen).to(torch.bfloat16),
+        "flags": torch.rand(77, generator=gen) > 0.5,
+        "scalar": torch.tensor(7, dtype=torch.int32),
+        "empty": torch.zeros(0, 4),
+    }
+    path = cluster.mountpoint / "torch.safetensors"
+    checkpoint.save(tensors, path)
+    assert path.read_bytes() == safetensors_torch.save(tensors)
+    back = checkpoint.load(path)
+    assert back.keys() == tensors.keys()
+    assert all(torch.equal(back[k], tensors[k]) and back[k].dtype == tensors[k].dtype
+               for k in tensors)
+
+    # Non-blocking: the handle comes back before the save is done; the tensors changed
+    # at once do not reach the file.
+    expected = safetensors_torch.save(tensors)
+    handle = checkpoint.save(tensors, path, blocking=False)
+    assert isinstance(handle, checkpoint.SaveHandle)
+    tensors["w"].add_(1.0)
+    done = handle.wait(timeout=120)
+    assert handle.done() and done.version == 2
+    assert done.blocked_s <= done.total_s
+    assert path.read_bytes() == expected
+
+
+def test_fuse_checkpoint_series_are_pruned_by_policy(cluster: UpCluster) -> None:
+    folder = cluster.mountpoint / "ckpt"
+    folder.mkdir()
+    assert cli("policy", "set", str(folder), "--keep-last", "2").returncode == 0
+    for step in range(1, 5):
+        checkpoint.save(state(step, tensors=2), folder / f"model.rank0.{step}")
+    assert sorted(os.listdir(folder)) == ["model.rank0.3", "model.rank0.4"]
+    assert np.array_equal(checkpoint.load_numpy(folder / "model.rank0.4")["step"], [4])
+
+
+def test_fuse_checkpoint_refuses_bad_input_and_writes_nothing(cluster: UpCluster,
+                                                             tmp_path: Path) -> None:
+    mnt = cluster.mountpoint
+    base = np.arange(64, dtype=np.float32).reshape(8, 8)
+    with pytest.raises(InvalidArgument, match="not C-contiguous"):
+        checkpoint.save({"t": base.T}, mnt / "a.safetensors")
+    with pytest.raises(InvalidArgument, match="share memory"):
+        checkpoint.save({"a": base[:4], "b": base[2:]}, mnt / "a.safetensors")
+    with pytest.raises(InvalidArgument, match="cannot be stored"):
+        checkpoint.save({"o": np.array(["x"], dtype=object)}, mnt / "a.safetensors")
+    with pytest.raises(InvalidArgument, match="strings"):
+        checkpoint.save({"a": base}, mnt / "a.safetensors", metadata={"n": 1})  # type: ignore[dict-item]
+    with pytest.raises(ConfigError, match="not inside a mosafs mount"):
+        checkpoint.save({"a": base}, tmp_path / "local.safetensors")
+    (mnt / "dir").mkdir()
+    with pytest.raises(IsADirectory):
+        checkpoint.save({"a": base}, mnt / "dir")
+    assert sorted(os.listdir(mnt)) == ["dir"]
+    assert not (tmp_path / "local.safetensors").exists()

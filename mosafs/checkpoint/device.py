@@ -135,10 +135,13 @@ async def save_device(ctx: ClientContext, where: Target, layout: Layout, found: 
     session = await WriteSession.create(ctx, inode)
     try:
         await session.truncate(0)
+        result.phases["open_s"] = time.perf_counter() - started
         saver = _DeviceSave(ctx, session, image, result)
         entries = await saver.run()
         session.replace_content(entries)
+        committing = time.perf_counter()
         reply = await session.commit()
+        result.phases["commit_s"] = time.perf_counter() - committing
     finally:
         await session.close()
     assert reply is not None
@@ -169,26 +172,41 @@ class _DeviceSave:
         self.cursor = 0
         self.spread = random.randrange(1 << 30)
         self.slots = trio.Semaphore(ctx.config.uploads_per_file)
+        self.lookups = trio.Semaphore(4)  # index look-ups in flight
         self.staging = _Staging()
 
     async def run(self) -> list[ChunkEntry]:
-        cpu = self.ctx.cpu
+        """Feed the file to the GPU stream; each feed's chunks are recorded at once (the
+        block-map's order), and their look-ups and puts go on in the background while
+        the next bytes are chunked."""
+        phases = self.result.phases
         async with trio.open_nursery() as uploads:
             for piece in self.image.pieces:
                 for at in range(piece.start, piece.end, FEED_BYTES):
                     n = min(FEED_BYTES, piece.end - at)
                     if piece.host is not None:
                         host = piece.host[at - piece.start:at - piece.start + n]
-                        batches = await cpu(self.stream.feed_batch, host)
+                        batches = await self._timed("hash_s", self.stream.feed_batch, host)
                     else:
-                        batches = await cpu(self.stream.feed_device_batch,
-                                            piece.ptr + at - piece.start, n)
-                    await self._take(batches, uploads)
-            await self._take(await cpu(self.stream.finish_batch), uploads)
+                        batches = await self._timed("hash_s", self.stream.feed_device_batch,
+                                                    piece.ptr + at - piece.start, n)
+                    self._take(batches, uploads)
+            self._take(await self._timed("hash_s", self.stream.finish_batch), uploads)
+            fed = time.perf_counter()
+        phases["drain_s"] = time.perf_counter() - fed
         return self.entries
 
-    async def _take(self, batches: list[Any], uploads: trio.Nursery) -> None:
-        """Record BATCHES' chunks; store those the cluster does not have."""
+    async def _timed(self, phase: str, fn: Any, *args: Any) -> Any:
+        """FN(*ARGS) in a worker thread, its seconds added to PHASE."""
+        started = time.perf_counter()
+        try:
+            return await self.ctx.cpu(fn, *args)
+        finally:
+            phases = self.result.phases
+            phases[phase] = phases.get(phase, 0.0) + time.perf_counter() - started
+
+    def _take(self, batches: list[Any], uploads: trio.Nursery) -> None:
+        """Record BATCHES' chunks; those this session has not seen go to a look-up."""
         stored = self.session.stored
         fresh: dict[bytes, tuple[int, int, Any]] = {}
         for batch in batches:
@@ -202,10 +220,18 @@ class _DeviceSave:
                     fresh[cid] = (o, n, None if par is None else par.copy(i))
             batch.release()
         stored.ids.update(fresh)  # a repeat later in the file is not sent twice
-        if not fresh:
-            return
+        if fresh:
+            uploads.start_soon(self._look_up, fresh, uploads)
+
+    async def _look_up(self, fresh: dict[bytes, tuple[int, int, Any]],
+                       uploads: trio.Nursery) -> None:
+        """Drop what the manager's index has; store the rest in groups."""
         if self.ctx.config.dedupe_with_index:
-            present = await self.ctx.manager.find_chunks(list(fresh))
+            started = time.perf_counter()
+            async with self.lookups:
+                present = await self.ctx.manager.find_chunks(list(fresh))
+            phases = self.result.phases
+            phases["lookup_s"] = phases.get("lookup_s", 0.0) + time.perf_counter() - started
             for cid, has in zip(list(fresh), present, strict=True):
                 if has:
                     del fresh[cid]
@@ -228,13 +254,16 @@ class _DeviceSave:
 
     async def _upload(self, group: list[tuple[bytes, int, int, Any]], cursor: int) -> None:
         try:
-            datas = await self.ctx.cpu(self._copy_out, group)
+            datas = await self._timed("copy_out_s", self._copy_out, group)
             self.result.bytes_to_host += sum(len(d) for d in datas)
             self.result.new_chunks += len(group)
             news = [New(cid, data, cursor + i, par)
                     for i, ((cid, _, _, par), data) in enumerate(zip(group, datas, strict=True))]
+            started = time.perf_counter()
             await store_group(self.session, self.ctx.puts, news,
                               None if self.parity is None else self.parity[:2], self.spread)
+            phases = self.result.phases
+            phases["puts_s"] = phases.get("puts_s", 0.0) + time.perf_counter() - started
         finally:
             self.slots.release()
 

@@ -18,7 +18,7 @@ from mosafs.checkpoint.format import Layout, parse
 from mosafs.client.files.blockmap import BlockMapView
 from mosafs.client.files.context import ClientContext
 
-FETCHES = 32  # chunks in flight
+FETCHES = 64  # chunks in flight
 
 
 async def read_file(ctx: ClientContext, where: Target,
@@ -33,8 +33,14 @@ async def read_file(ctx: ClientContext, where: Target,
 
     async def fetch(i: int) -> None:
         entry = view.entries[i]
+        addresses, token, coded = view.where(entry.id)
+        # Replicas in turn (chunk i starts at replica i): every benefactor serves a share
+        # at once. Not through the chunk cache: a whole file would only push out what
+        # the mount's readers keep there.
+        turn = i % len(addresses) if addresses else 0
         try:
-            data = await ctx.fetcher.get(entry.id, *view.where(entry.id))
+            data = await ctx.fetcher.fetch(entry.id, [*addresses[turn:], *addresses[:turn]],
+                                           token, coded)
             start = view.starts[i]
             host[start:start + entry.length] = np.frombuffer(data, dtype=np.uint8)
         finally:

@@ -79,6 +79,11 @@ class BenefactorStub:
                 request_serializer=mosafs_dot_v1_dot_benefactor__pb2.RecodeChunkRequest.SerializeToString,
                 response_deserializer=mosafs_dot_v1_dot_benefactor__pb2.RecodeChunkResponse.FromString,
                 _registered_method=True)
+        self.OpenLocal = channel.unary_unary(
+                '/mosafs.v1.Benefactor/OpenLocal',
+                request_serializer=mosafs_dot_v1_dot_benefactor__pb2.OpenLocalRequest.SerializeToString,
+                response_deserializer=mosafs_dot_v1_dot_benefactor__pb2.OpenLocalResponse.FromString,
+                _registered_method=True)
 
 
 class BenefactorServicer:
@@ -163,6 +168,18 @@ class BenefactorServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def OpenLocal(self, request, context):
+        """Short-circuit local reads (docs/benefactor.md, "Local reads"), as HDFS passes block
+        files to a client on its own host: for chunks a reader may read (tokens[i] for
+        ids[i], checked as GetChunk checks them), a one-time ticket that the reader presents
+        on this benefactor's Unix socket (an abstract name: same host and network
+        namespace only) to receive the open chunk files. The reader verifies every chunk's
+        id as always. FAILED_PRECONDITION where local reads are off.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_BenefactorServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -210,6 +227,11 @@ def add_BenefactorServicer_to_server(servicer, server):
                     servicer.RecodeChunk,
                     request_deserializer=mosafs_dot_v1_dot_benefactor__pb2.RecodeChunkRequest.FromString,
                     response_serializer=mosafs_dot_v1_dot_benefactor__pb2.RecodeChunkResponse.SerializeToString,
+            ),
+            'OpenLocal': grpc.unary_unary_rpc_method_handler(
+                    servicer.OpenLocal,
+                    request_deserializer=mosafs_dot_v1_dot_benefactor__pb2.OpenLocalRequest.FromString,
+                    response_serializer=mosafs_dot_v1_dot_benefactor__pb2.OpenLocalResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -455,6 +477,33 @@ class Benefactor:
             '/mosafs.v1.Benefactor/RecodeChunk',
             mosafs_dot_v1_dot_benefactor__pb2.RecodeChunkRequest.SerializeToString,
             mosafs_dot_v1_dot_benefactor__pb2.RecodeChunkResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def OpenLocal(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/mosafs.v1.Benefactor/OpenLocal',
+            mosafs_dot_v1_dot_benefactor__pb2.OpenLocalRequest.SerializeToString,
+            mosafs_dot_v1_dot_benefactor__pb2.OpenLocalResponse.FromString,
             options,
             channel_credentials,
             insecure,

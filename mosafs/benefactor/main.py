@@ -80,6 +80,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--ingest-rate", type=byte_size(0), default=0, metavar="BYTES_PER_S",
                         help="take chunk bytes no faster than this, e.g. 125M (a 1 Gbit/s "
                              "link; K, M, G suffixes; default 0: no limit)")
+    parser.add_argument("--local-reads", choices=["on", "off"], default="on",
+                        help="hand chunk files to readers on this host (OpenLocal and a "
+                             "Unix socket, each read token checked first; docs/benefactor.md"
+                             ", \"Local reads\"; default on)")
     parser.add_argument("--ready-file", metavar="PATH",
                         help="write {address, pid, id, data_dir} as JSON here once serving")
     parser.add_argument("--max-concurrent-rpcs", type=bounded_int(1, 100_000), default=256,
@@ -116,6 +120,7 @@ def run(args: argparse.Namespace) -> int:
     from mosafs.benefactor.chunkstore import FileChunkStore, load_or_create_identity
     from mosafs.benefactor.garbage import GarbageRounds
     from mosafs.benefactor.ingest import IngestLimiter
+    from mosafs.benefactor.localreads import LocalReads
     from mosafs.benefactor.puts import Puts
     from mosafs.benefactor.recode import Recoder
     from mosafs.benefactor.replication import ChunkReplicator
@@ -140,9 +145,11 @@ def run(args: argparse.Namespace) -> int:
         ingest = IngestLimiter(args.ingest_rate) if args.ingest_rate else None
         recoder = Recoder(store, peers.get, peers.put, check=scrubber.check)
         puts = Puts(store)
+        local = LocalReads(store.path_of) if args.local_reads == "on" else None
         _register_metrics(store)
         srv, port = listen(lambda srv: add_to_server(srv, store, info, replicator, rounds.run,
-                                                     scrubber, ingest, tokens, recoder, puts),
+                                                     scrubber, ingest, tokens, recoder, puts,
+                                                     local),
                            args.listen,
                            label="benefactor", max_concurrent_rpcs=args.max_concurrent_rpcs)
         info.address = advertised_address(listen_host, port, args.advertise)
@@ -170,6 +177,8 @@ def run(args: argparse.Namespace) -> int:
             srv.stop(STOP_GRACE_S).wait()
             recoder.close()
             puts.close()
+            if local is not None:
+                local.close()
             peers.close()
     log.info("stopped")
     return 0

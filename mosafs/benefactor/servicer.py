@@ -24,13 +24,22 @@ from mosafs._proto import benefactor_pb2_grpc as pb_grpc
 from mosafs.benefactor.chunkstore import CORRUPT, ChunkStore
 from mosafs.benefactor.garbage import RoundResult
 from mosafs.benefactor.ingest import IngestLimiter
+from mosafs.benefactor.localreads import MAX_IDS as MAX_LOCAL_IDS
+from mosafs.benefactor.localreads import TICKET_TTL_S, LocalReads
 from mosafs.benefactor.puts import Outcome, Puts
 from mosafs.benefactor.recode import Recoder, job_of, reply_of
 from mosafs.benefactor.replication import ChunkReplicator
 from mosafs.benefactor.scrub import Scrubber
 from mosafs.benefactor.tokens import TokenChecker
-from mosafs.errors import IntegrityError, TokenRefused, Unavailable
+from mosafs.errors import (
+    FailedPrecondition,
+    IntegrityError,
+    InvalidArgument,
+    TokenRefused,
+    Unavailable,
+)
 from mosafs.ids import check_id
+from mosafs.localwire import host_id
 from mosafs.rpc import chunkwire
 from mosafs.rpc.errors import servicer, status_code
 from mosafs.rpc.handlers import add_decoding_in_handlers
@@ -66,7 +75,7 @@ class BenefactorServicer(pb_grpc.BenefactorServicer):
                  replicator: ChunkReplicator, garbage_round: Callable[[], RoundResult],
                  scrubber: Scrubber, ingest: IngestLimiter | None = None,
                  tokens: TokenChecker | None = None, recoder: Recoder | None = None,
-                 puts: Puts | None = None) -> None:
+                 puts: Puts | None = None, local: LocalReads | None = None) -> None:
         # INFO is a callable: the address is known only once the server has bound its port,
         # after the servicer was added.
         self._ingest = ingest
@@ -78,6 +87,7 @@ class BenefactorServicer(pb_grpc.BenefactorServicer):
         self._garbage_round = garbage_round
         self._scrubber = scrubber
         self._recoder = recoder
+        self._local = local
 
     def PutChunk(self, request: chunkwire.PutChunk,
                  context: grpc.ServicerContext) -> pb.PutChunkResponse:
@@ -116,6 +126,24 @@ class BenefactorServicer(pb_grpc.BenefactorServicer):
         data = self._store.get(request.id, verify=False)
         metrics.BENEFACTOR_SERVED.inc(len(data))
         return data  # framed by chunkwire.encode_get_response
+
+    def OpenLocal(self, request: pb.OpenLocalRequest,
+                  context: grpc.ServicerContext) -> pb.OpenLocalResponse:
+        if self._local is None:
+            raise FailedPrecondition("local reads are off on this benefactor")
+        ids = [check_id(raw) for raw in request.ids]
+        tokens = list(request.tokens) or [b""] * len(ids)
+        if len(tokens) != len(ids) or len(ids) > MAX_LOCAL_IDS:
+            raise InvalidArgument(f"OpenLocal takes at most {MAX_LOCAL_IDS} ids, each with "
+                                  f"its token ({len(ids)} ids, {len(request.tokens)} tokens)")
+        caller = current_caller()
+        try:
+            for raw, token in zip(ids, tokens, strict=True):
+                self._tokens.check_read(token, raw, caller.fingerprint)
+        except TokenRefused as exc:
+            raise _refused("OpenLocal", caller.name, exc) from None
+        return pb.OpenLocalResponse(socket=self._local.name, ticket=self._local.grant(ids),
+                                    host=host_id(), ticket_ttl_ms=int(TICKET_TTL_S * 1000))
 
     def HasChunks(self, request: pb.HasChunksRequest,
                   context: grpc.ServicerContext) -> pb.HasChunksResponse:
@@ -180,11 +208,11 @@ def add_to_server(server: grpc.Server, store: ChunkStore,
                   garbage_round: Callable[[], RoundResult], scrubber: Scrubber,
                   ingest: IngestLimiter | None = None,
                   tokens: TokenChecker | None = None, recoder: Recoder | None = None,
-                  puts: Puts | None = None) -> None:
+                  puts: Puts | None = None, local: LocalReads | None = None) -> None:
     add_decoding_in_handlers(
         pb_grpc.add_BenefactorServicer_to_server,
         BenefactorServicer(store, info, replicator, garbage_round, scrubber, ingest, tokens,
-                           recoder, puts),
+                           recoder, puts, local),
         server,
         codecs={"PutChunk": (chunkwire.decode_put, None),
                 "PutChunks": (chunkwire.decode_puts, None),

@@ -110,9 +110,12 @@ def _snapshot(found: list[Source], on_gpu: bool) -> tuple[list[Source], Any]:
             else s for s in found], None
 
 
-def load(path: PathLike, *, device: str = "cpu") -> dict[str, Any]:
+def load(path: PathLike, *, device: str = "cpu",
+         figures: dict[str, Any] | None = None) -> dict[str, Any]:
     """The newest version of PATH (a safetensors file in a mosafs mount) as torch tensors
-    on DEVICE ("cpu", "cuda", "cuda:1"), as `safetensors.torch.load_file` gives them."""
+    on DEVICE ("cpu", "cuda", "cuda:1"), as `safetensors.torch.load_file` gives them.
+    FIGURES, if given, receives how the bytes came (version, local_bytes, network_bytes,
+    read_s)."""
     import torch
 
     where = target(path)
@@ -121,7 +124,11 @@ def load(path: PathLike, *, device: str = "cpu") -> dict[str, Any]:
     def alloc(n: int) -> Any:
         return torch.empty(n, dtype=torch.uint8, pin_memory=to_gpu).numpy()
 
-    plan, buffer, _ = client(where).submit(read_file, where, alloc).result()
+    loaded = client(where).submit(read_file, where, alloc).result()
+    if figures is not None:
+        figures.update(version=loaded.version, local_bytes=loaded.local_bytes,
+                       network_bytes=loaded.network_bytes, read_s=loaded.read_s)
+    plan, buffer = loaded.layout, loaded.buffer
     host = torch.from_numpy(buffer)
     out: dict[str, Any] = {}
     for entry in sorted(plan.entries, key=lambda e: e.spec.name):
@@ -140,8 +147,9 @@ def load(path: PathLike, *, device: str = "cpu") -> dict[str, Any]:
 def load_numpy(path: PathLike) -> dict[str, np.ndarray]:
     """The newest version of PATH as numpy arrays (`safetensors.numpy.load_file`)."""
     where = target(path)
-    plan, buffer, _ = client(where).submit(
+    loaded = client(where).submit(
         read_file, where, lambda n: np.empty(n, dtype=np.uint8)).result()
+    plan, buffer = loaded.layout, loaded.buffer
     out = {}
     for entry in sorted(plan.entries, key=lambda e: e.spec.name):
         dtype = np.dtype(_NUMPY.get(entry.spec.dtype, "V"))

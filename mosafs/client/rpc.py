@@ -307,6 +307,15 @@ class Benefactors:
         token from the block-map."""
         return await self._rpc.run(self._get, address, chunk_id, token)
 
+    async def open_local(self, address: str, chunk_ids: Sequence[bytes],
+                         tokens: Sequence[bytes]) -> bpb.OpenLocalResponse:
+        """A ticket for reading CHUNK_IDS from their files on ADDRESS's host (its local
+        reads; TOKENS: their read tokens, or none on a cluster without tokens)."""
+        request = bpb.OpenLocalRequest(ids=chunk_ids, tokens=tokens)
+        reply: bpb.OpenLocalResponse = await self._rpc.run(functools.partial(
+            call, self._link(address).stub.OpenLocal, request, timeout=CHUNK_TIMEOUT))
+        return reply
+
     def _report_bad(self, address: str, chunk_id: bytes, token: bytes) -> None:
         call(self._link(address).get, bpb.GetChunkRequest(id=chunk_id, verify=True),
              timeout=CHUNK_TIMEOUT, metadata=_token(token))

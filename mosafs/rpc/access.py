@@ -39,6 +39,7 @@ BENEFACTOR_ACCESS: dict[str, frozenset[str]] = {
     "PutChunk": USERS | BENEFACTOR,
     "PutChunks": USERS | BENEFACTOR,
     "GetChunk": USERS | BENEFACTOR,
+    "OpenLocal": USERS,
     "HasChunks": USERS | MANAGER,
     "GetInfo": ANY,
     # Maintenance the manager runs (and an administrator may).

@@ -89,6 +89,10 @@ def test_fuse_checkpoint_numpy_files_are_safetensors_versions_deduplicated(
     assert path.read_bytes() == safetensors_numpy.save(second, metadata={"step": "1"})
     back = checkpoint.load_numpy(path)
     assert back.keys() == second.keys()
+    # The benefactors are on this host: every byte came from their files (local reads).
+    came: dict[str, Any] = {}
+    checkpoint.load(path, figures=came)
+    assert came["local_bytes"] == len(expected) and came["network_bytes"] == 0, came
     assert all(np.array_equal(back[k], second[k]) and back[k].dtype == second[k].dtype
                for k in second)
     versions = json.loads(cli("versions", str(path), "--json").stdout)

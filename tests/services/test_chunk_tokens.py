@@ -227,3 +227,42 @@ def test_services_token_refusals_are_counted_and_audited(cluster: dict[str, Any]
     metrics = scrape(holder.ready["metrics"])
     assert metrics.get("mosafs_refusals_total{reason=token}", 0) >= 1
     assert "refused GetChunk from client (token)" in holder.log()
+
+
+def test_services_local_reads_need_each_chunk_s_token_and_a_fresh_ticket(
+        cluster: dict[str, Any], tls: Path) -> None:
+    """Short-circuit local reads (OpenLocal, then the benefactor's Unix socket): the open
+    chunk file comes only for a chunk whose read token is valid for the caller, once per
+    ticket; a made-up ticket gets nothing."""
+    import os
+
+    from mosafs.localwire import host_id, receive
+
+    address, cid = cluster["holder"].address, chunk_id(SECRET)
+    admin = benefactor_stub(address, tls, "admin")
+    job_a = benefactor_stub(address, tls, "jobA")
+    token = read_token(cluster)
+    for stub, sent, why in [(job_a, [b""], "no chunk access token"),
+                            (job_a, [token], "issued to another certificate"),
+                            (admin, [token[:40]], "malformed")]:
+        code, details = refusal(lambda s=stub, t=sent: s.OpenLocal(
+            bpb.OpenLocalRequest(ids=[cid], tokens=t), timeout=10))
+        assert code == Code.PERMISSION_DENIED and why in details, (why, details)
+    code, details = refusal(lambda: admin.OpenLocal(
+        bpb.OpenLocalRequest(ids=[cid, cid], tokens=[token]), timeout=10))
+    assert code == Code.INVALID_ARGUMENT and "each with its token" in details
+
+    reply = admin.OpenLocal(bpb.OpenLocalRequest(ids=[cid], tokens=[token]), timeout=10)
+    assert reply.host == host_id() and len(reply.ticket) == 32
+    (fd,) = receive(reply.socket, reply.ticket, 1)
+    assert fd is not None
+    try:
+        assert os.pread(fd, len(SECRET) + 1, 0) == SECRET
+        with pytest.raises(OSError):  # read-only
+            os.pwrite(fd, b"x", 0)
+    finally:
+        os.close(fd)
+    with pytest.raises(OSError):  # used once
+        receive(reply.socket, reply.ticket, 1)
+    with pytest.raises(OSError):  # never granted
+        receive(reply.socket, bytes(32), 1)

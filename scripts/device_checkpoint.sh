@@ -37,7 +37,15 @@ if step quick; then
     $PY -m mosafs up /tmp/ckq/mnt --data-dir /tmp/ckq/data --hash-backend gpu > /tmp/ckq/up.log 2>&1 &
     UP=$!
     for _ in $(seq 60); do mountpoint -q /tmp/ckq/mnt && break; sleep 1; done
-    timeout 240 $PY - <<'PYEOF' 2>&1 | tee "$OUT/quick.txt"
+    cpu() {  # CPU seconds of the cluster's processes, by role
+        for pid in $(pgrep -f "mosafs (benefactor|manager|mount)"); do
+            echo "$(ps -o args= -p "$pid" | grep -oE "mosafs (benefactor|manager|mount)") $(awk '{print ($14+$15)/100}' /proc/$pid/stat)"
+        done | sort | awk '{a[$1" "$2]+=$3} END {for (k in a) printf "%s %.2f\n", k, a[k]}'
+    }
+    cpu > "$OUT/cpu-before.txt"
+    SPYCMD=()
+    [ -n "${SPY:-}" ] && SPYCMD=(py-spy record --format raw -r 100 --native -o "$OUT/quick-spy.txt" --)
+    timeout 240 "${SPYCMD[@]}" $PY - <<'PYEOF' 2>&1 | tee "$OUT/quick.txt"
 import os, time, torch
 from mosafs import checkpoint
 g = torch.Generator(device="cuda").manual_seed(0)
@@ -54,18 +62,27 @@ for step in range(3):
     torch.cuda.synchronize()
     tl = local()
     t = time.perf_counter(); r = checkpoint.save(sd, "/tmp/ckq/mnt/model.r0.%d" % step); tb = time.perf_counter() - t
-    print(f"step {step}: torch.save local {tl:.3f}s  save {tb:.3f}s ({tb/tl:.2f}x) to_host {r.bytes_to_host>>20} MiB sent {r.bytes_sent>>20} MiB phases {r.phases}")
+    print(f"step {step}: torch.save local {tl:.3f}s  save {tb:.3f}s ({tb/tl:.2f}x) to_host {r.bytes_to_host>>20} MiB sent {r.bytes_sent>>20} MiB phases", {k: round(v, 3) for k, v in r.phases.items()})
 t = time.perf_counter(); h = checkpoint.save(sd, "/tmp/ckq/mnt/model.r0.9", blocking=False); tr = time.perf_counter() - t
 r = h.wait(); print(f"non-blocking return {tr:.4f}s total {r.total_s:.3f}s")
 from safetensors.torch import save_file, load_file
 save_file(sd, "/tmp/ckq/local.safetensors")
 for rep in range(2):
     t = time.perf_counter(); a = load_file("/tmp/ckq/local.safetensors", device="cuda"); torch.cuda.synchronize(); ts = time.perf_counter() - t
-    t = time.perf_counter(); b = checkpoint.load("/tmp/ckq/mnt/model.r0.9", device="cuda"); tm = time.perf_counter() - t
-    print(f"load: safetensors local {ts:.3f}s mosafs {tm:.3f}s speed ratio {ts/tm:.2f}")
+    fig = {}
+    t = time.perf_counter(); b = checkpoint.load("/tmp/ckq/mnt/model.r0.9", device="cuda", figures=fig); tm = time.perf_counter() - t
+    print(f"load: safetensors local {ts:.3f}s mosafs {tm:.3f}s speed ratio {ts/tm:.2f} {fig}")
 assert all(torch.equal(b[k], sd[k]) for k in sd)
+import mosafs.checkpoint.loading as L, mosafs.client.files.localreads as R
+for batch, threads in ((64, 16), (16, 32), (8, 16)):
+    L.LOCAL_BATCH, R.THREADS = batch, threads
+    fig = {}
+    t = time.perf_counter(); b = checkpoint.load("/tmp/ckq/mnt/model.r0.9", device="cuda", figures=fig); tm = time.perf_counter() - t
+    print(f"load batch {batch} threads {threads}: {tm:.3f}s read {fig['read_s']:.3f}s")
 from mosafs.checkpoint.cluster import close_all; close_all()
 PYEOF
+    echo "cluster CPU seconds before / after:"; cat "$OUT/cpu-before.txt"; cpu
+    [ -n "${SPY:-}" ] && $PY benchmarks/spy_top.py "$OUT/quick-spy.txt" --top 30 | tee "$OUT/quick-spy-top.txt"
     kill -INT $UP; wait $UP
 fi
 if step bench; then

@@ -33,7 +33,7 @@ from mosafs.client.files.uploads import New, store_group
 from mosafs.client.files.writer import WriteSession
 
 MiB = 1 << 20
-FEED_BYTES = 64 * MiB  # device bytes per feed call: chunks come back while the rest is fed
+FEED_BYTES = 128 * MiB  # bytes per feed call: chunks come back while the rest is fed
 GROUP_BYTES = 8 * MiB  # new chunks stored together (as the mount's pipeline groups them)
 
 
@@ -173,33 +173,43 @@ class _DeviceSave:
         self.spread = random.randrange(1 << 30)
         self.slots = trio.Semaphore(ctx.config.uploads_per_file)
         self.lookups = trio.Semaphore(4)  # index look-ups in flight
+        self.feeding = trio.CapacityLimiter(1)  # the stream is fed in order
         self.staging = _Staging()
 
     async def run(self) -> list[ChunkEntry]:
-        """Feed the file to the GPU stream; each feed's chunks are recorded at once (the
-        block-map's order), and their look-ups and puts go on in the background while
-        the next bytes are chunked."""
+        """Feed the file to the GPU stream, FEED_BYTES at a time (several tensors in one
+        call: each call is a hand-off to a worker thread); each feed's chunks are
+        recorded at once (the block-map's order), and their look-ups and puts go on in
+        the background while the next bytes are chunked."""
         phases = self.result.phases
         async with trio.open_nursery() as uploads:
-            for piece in self.image.pieces:
-                for at in range(piece.start, piece.end, FEED_BYTES):
-                    n = min(FEED_BYTES, piece.end - at)
-                    if piece.host is not None:
-                        host = piece.host[at - piece.start:at - piece.start + n]
-                        batches = await self._timed("hash_s", self.stream.feed_batch, host)
-                    else:
-                        batches = await self._timed("hash_s", self.stream.feed_device_batch,
-                                                    piece.ptr + at - piece.start, n)
-                    self._take(batches, uploads)
+            for spans in _feeds(self.image.pieces, FEED_BYTES):
+                batches = await self._timed("hash_s", self._feed, spans)
+                self._take(batches, uploads)
             self._take(await self._timed("hash_s", self.stream.finish_batch), uploads)
             fed = time.perf_counter()
         phases["drain_s"] = time.perf_counter() - fed
         return self.entries
 
+    def _feed(self, spans: list[tuple[_Piece, int, int]]) -> list[Any]:
+        """In the feeding thread: bytes [at, at + n) of each piece, in order."""
+        batches: list[Any] = []
+        for piece, at, n in spans:
+            if piece.host is not None:
+                batches += self.stream.feed_batch(piece.host[at - piece.start:
+                                                              at - piece.start + n])
+            else:
+                batches += self.stream.feed_device_batch(piece.ptr + at - piece.start, n)
+        return batches
+
     async def _timed(self, phase: str, fn: Any, *args: Any) -> Any:
-        """FN(*ARGS) in a worker thread, its seconds added to PHASE."""
+        """FN(*ARGS) in a worker thread, its seconds added to PHASE. The feeds have a
+        thread of their own: copies out, sharing the context's threads, never hold the
+        chunking up."""
         started = time.perf_counter()
         try:
+            if phase == "hash_s":
+                return await trio.to_thread.run_sync(fn, *args, limiter=self.feeding)
             return await self.ctx.cpu(fn, *args)
         finally:
             phases = self.result.phases
@@ -303,6 +313,23 @@ class _Staging:
         base = view.base if isinstance(view.base, np.ndarray) else view
         with self._lock:
             self._free.append(base)
+
+
+def _feeds(pieces: list[_Piece], size: int) -> list[list[tuple[_Piece, int, int]]]:
+    """PIECES cut into feeds of about SIZE bytes: lists of (piece, file offset, count)."""
+    feeds: list[list[tuple[_Piece, int, int]]] = [[]]
+    room = size
+    for piece in pieces:
+        at = piece.start
+        while at < piece.end:
+            if room == 0:
+                feeds.append([])
+                room = size
+            n = min(room, piece.end - at)
+            feeds[-1].append((piece, at, n))
+            at += n
+            room -= n
+    return [f for f in feeds if f]
 
 
 def _pinned(n: int) -> np.ndarray:

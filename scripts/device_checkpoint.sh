@@ -73,12 +73,13 @@ for rep in range(2):
     t = time.perf_counter(); b = checkpoint.load("/tmp/ckq/mnt/model.r0.9", device="cuda", figures=fig); tm = time.perf_counter() - t
     print(f"load: safetensors local {ts:.3f}s mosafs {tm:.3f}s speed ratio {ts/tm:.2f} {fig}")
 assert all(torch.equal(b[k], sd[k]) for k in sd)
-import mosafs.checkpoint.loading as L, mosafs.client.files.localreads as R
-for batch, threads in ((64, 16), (16, 32), (8, 16)):
-    L.LOCAL_BATCH, R.THREADS = batch, threads
+import mosafs.checkpoint.loading as L, mosafs.checkpoint.gpuload as G
+for window, batch in ((32, 16), (64, 16), (64, 32), (128, 32)):
+    L.LOCAL_BATCH, G.WINDOW = batch, window << 20
     fig = {}
     t = time.perf_counter(); b = checkpoint.load("/tmp/ckq/mnt/model.r0.9", device="cuda", figures=fig); tm = time.perf_counter() - t
-    print(f"load batch {batch} threads {threads}: {tm:.3f}s read {fig['read_s']:.3f}s")
+    print(f"load window {window} MiB batch {batch}: {tm:.3f}s read {fig['read_s']:.3f}s")
+    assert all(torch.equal(b[k], sd[k]) for k in sd)
 from mosafs.checkpoint.cluster import close_all; close_all()
 PYEOF
     echo "cluster CPU seconds before / after:"; cat "$OUT/cpu-before.txt"; cpu
@@ -88,9 +89,10 @@ fi
 if step bench; then
     echo "== bench"
     START=$(date +%s)
+    # shellcheck disable=SC2086
     timeout ${BENCH_LIMIT:-400} $PY -m mosafs bench checkpoint --device cuda \
-        --size-mib ${SIZE_MIB:-1024} --steps ${BENCH_STEPS:-4} --json \
-        > "$OUT/checkpoint.json" 2> "$OUT/checkpoint.err"
-    echo "rc=$? in $(( $(date +%s) - START )) s"; tail -20 "$OUT/checkpoint.err"
-    head -c 6000 "$OUT/checkpoint.json"
+        --size-mib ${SIZE_MIB:-1024} --steps ${BENCH_STEPS:-4} ${BENCH_ARGS:-} --json \
+        > "$OUT/checkpoint${BENCH_TAG:-}.json" 2> "$OUT/checkpoint${BENCH_TAG:-}.err"
+    echo "rc=$? in $(( $(date +%s) - START )) s"; tail -30 "$OUT/checkpoint${BENCH_TAG:-}.err"
+    $PY -c "import json,sys; r=json.load(open(sys.argv[1])); print(json.dumps(r['targets'], indent=1)); print(json.dumps(r['loads'])); [print(json.dumps({k: s.get(k) for k in ('step','kind','save_blocking_s','torch_save_local_s','torch_save_mount_s','bytes_to_host','bytes_sent','ratio_vs_local','nonblocking')})) for s in r['steps']]" "$OUT/checkpoint${BENCH_TAG:-}.json"
 fi

@@ -496,6 +496,11 @@ def _loads(run: _Run, last: Path) -> dict[str, Any]:
         for where, loader in loaders.items():
             if kind == "cold":
                 dropped.append(drop_caches())  # syncs first; False where not root
+            else:
+                # Warm means each reader's own bytes in the page cache: the cold pass
+                # dropped mosafs' chunk files again before the local load.
+                warming = loader()
+                del warming
             _sync(run.torch, run.device)
             start = time.perf_counter()
             loaded = loader()

@@ -119,29 +119,54 @@ def load(path: PathLike, *, device: str = "cpu",
     import torch
 
     where = target(path)
-    to_gpu = torch.device(device).type == "cuda"
-
-    def alloc(n: int) -> Any:
-        return torch.empty(n, dtype=torch.uint8, pin_memory=to_gpu).numpy()
-
-    loaded = client(where).submit(read_file, where, alloc).result()
-    if figures is not None:
-        figures.update(version=loaded.version, local_bytes=loaded.local_bytes,
-                       network_bytes=loaded.network_bytes, read_s=loaded.read_s)
+    place = torch.device(device)
+    if place.type == "cuda":
+        return _load_to_gpu(where, place, figures)
+    loaded = client(where).submit(read_file, where,
+                                  lambda n: np.empty(n, dtype=np.uint8)).result()
+    _report(loaded, figures)
     plan, buffer = loaded.layout, loaded.buffer
     host = torch.from_numpy(buffer)
     out: dict[str, Any] = {}
     for entry in sorted(plan.entries, key=lambda e: e.spec.name):
         spec = entry.spec
         dtype = _torch_dtype(spec.dtype)
-        tensor = torch.empty(spec.shape, dtype=dtype, device=device)
+        tensor = torch.empty(spec.shape, dtype=dtype)
         if spec.nbytes:
-            piece = host[entry.start:entry.end].view(dtype).reshape(spec.shape)
-            tensor.copy_(piece, non_blocking=to_gpu)
+            tensor.copy_(host[entry.start:entry.end].view(dtype).reshape(spec.shape))
         out[spec.name] = tensor
-    if to_gpu:
-        torch.cuda.synchronize(device)
     return out
+
+
+def _load_to_gpu(where: Any, place: Any, figures: dict[str, Any] | None) -> dict[str, Any]:
+    """The tensors made on the GPU first, the file's bytes copied into them window by
+    window from a pinned ring (mosafs.checkpoint.gpuload)."""
+    import torch
+
+    from mosafs.checkpoint.gpuload import load_to_device
+
+    index = place.index if place.index is not None else torch.cuda.current_device()
+    made: dict[str, Any] = {}
+
+    def make(plan: Layout) -> list[tuple[int, int, int]]:
+        spans = []
+        for entry in sorted(plan.entries, key=lambda e: e.spec.name):
+            spec = entry.spec
+            made[spec.name] = tensor = torch.empty(spec.shape, dtype=_torch_dtype(spec.dtype),
+                                                   device=torch.device("cuda", index))
+            if spec.nbytes:
+                spans.append((entry.start, entry.end, tensor.data_ptr()))
+        return sorted(spans)
+
+    loaded = client(where).submit(load_to_device, where, index, make).result()
+    _report(loaded, figures)
+    return made
+
+
+def _report(loaded: Any, figures: dict[str, Any] | None) -> None:
+    if figures is not None:
+        figures.update(version=loaded.version, local_bytes=loaded.local_bytes,
+                       network_bytes=loaded.network_bytes, read_s=loaded.read_s)
 
 
 def load_numpy(path: PathLike) -> dict[str, np.ndarray]:

@@ -174,7 +174,7 @@ class _DeviceSave:
         self.slots = trio.Semaphore(ctx.config.uploads_per_file)
         self.lookups = trio.Semaphore(4)  # index look-ups in flight
         self.feeding = trio.CapacityLimiter(1)  # the stream is fed in order
-        self.staging = _Staging()
+        self.staging = STAGING
 
     async def run(self) -> list[ChunkEntry]:
         """Feed the file to the GPU stream, FEED_BYTES at a time (several tensors in one
@@ -263,8 +263,12 @@ class _DeviceSave:
         uploads.start_soon(self._upload, group, cursor)
 
     async def _upload(self, group: list[tuple[bytes, int, int, Any]], cursor: int) -> None:
+        """Copy the group's chunks out of the GPU into a pinned staging buffer and store
+        them from there (their bytes are views of it: no further copy until each put's
+        message), then give the buffer back."""
+        staging = self.staging.take(sum(n for _, _, n, _ in group))
         try:
-            datas = await self._timed("copy_out_s", self._copy_out, group)
+            datas = await self._timed("copy_out_s", self._copy_out, group, staging)
             self.result.bytes_to_host += sum(len(d) for d in datas)
             self.result.new_chunks += len(group)
             news = [New(cid, data, cursor + i, par)
@@ -275,23 +279,20 @@ class _DeviceSave:
             phases = self.result.phases
             phases["puts_s"] = phases.get("puts_s", 0.0) + time.perf_counter() - started
         finally:
+            self.staging.give(staging)
             self.slots.release()
 
-    def _copy_out(self, group: list[tuple[bytes, int, int, Any]]) -> list[bytes]:
-        """The group's chunks, copied from the GPU through a pinned staging buffer."""
-        total = sum(n for _, _, n, _ in group)
-        staging = self.staging.take(total)
-        try:
-            out = []
-            at = 0
-            for _, o, n, _ in group:
-                view = staging[at:at + n]
-                self.image.copy_out(o, view)
-                out.append(view.tobytes())
-                at += n
-            return out
-        finally:
-            self.staging.give(staging)
+    def _copy_out(self, group: list[tuple[bytes, int, int, Any]],
+                  staging: np.ndarray) -> list[memoryview]:
+        """The group's chunks, copied from the GPU into STAGING (views of it)."""
+        out = []
+        at = 0
+        for _, o, n, _ in group:
+            view = staging[at:at + n]
+            self.image.copy_out(o, view)
+            out.append(view.data)  # a memoryview of the pinned bytes
+            at += n
+        return out
 
 
 class _Staging:
@@ -313,6 +314,9 @@ class _Staging:
         base = view.base if isinstance(view.base, np.ndarray) else view
         with self._lock:
             self._free.append(base)
+
+
+STAGING = _Staging()  # shared by the saves of the process
 
 
 def _feeds(pieces: list[_Piece], size: int) -> list[list[tuple[_Piece, int, int]]]:

@@ -46,12 +46,12 @@ async def read_file(ctx: ClientContext, where: Target, alloc: Callable[[int], An
     """WHERE's newest version; ALLOC(n) gives a writable uint8 array of n bytes (pinned
     memory when the tensors go to a GPU)."""
     started = time.perf_counter()
-    attr = await ctx.manager.lookup(where.parent, where.name)
-    view = BlockMapView.from_proto(await ctx.manager.block_map(attr.inode))
+    view = await open_view(ctx, where)
     buffer = alloc(view.size)
     host = np.asarray(buffer)
-    reader = _Reader(ctx, view, host)
-    await reader.run()
+    reader = ChunkReader(ctx, view)
+    await reader.read(list(range(len(view.entries))),
+                      lambda i: host[view.starts[i]:view.starts[i + 1]])
     if view.size < 8:
         raise errors.InvalidArgument(f"{where.path}: not a safetensors file "
                                      f"({view.size} bytes)")
@@ -61,24 +61,27 @@ async def read_file(ctx: ClientContext, where: Target, alloc: Callable[[int], An
                   reader.network_bytes, time.perf_counter() - started)
 
 
-class _Reader:
-    def __init__(self, ctx: ClientContext, view: BlockMapView, host: np.ndarray) -> None:
+class ChunkReader:
+    """Reads chunks of one block-map view into destinations the caller gives."""
+
+    def __init__(self, ctx: ClientContext, view: BlockMapView) -> None:
         self.ctx = ctx
         self.view = view
-        self.host = host
         self.local = LocalReads(ctx.benefactors)
         self.network_bytes = 0
         self._fetches = trio.Semaphore(FETCHES)
+        self._on_read: Callable[[list[int]], None] = lambda done: None
 
-    def _dest(self, i: int) -> np.ndarray:
-        start = self.view.starts[i]
-        return self.host[start:start + self.view.entries[i].length]
-
-    async def run(self) -> None:
+    async def read(self, indices: list[int], dest: Callable[[int], Any],
+                   on_read: Callable[[list[int]], None] = lambda done: None) -> None:
+        """Chunks INDICES of the view, chunk i into DEST(i) (a writable uint8 array of its
+        length): local reads where they can, the network otherwise. ON_READ(indices) is
+        told (in the trio thread) as chunks are in."""
+        self._on_read = on_read
         batches: dict[str, list[list[int]]] = {}
         network: list[int] = []
-        for i, entry in enumerate(self.view.entries):
-            addresses, _, coded = self.view.where(entry.id)
+        for i in indices:
+            addresses, _, coded = self.view.where(self.view.entries[i].id)
             if coded is not None or not addresses:
                 network.append(i)
                 continue
@@ -90,21 +93,23 @@ class _Reader:
         async with trio.open_nursery() as nursery:
             for address, runs in batches.items():
                 for run in runs:
-                    nursery.start_soon(self._local_batch, address, run, nursery)
+                    nursery.start_soon(self._local_batch, address, run, dest, nursery)
             for i in network:
                 await self._fetches.acquire()
-                nursery.start_soon(self._fetch, i)
+                nursery.start_soon(self._fetch, i, dest)
 
-    async def _local_batch(self, address: str, run: list[int], nursery: trio.Nursery) -> None:
-        items = [(self.view.entries[i].id, self.view.where(self.view.entries[i].id)[1],
-                  self._dest(i)) for i in run]
+    async def _local_batch(self, address: str, run: list[int], dest: Callable[[int], Any],
+                           nursery: trio.Nursery) -> None:
+        entries = self.view.entries
+        items = [(entries[i].id, self.view.where(entries[i].id)[1], dest(i)) for i in run]
         done = await self.local.read(address, items)
+        self._on_read([i for i, ok in zip(run, done, strict=True) if ok])
         for i, ok in zip(run, done, strict=True):
             if not ok:
                 await self._fetches.acquire()
-                nursery.start_soon(self._fetch, i)
+                nursery.start_soon(self._fetch, i, dest)
 
-    async def _fetch(self, i: int) -> None:
+    async def _fetch(self, i: int, dest: Callable[[int], Any]) -> None:
         entry = self.view.entries[i]
         addresses, token, coded = self.view.where(entry.id)
         # Replicas in turn (chunk i starts at replica i): every benefactor serves a share
@@ -114,7 +119,36 @@ class _Reader:
         try:
             data = await self.ctx.fetcher.fetch(
                 entry.id, [*addresses[turn:], *addresses[:turn]], token, coded)
-            self._dest(i)[:] = np.frombuffer(data, dtype=np.uint8)
+            dest(i)[:] = np.frombuffer(data, dtype=np.uint8)
             self.network_bytes += entry.length
+            self._on_read([i])
         finally:
             self._fetches.release()
+
+
+async def open_view(ctx: ClientContext, where: Target) -> BlockMapView:
+    attr = await ctx.manager.lookup(where.parent, where.name)
+    return BlockMapView.from_proto(await ctx.manager.block_map(attr.inode))
+
+
+async def read_layout(reader: ChunkReader, where: Target) -> Layout:
+    """The file's layout, from the chunks that hold its header."""
+    view = reader.view
+    if view.size < 8:
+        raise errors.InvalidArgument(f"{where.path}: not a safetensors file "
+                                     f"({view.size} bytes)")
+    head = np.empty(0, dtype=np.uint8)
+    want = 8
+    while len(head) < want:
+        upto = [i for i, _, _ in view.pieces(0, want)]
+        head = await _read_prefix(reader, upto)
+        want = min(view.size, 8 + int.from_bytes(head[:8].tobytes(), "little"))
+    return parse(head[:want].tobytes(), view.size)
+
+
+async def _read_prefix(reader: ChunkReader, upto: list[int]) -> np.ndarray:
+    """Chunks 0..UPTO[-1] in one array."""
+    starts = reader.view.starts
+    head = np.empty(starts[upto[-1] + 1], dtype=np.uint8)
+    await reader.read(upto, lambda i: head[starts[i]:starts[i + 1]])
+    return head

@@ -99,3 +99,14 @@ def header(body: bytes) -> bytes:
 def test_files_that_are_not_safetensors_are_refused(data: bytes, why: str) -> None:
     with pytest.raises(InvalidArgument, match=why):
         parse(data, len(data))
+
+
+def test_gpu_loads_read_whole_chunks_in_windows() -> None:
+    from mosafs.checkpoint.gpuload import windows
+
+    starts = (0, 5, 10, 30, 31, 60, 61)  # six chunks
+    assert windows(starts, 10) == [[0, 1], [2], [3, 4], [5]]
+    assert windows(starts, 1000) == [[0, 1, 2, 3, 4, 5]]
+    assert windows((0,), 10) == []
+    covered = [i for w in windows(starts, 7) for i in w]
+    assert covered == list(range(6))

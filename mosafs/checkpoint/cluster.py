@@ -84,14 +84,14 @@ class Client:
             self._ready.set()
 
     async def _serve(self) -> None:
-        from mosafs.rpc import security
-
-        security.configure(self.identity)
         config = ClientConfig(manager=self.manager, hash_backend="cpu",
                               cpu_threads=max(2, min(8, os.cpu_count() or 2)),
                               window_bytes=256 * MiB, uploads_per_file=16)
         async with trio.open_nursery() as nursery:
-            ctx = await ClientContext.create(config, nursery, eager=False)
+            # The identity goes to this client's channels only: the application's process
+            # keeps its own (mosafs.rpc.security's process-wide one is not touched).
+            ctx = await ClientContext.create(config, nursery, eager=False,
+                                             identity=self.identity)
             self.ctx = ctx
             self._nursery = nursery
             self._token = trio.lowlevel.current_trio_token()
@@ -132,17 +132,12 @@ _lock = threading.Lock()
 
 
 def client(where: Target) -> Client:
-    """The client of WHERE's cluster (made on first use, kept for the process's life).
-    A process presents one identity on every channel (mosafs.rpc.security): clusters
-    reached with two different certificates are a ConfigError."""
+    """The client of WHERE's cluster and certificate (made on first use, kept for the
+    process's life)."""
     key = (where.manager, where.identity)
     with _lock:
         found = _clients.get(key)
         if found is None:
-            if any(c.identity != where.identity for c in _clients.values()):
-                raise errors.ConfigError(
-                    f"{where.path}: this process already reaches a mosafs cluster with "
-                    f"another certificate; one process saves with one identity")
             found = _clients[key] = Client(where.manager, where.identity)
         return found
 

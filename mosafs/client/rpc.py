@@ -26,7 +26,7 @@ from mosafs._proto import manager_pb2 as mpb
 from mosafs._proto import manager_pb2_grpc as mgrpc
 from mosafs.client import acting
 from mosafs.rpc import chunkwire
-from mosafs.rpc.channels import channel
+from mosafs.rpc.channels import PROCESS_IDENTITY, channel
 from mosafs.rpc.errors import call, error_of, from_rpc_error
 
 T = TypeVar("T")
@@ -64,9 +64,10 @@ class Rpc:
 class ManagerClient:
     """The manager's RPCs as coroutines."""
 
-    def __init__(self, address: str, rpc: Rpc, *, timeout: float = METADATA_TIMEOUT) -> None:
+    def __init__(self, address: str, rpc: Rpc, *, timeout: float = METADATA_TIMEOUT,
+                 identity: Any = PROCESS_IDENTITY) -> None:
         self.address = address
-        self._channel = channel(address)
+        self._channel = channel(address, identity)
         self._stub = mgrpc.ManagerStub(self._channel)
         self._rpc = rpc
         self._timeout = timeout
@@ -251,8 +252,9 @@ class _Links:
 class Benefactors:
     """Channels to benefactors by address, opened on first use and shared by all calls."""
 
-    def __init__(self, rpc: Rpc) -> None:
+    def __init__(self, rpc: Rpc, *, identity: Any = PROCESS_IDENTITY) -> None:
         self._rpc = rpc
+        self._identity = identity
         self._links: dict[str, _Links] = {}
         self._channels: list[Any] = []
         self._lock = threading.Lock()
@@ -261,7 +263,7 @@ class Benefactors:
         with self._lock:
             link = self._links.get(address)
             if link is None:
-                ch = channel(address)
+                ch = channel(address, self._identity)
                 self._channels.append(ch)
                 link = self._links[address] = _Links(ch)
             return link

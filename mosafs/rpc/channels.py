@@ -129,7 +129,11 @@ class _Cancelled:
 _CANCELLED = _Cancelled()
 
 
-_UNSET: Any = object()
+# The identity argument's default: this process's (mosafs.rpc.security.configure). A
+# library in another program's process (mosafs.checkpoint) passes its own instead of
+# changing the process's.
+PROCESS_IDENTITY: Any = object()
+_UNSET = PROCESS_IDENTITY
 
 
 def channel(address: str, identity: Any = _UNSET) -> grpc.Channel:

@@ -18,6 +18,7 @@ from mosafs.client.files.chunkcache import ChunkFetcher
 from mosafs.client.files.putgroups import PutGroups
 from mosafs.client.files.remote import WorkerPool
 from mosafs.client.rpc import Benefactors, ManagerClient, Rpc
+from mosafs.rpc.channels import PROCESS_IDENTITY
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -55,14 +56,18 @@ class ClientConfig:
 class ClientContext:
     """Create with `await ClientContext.create(config, nursery)`; call `close()` at exit."""
 
-    def __init__(self, config: ClientConfig, nursery: trio.Nursery) -> None:
+    def __init__(self, config: ClientConfig, nursery: trio.Nursery, *,
+                 identity: Any = PROCESS_IDENTITY) -> None:
         self.config = config
         self.nursery = nursery
         self.client_id = uuid.uuid4().hex
         self.rpc = Rpc(config.rpc_threads)
         self.cpu_limiter = trio.CapacityLimiter(config.cpu_threads)
-        self.manager = ManagerClient(config.manager, self.rpc, timeout=config.manager_timeout)
-        self.benefactors = Benefactors(self.rpc)
+        # IDENTITY: the certificate of every channel (default: the process's; a library
+        # client in an application's process brings its own).
+        self.manager = ManagerClient(config.manager, self.rpc, timeout=config.manager_timeout,
+                                     identity=identity)
+        self.benefactors = Benefactors(self.rpc, identity=identity)
         self.puts = PutGroups(self.benefactors)  # the write pipelines' chunk puts
         self.fetcher = ChunkFetcher(self.benefactors, config.cache_bytes, self.spawn,
                                     cpu=self.cpu, coder=self.coder)
@@ -73,13 +78,13 @@ class ClientContext:
 
     @classmethod
     async def create(cls, config: ClientConfig, nursery: trio.Nursery, *,
-                     eager: bool = True) -> ClientContext:
+                     eager: bool = True, identity: Any = PROCESS_IDENTITY) -> ClientContext:
         """EAGER: make the default chunker now, so that a backend that cannot run fails
         the mount, not the first write. A mount whose data-path workers chunk for it
         leaves the backend to them (each sets it up and reports it at start,
         WorkerPool.start): a GPU backend here would hold a CUDA context and its pinned
         pool in the FUSE process for nothing."""
-        ctx = cls(config, nursery)
+        ctx = cls(config, nursery, identity=identity)
         if eager:
             log.info("hash backend: %s", ctx.chunker(_default_spec()).backend)
         return ctx

@@ -44,7 +44,7 @@ if step quick; then
     }
     cpu > "$OUT/cpu-before.txt"
     SPYCMD=()
-    [ -n "${SPY:-}" ] && SPYCMD=(py-spy record --format raw -r 100 --native -o "$OUT/quick-spy.txt" --)
+    [ -n "${SPY:-}" ] && SPYCMD=(py-spy record --format raw -r 100 ${SPY_FLAGS:---gil} -o "$OUT/quick-spy.txt" --)
     timeout 240 "${SPYCMD[@]}" $PY - <<'PYEOF' 2>&1 | tee "$OUT/quick.txt"
 import os, time, torch
 from mosafs import checkpoint
@@ -63,23 +63,34 @@ for step in range(3):
     tl = local()
     t = time.perf_counter(); r = checkpoint.save(sd, "/tmp/ckq/mnt/model.r0.%d" % step); tb = time.perf_counter() - t
     print(f"step {step}: torch.save local {tl:.3f}s  save {tb:.3f}s ({tb/tl:.2f}x) to_host {r.bytes_to_host>>20} MiB sent {r.bytes_sent>>20} MiB phases", {k: round(v, 3) for k, v in r.phases.items()})
-t = time.perf_counter(); h = checkpoint.save(sd, "/tmp/ckq/mnt/model.r0.9", blocking=False); tr = time.perf_counter() - t
+import mosafs.client.files.putgroups as PG, mosafs.checkpoint.device as D
+for max_mib, depth, group_mib in ((8, 2, 8), (16, 2, 16), (8, 4, 8), (32, 2, 32), (8, 2, 8)):
+    PG.MAX_BYTES, PG.DEPTH, D.GROUP_BYTES = max_mib << 20, depth, group_mib << 20
+    step += 1
+    for i in range(0, 64, 10): sd[f"l{i}"].add_(1)
+    torch.cuda.synchronize()
+    t = time.perf_counter(); r = checkpoint.save(sd, "/tmp/ckq/mnt/model.r0.%d" % step); tb = time.perf_counter() - t
+    print(f"puts max {max_mib} MiB depth {depth} group {group_mib} MiB: save {tb:.3f}s sent {r.bytes_sent>>20} MiB phases", {k: round(v, 3) for k, v in r.phases.items()})
+PG.MAX_BYTES, PG.DEPTH, D.GROUP_BYTES = 8 << 20, 2, 8 << 20
+t = time.perf_counter(); h = checkpoint.save(sd, "/tmp/ckq/mnt/model.r0.99", blocking=False); tr = time.perf_counter() - t
 r = h.wait(); print(f"non-blocking return {tr:.4f}s total {r.total_s:.3f}s")
 from safetensors.torch import save_file, load_file
 save_file(sd, "/tmp/ckq/local.safetensors")
-for rep in range(2):
-    t = time.perf_counter(); a = load_file("/tmp/ckq/local.safetensors", device="cuda"); torch.cuda.synchronize(); ts = time.perf_counter() - t
-    fig = {}
-    t = time.perf_counter(); b = checkpoint.load("/tmp/ckq/mnt/model.r0.9", device="cuda", figures=fig); tm = time.perf_counter() - t
-    print(f"load: safetensors local {ts:.3f}s mosafs {tm:.3f}s speed ratio {ts/tm:.2f} {fig}")
+import mosafs.checkpoint.gpuload as G
+def timed(fn):
+    torch.cuda.synchronize(); t = time.perf_counter(); out = fn(); torch.cuda.synchronize()
+    return time.perf_counter() - t, out
+for mode in ("pageable", "pinned"):  # the load buffer kept pageable, or pinned after its first load
+    G.HOST_BUFFERS = G.HostBuffers()
+    if mode == "pageable":
+        G.HOST_BUFFERS._pin = G.HOST_BUFFERS._free.append
+    for rep in range(4):
+        ts, _ = timed(lambda: load_file("/tmp/ckq/local.safetensors", device="cuda"))
+        fig = {}
+        tm, b = timed(lambda: checkpoint.load("/tmp/ckq/mnt/model.r0.99", device="cuda", figures=fig))
+        print(f"load {mode} {rep}: safetensors local {ts:.3f}s mosafs {tm:.3f}s speed ratio {ts/tm:.2f} local_bytes {fig['local_bytes']}")
+        time.sleep(1.5)  # the background pinning
 assert all(torch.equal(b[k], sd[k]) for k in sd)
-import mosafs.checkpoint.loading as L, mosafs.checkpoint.gpuload as G
-for window, batch in ((32, 16), (64, 16), (64, 32), (128, 32)):
-    L.LOCAL_BATCH, G.WINDOW = batch, window << 20
-    fig = {}
-    t = time.perf_counter(); b = checkpoint.load("/tmp/ckq/mnt/model.r0.9", device="cuda", figures=fig); tm = time.perf_counter() - t
-    print(f"load window {window} MiB batch {batch}: {tm:.3f}s read {fig['read_s']:.3f}s")
-    assert all(torch.equal(b[k], sd[k]) for k in sd)
 from mosafs.checkpoint.cluster import close_all; close_all()
 PYEOF
     echo "cluster CPU seconds before / after:"; cat "$OUT/cpu-before.txt"; cpu

@@ -4,16 +4,18 @@ reads, the network otherwise) and, as soon as a window of about WINDOW bytes is 
 that window copied from the buffer straight into the tensors' memory while the rest is
 still being read. Nothing but the tensors is held on the device.
 
-The host buffer is pageable: pinning a buffer as large as the file cost about 1 s per
-GiB (measured on the lent H100: longer than reading the file), and a copy from
+The host buffer is pageable at first: pinning a buffer as large as the file cost about
+1 s per GiB (measured on the lent H100: longer than reading the file), and a copy from
 pageable memory runs in the background of the reads. It is kept for the next load of
-the process (`HostBuffers`, up to KEEP_BYTES), in huge pages: a fresh gigabyte costs
-262,144 page faults in 4 KiB pages, 512 in 2 MiB ones."""
+the process (`HostBuffers`, up to KEEP_BYTES), in huge pages (a fresh gigabyte costs
+262,144 page faults in 4 KiB pages, 512 in 2 MiB ones), and pinned in the background
+once its first load is done."""
 
 from __future__ import annotations
 
 import contextlib
 import functools
+import logging
 import mmap
 import threading
 import time
@@ -28,6 +30,8 @@ from mosafs.checkpoint.format import Layout
 from mosafs.checkpoint.loading import ChunkReader, Loaded, open_view, read_layout
 from mosafs.client.files.context import ClientContext
 
+log = logging.getLogger(__name__)
+
 MiB = 1 << 20
 WINDOW = 32 * MiB
 COPIES = 2  # windows copied to the device at once
@@ -37,10 +41,15 @@ MakeTensors = Callable[[Layout], list[tuple[int, int, int]]]
 
 
 class HostBuffers:
-    """Anonymous memory maps reused by the loads of a process (one per load at a time)."""
+    """Anonymous memory maps reused by the loads of a process (one per load at a time).
+    A map kept after its first load is pinned (cudaHostRegister) in the background, so
+    the next loads copy to the device from pinned memory without having waited for the
+    pinning (measured on the lent H100: a warm 1 GiB load 0.29-0.34 s from pageable
+    memory, 0.19-0.21 s from pinned; pinning 1 GiB about 1 s)."""
 
     def __init__(self) -> None:
         self._free: list[mmap.mmap] = []
+        self._pinned: dict[int, int] = {}  # id(map) -> its address, registered
         self._lock = threading.Lock()
 
     def take(self, n: int) -> mmap.mmap:
@@ -58,11 +67,45 @@ class HostBuffers:
 
     def give(self, mem: mmap.mmap) -> None:
         """MEM is free again: kept while the kept ones stay within KEEP_BYTES (a process
-        should not hold a large checkpoint's worth of memory after loading it)."""
+        should not hold a large checkpoint's worth of memory after loading it), pinned
+        first if it is not yet."""
         with self._lock:
-            if sum(len(m) for m in self._free) + len(mem) <= KEEP_BYTES:
+            keep = sum(len(m) for m in self._free) + len(mem) <= KEEP_BYTES
+            pinned = id(mem) in self._pinned
+        if not keep:
+            self._drop(mem)
+        elif pinned:
+            with self._lock:
                 self._free.append(mem)
-                return
+        else:
+            threading.Thread(target=self._pin, args=(mem,), name="pin-load-buffer",
+                             daemon=True).start()
+
+    def _pin(self, mem: mmap.mmap) -> None:
+        import ctypes
+
+        import cupy
+
+        view = ctypes.c_char.from_buffer(mem)
+        address = ctypes.addressof(view)
+        del view
+        try:
+            cupy.cuda.runtime.hostRegister(address, len(mem), 1)  # cudaHostRegisterPortable
+        except cupy.cuda.runtime.CUDARuntimeError as exc:
+            log.info("a load buffer of %d bytes stays pageable: %s", len(mem), exc)
+        else:
+            with self._lock:
+                self._pinned[id(mem)] = address
+        with self._lock:
+            self._free.append(mem)
+
+    def _drop(self, mem: mmap.mmap) -> None:
+        with self._lock:
+            address = self._pinned.pop(id(mem), None)
+        if address is not None:
+            import cupy
+
+            cupy.cuda.runtime.hostUnregister(address)
         with contextlib.suppress(BufferError):  # a view still exported: the GC frees it
             mem.close()
 

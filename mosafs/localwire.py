@@ -1,17 +1,27 @@
-"""The wire of short-circuit local reads, shared by the benefactor that serves them
-(mosafs.benefactor.localreads, which documents the protocol) and the readers
-(mosafs.client.files.localreads): the ticket's size, how many descriptors one message
-carries, this host's boot id, and the reader's side of the exchange."""
+"""The wire of short-circuit local reads and puts, shared by the benefactor that serves
+them (mosafs.benefactor.localreads, which documents the protocol) and the clients
+(mosafs.client.files.localreads, .localputs): the ticket's size, how many descriptors
+one message carries, a put group's header, this host's boot id, and the client's side
+of the exchanges."""
 
 from __future__ import annotations
 
+import json
 import os
 import socket
+import struct
+from collections.abc import Sequence
 from pathlib import Path
 
 TICKET_BYTES = 32
 FDS_PER_MESSAGE = 128  # below the kernel's SCM_MAX_FD (253)
 TIMEOUT_S = 10.0
+PUT_MAX_COUNT = 256           # blobs in one local put
+PUT_MAX_BYTES = 64 << 20      # bytes in one local put
+_COUNT = struct.Struct("<I")
+_BLOB = struct.Struct("<32sQQ")  # id, offset, length in the memory file
+PUT_HEADER_MAX = _COUNT.size + PUT_MAX_COUNT * _BLOB.size
+REPLY_MAX = 1 << 20
 
 
 def host_id() -> str:
@@ -50,3 +60,41 @@ def receive(name: str, ticket: bytes, count: int) -> list[int | None]:
                     os.close(held)
             raise
     return out
+
+
+def put_header(blobs: Sequence[tuple[bytes, int, int]]) -> bytes:
+    """A local put's header: (id, offset, length) of each blob in the memory file."""
+    return _COUNT.pack(len(blobs)) + b"".join(_BLOB.pack(*b) for b in blobs)
+
+
+def parse_put_header(raw: bytes) -> list[tuple[bytes, int, int]]:
+    """The blobs a header names; ValueError for one that is malformed or too large."""
+    if len(raw) < _COUNT.size:
+        raise ValueError("short header")
+    (count,) = _COUNT.unpack_from(raw)
+    if not 0 < count <= PUT_MAX_COUNT or len(raw) != _COUNT.size + count * _BLOB.size:
+        raise ValueError(f"a header of {len(raw)} bytes for {count} blobs")
+    return [_BLOB.unpack_from(raw, _COUNT.size + i * _BLOB.size) for i in range(count)]
+
+
+def put(name: str, ticket: bytes, fd: int, blobs: Sequence[tuple[bytes, int, int]]
+        ) -> list[dict[str, object]]:
+    """Hand the memory file FD holding BLOBS to the benefactor's socket NAME for TICKET;
+    its answer for each blob: {"present": bool} when stored, {"kind", "message"} when
+    refused. OSError when it cannot be reached or refuses the ticket."""
+    with socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET) as sock:
+        sock.settimeout(TIMEOUT_S * 6)  # the benefactor verifies and fsyncs every blob
+        sock.connect("\0" + name)
+        sock.sendall(ticket)
+        socket.send_fds(sock, [put_header(blobs)], [fd])
+        reply = sock.recv(REPLY_MAX)
+    if not reply:
+        raise ConnectionError(f"local puts: {name} refused the ticket")
+    try:
+        answers = json.loads(reply)
+    except ValueError:
+        raise ConnectionError(f"local puts: {name} sent a malformed answer") from None
+    got = len(answers) if isinstance(answers, list) else 0
+    if got != len(blobs):
+        raise ConnectionError(f"local puts: {name} answered {got} of {len(blobs)} blobs")
+    return answers

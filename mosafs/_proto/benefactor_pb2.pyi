@@ -205,12 +205,14 @@ class RecodeChunkResponse(_message.Message):
     def __init__(self, fragment_ids: _Optional[_Iterable[bytes]] = ..., stored: _Optional[_Iterable[bool]] = ..., errors: _Optional[_Iterable[str]] = ..., target_problems: _Optional[_Iterable[str]] = ..., unreadable: _Optional[_Iterable[int]] = ...) -> None: ...
 
 class OpenLocalRequest(_message.Message):
-    __slots__ = ("ids", "tokens")
+    __slots__ = ("ids", "tokens", "put")
     IDS_FIELD_NUMBER: _ClassVar[int]
     TOKENS_FIELD_NUMBER: _ClassVar[int]
+    PUT_FIELD_NUMBER: _ClassVar[int]
     ids: _containers.RepeatedScalarFieldContainer[bytes]
     tokens: _containers.RepeatedScalarFieldContainer[bytes]
-    def __init__(self, ids: _Optional[_Iterable[bytes]] = ..., tokens: _Optional[_Iterable[bytes]] = ...) -> None: ...
+    put: bool
+    def __init__(self, ids: _Optional[_Iterable[bytes]] = ..., tokens: _Optional[_Iterable[bytes]] = ..., put: _Optional[bool] = ...) -> None: ...
 
 class OpenLocalResponse(_message.Message):
     __slots__ = ("socket", "ticket", "host", "ticket_ttl_ms")

@@ -169,8 +169,8 @@ class BenefactorServicer:
         raise NotImplementedError('Method not implemented!')
 
     def OpenLocal(self, request, context):
-        """Short-circuit local reads (docs/benefactor.md, "Local reads"), as HDFS passes block
-        files to a client on its own host: for chunks a reader may read (tokens[i] for
+        """Short-circuit local reads and puts (docs/benefactor.md, "Local reads and puts"), as
+        HDFS passes block files to a client on its own host: for chunks a reader may read (tokens[i] for
         ids[i], checked as GetChunk checks them), a one-time ticket that the reader presents
         on this benefactor's Unix socket (an abstract name: same host and network
         namespace only) to receive the open chunk files. The reader verifies every chunk's

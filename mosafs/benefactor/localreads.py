@@ -1,8 +1,8 @@
-"""Short-circuit local reads (docs/benefactor.md, "Local reads"): a reader on this host
-gets the open chunk files themselves and reads them with pread, as HDFS's DataNode passes
-block files to a client on its own host. It skips what a GetChunk costs (the chunk
-copied into a gRPC message here, parsed and copied again there), which is most of a
-local read's CPU and its speed limit.
+"""Short-circuit local reads and puts (docs/benefactor.md, "Local reads and puts"): a
+reader on this host gets the open chunk files themselves and reads them with pread, as
+HDFS's DataNode passes block files to a client on its own host. It skips what a
+GetChunk costs (the chunk copied into a gRPC message here, parsed and copied again
+there), which is most of a local read's CPU and its speed limit.
 
 How it is kept safe: the reader first asks over gRPC (`OpenLocal`, mutual TLS, a read
 token per chunk checked as GetChunk checks it) and gets a one-time TICKET for exactly
@@ -17,12 +17,24 @@ benefactor answers with messages of at most FDS_PER_MESSAGE ids each: one status
 id (1: a descriptor of its file comes with the message, in order; 0: not stored here),
 then closes the connection. A wrong or expired ticket gets the connection closed with no
 message.
+
+Local puts, the same way round: a writer on this host asks `OpenLocal(put=True)` (its
+write token checked as a PutChunks call's), writes a group of blobs into a memory file
+(memfd) and sends the ticket, then one message with the file's descriptor and a header
+naming each blob (id, offset, length: mosafs.localwire.put_header; at most
+PUT_MAX_COUNT blobs and PUT_MAX_BYTES bytes, every span inside the file). The benefactor
+maps the file read-only and stores the blobs as a PutChunks call stores them (each
+BLAKE3-verified, written, fsynced, renamed; the ingest limit applies), and answers with
+one JSON list: {"present": bool} for a blob stored, {"kind", "message"} for one refused.
+No TLS, no gRPC message: the bytes are copied once, into the memory file.
 """
 
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
+import mmap
 import os
 import secrets
 import socket
@@ -32,7 +44,15 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from mosafs.localwire import FDS_PER_MESSAGE, TICKET_BYTES
+from mosafs.benefactor.puts import Outcome
+from mosafs.localwire import (
+    FDS_PER_MESSAGE,
+    PUT_HEADER_MAX,
+    PUT_MAX_BYTES,
+    TICKET_BYTES,
+    parse_put_header,
+)
+from mosafs.rpc.chunkwire import PutChunk
 
 log = logging.getLogger(__name__)
 
@@ -46,28 +66,35 @@ class LocalReads:
     file is (the file store's layout)."""
 
     def __init__(self, path_of: Callable[[bytes], Path], *,
+                 put: Callable[[list[PutChunk]], list[Outcome]] | None = None,
                  clock: Callable[[], float] = time.monotonic) -> None:
         self._path_of = path_of
+        self._put = put
         self._clock = clock
         self.name = f"mosafs-local-{secrets.token_hex(12)}"
         self._sock = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         self._sock.bind("\0" + self.name)
         self._sock.listen(64)
-        self._grants: dict[bytes, tuple[float, list[bytes]]] = {}
+        self._grants: dict[bytes, tuple[float, list[bytes] | None]] = {}
         self._lock = threading.Lock()
         self._pool = ThreadPoolExecutor(8, thread_name_prefix="local-reads")
         self._stopping = False
         self._thread = threading.Thread(target=self._serve, name="local-reads", daemon=True)
         self._thread.start()
 
-    def grant(self, ids: list[bytes]) -> bytes:
-        """A ticket for IDS (the caller checked that the reader may read them)."""
+    @property
+    def takes_puts(self) -> bool:
+        return self._put is not None
+
+    def grant(self, ids: list[bytes] | None) -> bytes:
+        """A ticket for reading IDS (the caller checked that the reader may), or for one
+        put (None: the caller checked the writer's token)."""
         ticket = secrets.token_bytes(TICKET_BYTES)
         now = self._clock()
         with self._lock:
             if len(self._grants) >= MAX_GRANTS:
                 self._expire(now, keep=MAX_GRANTS // 2)
-            self._grants[ticket] = (now + TICKET_TTL_S, list(ids))
+            self._grants[ticket] = (now + TICKET_TTL_S, None if ids is None else list(ids))
         return ticket
 
     def _expire(self, now: float, keep: int) -> None:
@@ -77,12 +104,13 @@ class LocalReads:
         for ticket in list(self._grants)[:max(0, len(self._grants) - keep)]:
             del self._grants[ticket]
 
-    def _take(self, ticket: bytes) -> list[bytes] | None:
+    def _take(self, ticket: bytes) -> tuple[bool, list[bytes] | None]:
+        """(valid, ids: None for a put) of TICKET, which is used up."""
         with self._lock:
             found = self._grants.pop(ticket, None)
         if found is None or found[0] < self._clock():
-            return None
-        return found[1]
+            return False, None
+        return True, found[1]
 
     def _serve(self) -> None:
         while not self._stopping:
@@ -96,21 +124,30 @@ class LocalReads:
                 conn.close()
 
     def _answer(self, conn: socket.socket) -> None:
+        try:
+            self._answer_one(conn)
+        except Exception:
+            log.exception("bug in a local read or put")
+
+    def _answer_one(self, conn: socket.socket) -> None:
         with conn:
             conn.settimeout(10)
             try:
                 ticket = conn.recv(TICKET_BYTES + 1)
             except OSError:
                 return
-            ids = self._take(ticket) if len(ticket) == TICKET_BYTES else None
-            if ids is None:
-                log.debug("local read with an unknown or expired ticket refused")
+            valid, ids = self._take(ticket) if len(ticket) == TICKET_BYTES else (False, None)
+            if not valid:
+                log.debug("local read or put with an unknown or expired ticket refused")
                 return
             try:
+                if ids is None:
+                    self._take_put(conn)
+                    return
                 for at in range(0, len(ids), FDS_PER_MESSAGE):
                     self._send(conn, ids[at:at + FDS_PER_MESSAGE])
             except OSError as exc:
-                log.debug("local read cut short: %s", exc)
+                log.debug("local read or put cut short: %s", exc)
 
     def _send(self, conn: socket.socket, ids: list[bytes]) -> None:
         status = bytearray(len(ids))
@@ -129,6 +166,46 @@ class LocalReads:
         finally:
             for fd in fds:
                 os.close(fd)
+
+    def _take_put(self, conn: socket.socket) -> None:
+        """One group of blobs in a memory file (module docstring); the answer sent."""
+        header, fds, _, _ = socket.recv_fds(conn, PUT_HEADER_MAX + 1, 1)
+        if len(fds) != 1 or self._put is None:
+            for fd in fds:
+                os.close(fd)
+            return
+        with os.fdopen(fds[0], "rb", buffering=0) as f:
+            size = os.fstat(f.fileno()).st_size
+            try:
+                blobs = parse_put_header(header)
+                if any(n > PUT_MAX_BYTES or o + n > size for _, o, n in blobs) or \
+                        sum(n for _, _, n in blobs) > PUT_MAX_BYTES or not size:
+                    raise ValueError("blobs outside the file, or too large")
+            except ValueError as exc:
+                log.info("local put refused: %s", exc)
+                return
+            mem = mmap.mmap(f.fileno(), size, prot=mmap.PROT_READ)
+        reply = self._store(mem, blobs)
+        conn.sendall(reply)
+
+    def _store(self, mem: mmap.mmap, blobs: list[tuple[bytes, int, int]]) -> bytes:
+        """The blobs stored from MEM; the answer's bytes. The map is closed once no view
+        of it is left (a refused blob's error no longer holds its frames)."""
+        assert self._put is not None
+        view = memoryview(mem)
+        outcomes = self._put([PutChunk(raw, view[o:o + n]) for raw, o, n in blobs])
+        answer: list[dict[str, object]] = []
+        for o in outcomes:
+            if o.error is None:
+                answer.append({"present": o.present})
+            else:
+                o.error.__traceback__ = None  # its frames hold views of the map
+                answer.append({"kind": o.error.kind, "message": o.error.message})
+        del outcomes
+        view.release()
+        with contextlib.suppress(BufferError):  # a view still held: the GC closes it
+            mem.close()
+        return json.dumps(answer).encode()
 
     def close(self) -> None:
         self._stopping = True

@@ -80,10 +80,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--ingest-rate", type=byte_size(0), default=0, metavar="BYTES_PER_S",
                         help="take chunk bytes no faster than this, e.g. 125M (a 1 Gbit/s "
                              "link; K, M, G suffixes; default 0: no limit)")
-    parser.add_argument("--local-reads", choices=["on", "off"], default="on",
-                        help="hand chunk files to readers on this host (OpenLocal and a "
-                             "Unix socket, each read token checked first; docs/benefactor.md"
-                             ", \"Local reads\"; default on)")
+    parser.add_argument("--local-io", choices=["on", "off"], default="on",
+                        help="hand chunk files to readers on this host and take chunks from "
+                             "writers on it in memory files (OpenLocal and a Unix socket, "
+                             "tokens checked first; docs/benefactor.md, \"Local reads and "
+                             "puts\"; default on)")
     parser.add_argument("--ready-file", metavar="PATH",
                         help="write {address, pid, id, data_dir} as JSON here once serving")
     parser.add_argument("--max-concurrent-rpcs", type=bounded_int(1, 100_000), default=256,
@@ -145,7 +146,8 @@ def run(args: argparse.Namespace) -> int:
         ingest = IngestLimiter(args.ingest_rate) if args.ingest_rate else None
         recoder = Recoder(store, peers.get, peers.put, check=scrubber.check)
         puts = Puts(store)
-        local = LocalReads(store.path_of) if args.local_reads == "on" else None
+        local = LocalReads(store.path_of, put=_local_put(puts, ingest)) \
+            if args.local_io == "on" else None
         _register_metrics(store)
         srv, port = listen(lambda srv: add_to_server(srv, store, info, replicator, rounds.run,
                                                      scrubber, ingest, tokens, recoder, puts,
@@ -182,6 +184,17 @@ def run(args: argparse.Namespace) -> int:
             peers.close()
     log.info("stopped")
     return 0
+
+
+def _local_put(puts: Any, ingest: Any) -> Any:
+    """What a local put does with its blobs: the ingest limit, then a PutChunks' store."""
+
+    def put(blobs: list[Any]) -> Any:
+        if ingest is not None:
+            ingest.take(sum(memoryview(b.data).nbytes for b in blobs))
+        return puts.group(blobs, method="local")
+
+    return put
 
 
 def _register_metrics(store: ChunkStore) -> None:

@@ -58,10 +58,11 @@ class Puts:
         metrics.BENEFACTOR_PUT_BYTES.inc(memoryview(blob.data).nbytes)
         return present
 
-    def group(self, blobs: Sequence[PutChunk]) -> list[Outcome]:
+    def group(self, blobs: Sequence[PutChunk], method: str = "PutChunks") -> list[Outcome]:
         """Store every blob of BLOBS, in parallel; outcomes[i] answers blobs[i]. An error
-        that is not a MosafsError is a bug and is raised (after the others ended)."""
-        metrics.BENEFACTOR_PUT_CALLS.labels("PutChunks").inc()
+        that is not a MosafsError is a bug and is raised (after the others ended). METHOD
+        labels the call's metric (PutChunks, or a local put)."""
+        metrics.BENEFACTOR_PUT_CALLS.labels(method).inc()
         if len(blobs) == 1:
             return [self._outcome(blobs[0])]
         return list(self._pool.map(self._outcome, blobs))

@@ -130,7 +130,14 @@ class BenefactorServicer(pb_grpc.BenefactorServicer):
     def OpenLocal(self, request: pb.OpenLocalRequest,
                   context: grpc.ServicerContext) -> pb.OpenLocalResponse:
         if self._local is None:
-            raise FailedPrecondition("local reads are off on this benefactor")
+            raise FailedPrecondition("local reads and puts are off on this benefactor")
+        if request.put:
+            if request.ids or not self._local.takes_puts:
+                raise InvalidArgument("a local put's ticket names no ids") if request.ids \
+                    else FailedPrecondition("local puts are off on this benefactor")
+            self._admit("OpenLocal", context, 0)
+            return pb.OpenLocalResponse(socket=self._local.name, ticket=self._local.grant(None),
+                                        host=host_id(), ticket_ttl_ms=int(TICKET_TTL_S * 1000))
         ids = [check_id(raw) for raw in request.ids]
         tokens = list(request.tokens) or [b""] * len(ids)
         if len(tokens) != len(ids) or len(ids) > MAX_LOCAL_IDS:

@@ -30,7 +30,7 @@ from mosafs import checkpoint
 from mosafs.checkpoint.cluster import close_all
 from mosafs.errors import ConfigError, InvalidArgument, IsADirectory
 from tests.conftest import UpCluster
-from tests.harness import cli
+from tests.harness import cli, scrape
 
 MiB = 1 << 20
 UP_ARGS = ("--benefactors", "3", "--chunker", "cdc:16384:65536:262144")
@@ -94,10 +94,18 @@ def test_fuse_checkpoint_numpy_files_are_safetensors_versions_deduplicated(
     assert path.read_bytes() == safetensors_numpy.save(second, metadata={"step": "1"})
     back = checkpoint.load_numpy(path)
     assert back.keys() == second.keys()
-    # The benefactors are on this host: every byte came from their files (local reads).
+    # The benefactors are on this host: every byte came from their files (local reads),
+    # and the new chunks went to them as memory files (local puts), none through gRPC.
     came: dict[str, Any] = {}
     checkpoint.load(path, figures=came)
     assert came["local_bytes"] == len(expected) and came["network_bytes"] == 0, came
+    calls: dict[str, float] = {}
+    for url in cluster.info["metrics"]["benefactors"].values():
+        for key, value in scrape(url).items():
+            if key.startswith("mosafs_benefactor_put_calls_total"):
+                calls[key] = calls.get(key, 0.0) + value
+    assert calls.get("mosafs_benefactor_put_calls_total{method=local}", 0) > 0, calls
+    assert not calls.get("mosafs_benefactor_put_calls_total{method=PutChunks}"), calls
     assert all(np.array_equal(back[k], second[k]) and back[k].dtype == second[k].dtype
                for k in second)
     versions = json.loads(cli("versions", str(path), "--json").stdout)

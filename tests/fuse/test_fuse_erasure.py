@@ -42,13 +42,15 @@ def test_fuse_erasure_up_write_read_and_spill(start_cluster, tmp_path: Path) -> 
     stats = json.loads(cli("stats", str(mnt / "first"), "--json").stdout)
     assert {r["redundancy"] for r in stats["redundancy"]} >= {"ec:2+1"}
     assert stats["fully_redundant"]
-    # The fragments queued for one benefactor left in grouped calls (PutChunks), several
-    # per call: the writer's puts were grouped.
+    # The fragments queued for one benefactor left in grouped calls (PutChunks, or local
+    # puts: memory files to a benefactor on this host), several per call: the writer's
+    # puts were grouped.
     blobs = groups = 0.0
     for url in cluster.info["metrics"]["benefactors"].values():
         figures = scrape(url)
         blobs += figures.get("mosafs_benefactor_put_chunks_total{outcome=stored}", 0.0)
         groups += figures.get("mosafs_benefactor_put_calls_total{method=PutChunks}", 0.0)
+        groups += figures.get("mosafs_benefactor_put_calls_total{method=local}", 0.0)
     assert 0 < groups < blobs, (groups, blobs)
     pools = json.loads(cli("pool", "list", "--json", "--data-dir",
                            str(cluster.data_dir)).stdout)["pools"]

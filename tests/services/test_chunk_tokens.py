@@ -266,3 +266,54 @@ def test_services_local_reads_need_each_chunk_s_token_and_a_fresh_ticket(
         receive(reply.socket, reply.ticket, 1)
     with pytest.raises(OSError):  # never granted
         receive(reply.socket, bytes(32), 1)
+
+
+def test_services_local_puts_need_a_write_token_and_verify_every_blob(
+        cluster: dict[str, Any], tls: Path) -> None:
+    """Short-circuit local puts (OpenLocal(put), then a memory file over the benefactor's
+    Unix socket): a ticket only against a write token of the caller's; each blob verified
+    against its id (a mismatch refused, the rest stored); a ticket used once; a header
+    that reaches outside the file refused whole."""
+    import os
+
+    from mosafs.localwire import put
+
+    holder = cluster["other"]
+    admin = benefactor_stub(holder.address, tls, "admin")
+    lease = manager_stub(cluster["manager"].address, tls, "admin").OpenWrite(
+        mpb.OpenWriteRequest(inode=cluster["secret"], client_id="local puts"))
+    try:
+        for sent, why in [(b"", "needs a write token"), (read_token(cluster), "read token")]:
+            code, details = refusal(lambda s=sent: admin.OpenLocal(
+                bpb.OpenLocalRequest(put=True), **with_token(s)))
+            assert code == Code.PERMISSION_DENIED and why in details, (why, details)
+        code, _ = refusal(lambda: admin.OpenLocal(
+            bpb.OpenLocalRequest(put=True, ids=[chunk_id(SECRET)]),
+            **with_token(lease.write_token)))
+        assert code == Code.INVALID_ARGUMENT
+
+        good, bad = b"a blob stored from a memory file" * 50, b"bytes that lie about their id"
+        fd = os.memfd_create("test-put")
+        try:
+            os.write(fd, good + bad)
+            spans = [(chunk_id(good), 0, len(good)), (chunk_id(b"other"), len(good), len(bad))]
+            reply = admin.OpenLocal(bpb.OpenLocalRequest(put=True),
+                                    **with_token(lease.write_token))
+            answers = put(reply.socket, reply.ticket, fd, spans)
+            assert answers[0] == {"present": False}
+            assert answers[1]["kind"] == "invalid-argument", answers
+            assert "does not match its id" in str(answers[1]["message"])
+            with pytest.raises(OSError):  # used once
+                put(reply.socket, reply.ticket, fd, spans[:1])
+            again = admin.OpenLocal(bpb.OpenLocalRequest(put=True),
+                                    **with_token(lease.write_token))
+            with pytest.raises(OSError):  # a span past the end of the file
+                put(again.socket, again.ticket, fd,
+                    [(chunk_id(good), len(good) + len(bad) - 3, 10)])
+        finally:
+            os.close(fd)
+        stored = admin.HasChunks(bpb.HasChunksRequest(ids=[chunk_id(good), chunk_id(b"other")]),
+                                 timeout=10)
+        assert list(stored.present) == [True, False]
+    finally:
+        cluster["admin"].AbortWrite(mpb.AbortWriteRequest(lease_id=lease.lease_id))

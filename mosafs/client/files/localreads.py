@@ -1,6 +1,6 @@
-"""Short-circuit local reads, the reader's side (docs/benefactor.md, "Local reads"): chunks
-of a benefactor on this host are read from its files, received as open descriptors for a
-ticket its OpenLocal gave (read tokens checked there), straight into the caller's
+"""Short-circuit local reads, the reader's side (docs/benefactor.md, "Local reads and
+puts"): chunks of a benefactor on this host are read from its files, received as open
+descriptors for a ticket its OpenLocal gave (read tokens checked there), straight into the caller's
 buffers with pread; every chunk is verified against its id as a network read is. A
 benefactor elsewhere (another boot id), one with local reads off, or any failure makes
 the caller read those chunks the usual way."""

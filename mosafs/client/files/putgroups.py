@@ -14,6 +14,9 @@ wakes them when it ends; each member gets its own outcome (PutChunks answers eac
 its own) and the callers' retry logic (another target, per chunk) is unchanged. A sender
 cancelled mid-call puts its group back at the head of the queue (re-sending a blob is
 harmless: a stored id is only touched), so no other caller's put is lost with it.
+
+A group for a benefactor on this host goes as a memory file over its Unix socket
+(mosafs.client.files.localputs), with the same outcomes; the rest as PutChunks.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ from typing import Any
 import trio
 
 from mosafs import errors
+from mosafs.client.files.localputs import LocalPuts
 from mosafs.client.rpc import Benefactors
 from mosafs.rpc import chunkwire
 
@@ -69,12 +73,15 @@ class PutGroups:
     """Puts through BENEFACTORS, grouped per (benefactor, token). Trio tasks of one run."""
 
     def __init__(self, benefactors: Benefactors, *, depth: int = DEPTH,
-                 max_bytes: int = MAX_BYTES, max_count: int = MAX_COUNT) -> None:
+                 max_bytes: int = MAX_BYTES, max_count: int = MAX_COUNT,
+                 local: bool = True) -> None:
         self._benefactors = benefactors
         self._depth = depth
         self._max_bytes = max_bytes
         self._max_count = max_count
         self._queues: dict[tuple[str, bytes], _Queue] = {}
+        # Groups for benefactors on this host go as memory files (localputs).
+        self.local: LocalPuts | None = LocalPuts(benefactors) if local else None
 
     async def put_all(self, target: Any, blobs: list[Blob],
                       token: bytes) -> list[bool | errors.MosafsError]:
@@ -128,6 +135,10 @@ class PutGroups:
         the trio thread is the one that bounds the writes."""
         blobs = [e.blob for e in group]
         try:
+            if self.local is not None and self.local.usable(target.address, blobs):
+                done = await self.local.put(target.address, blobs, token)
+                if done is not None:
+                    return done
             if len(group) == 1:
                 frame = await trio.to_thread.run_sync(chunkwire.encode_put, *blobs[0])
                 return [await self._benefactors.put(target, frame, token)]

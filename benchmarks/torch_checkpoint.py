@@ -55,6 +55,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from mosafs.bench.checkpoint import choose as choose_changed  # one rule for both benchmarks
 from mosafs.bench.procs import BenchError
 from mosafs.bench.timing import CpuMeter, drop_caches
 from mosafs.bench.write import (
@@ -172,22 +173,6 @@ def changed_tensors(layout: Sequence[TensorSpec], fraction: float,
     groups = change_groups(layout)
     sizes = [sum(layout[i].nbytes for i in g) for g in groups]
     return sorted(i for g in choose_changed(sizes, fraction, rng) for i in groups[g])
-
-
-def choose_changed(sizes: Sequence[int], fraction: float, rng: random.Random) -> list[int]:
-    """Indices (sorted) of a random subset of whole tensors whose sizes add up to about
-    FRACTION of the total: in a shuffled order, each tensor is taken where it brings the
-    sum closer to the target (so a 64 MiB tensor changes only where it fits)."""
-    target = fraction * sum(sizes)
-    order = list(range(len(sizes)))
-    rng.shuffle(order)
-    taken: list[int] = []
-    total = 0
-    for i in order:
-        if abs(total + sizes[i] - target) < abs(total - target):
-            taken.append(i)
-            total += sizes[i]
-    return sorted(taken)
 
 
 def step_rng(seed: int, step: int) -> random.Random:

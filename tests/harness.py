@@ -158,3 +158,18 @@ def scrape(url: str) -> dict[str, float]:
             samples[f"{sample.name}{{{labels}}}"] = sample.value
     assert any(name.startswith("mosafs_") for name in samples), url
     return samples
+
+
+def pid_alive(pid: int) -> bool:
+    """Whether process PID exists and is no zombie."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+def mounts_under(path: Path) -> list[str]:
+    """The mount points at or below PATH."""
+    with open("/proc/self/mounts") as f:
+        return [line.split()[1] for line in f if line.split()[1].startswith(str(path))]

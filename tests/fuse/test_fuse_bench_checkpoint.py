@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import fuse_available
-from tests.harness import NOISE, cli
+from tests.harness import NOISE, cli, mounts_under, pid_alive
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -30,19 +30,6 @@ def _needs_fuse_and_torch() -> None:
         pytest.skip(reason)
     pytest.importorskip("torch", reason="torch (CPU) is a test dependency")
     pytest.importorskip("safetensors.torch")
-
-
-def _alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except FileNotFoundError:
-        return False
-
-
-def _mounts_under(path: Path) -> list[str]:
-    with open("/proc/self/mounts") as f:
-        return [line.split()[1] for line in f if line.split()[1].startswith(str(path))]
 
 
 def test_bench_checkpoint_cpu_json_and_figures(tmp_path: Path) -> None:
@@ -108,8 +95,8 @@ def test_bench_checkpoint_cpu_json_and_figures(tmp_path: Path) -> None:
     started = result["processes"]["started"]
     assert {p["name"] for p in started} >= {"up", "mount", "manager"}
     assert result["processes"]["left_running"] == []
-    assert not [p for p in started if _alive(p["pid"])]
-    assert _mounts_under(tmp_path) == []
+    assert not [p for p in started if pid_alive(p["pid"])]
+    assert mounts_under(tmp_path) == []
     assert list((tmp_path / "local").iterdir())  # --keep keeps the local files too
 
 
@@ -134,6 +121,6 @@ def test_bench_checkpoint_ctrl_c_stops_everything(tmp_path: Path) -> None:
     out, err = bench.communicate(timeout=120)
     assert bench.returncode == 130, err
     assert out == "" and "Traceback" not in err
-    assert not [pid for pid in pids if _alive(pid)]
-    assert _mounts_under(tmp_path) == []
+    assert not [pid for pid in pids if pid_alive(pid)]
+    assert mounts_under(tmp_path) == []
     assert not (run_dir / "result.json").exists()

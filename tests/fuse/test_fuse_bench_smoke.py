@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import fuse_available
+from tests.harness import mounts_under, pid_alive
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -27,19 +28,6 @@ def _needs_fuse() -> None:
     reason = fuse_available()
     if reason:
         pytest.skip(reason)
-
-
-def _alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except FileNotFoundError:
-        return False
-
-
-def _mounts_under(path: Path) -> list[str]:
-    with open("/proc/self/mounts") as f:
-        return [line.split()[1] for line in f if line.split()[1].startswith(str(path))]
 
 
 def test_bench_write_quick_json_shape(tmp_path: Path) -> None:
@@ -86,8 +74,8 @@ def test_bench_write_quick_json_shape(tmp_path: Path) -> None:
     started = result["processes"]["started"]
     assert {p["name"] for p in started} >= {"nullfs", "up", "mount", "manager"}
     assert result["processes"]["left_running"] == []
-    assert not [p for p in started if _alive(p["pid"])]
-    assert _mounts_under(run_dir) == []
+    assert not [p for p in started if pid_alive(p["pid"])]
+    assert mounts_under(run_dir) == []
 
 
 def test_bench_write_ctrl_c_stops_everything(tmp_path: Path) -> None:
@@ -113,8 +101,8 @@ def test_bench_write_ctrl_c_stops_everything(tmp_path: Path) -> None:
     bench.send_signal(signal.SIGINT)
     _, stderr = bench.communicate(timeout=120)
     assert bench.returncode == 130, stderr
-    assert not [pid for pid in pids if _alive(pid)]
-    assert _mounts_under(run_dir) == []
+    assert not [pid for pid in pids if pid_alive(pid)]
+    assert mounts_under(run_dir) == []
     assert not os.path.exists(run_dir / "result.json")
 
 
@@ -133,4 +121,4 @@ def test_bench_backends_cpu_json_shape(tmp_path: Path) -> None:
     # The checkpoint is the same file with a few edits: most chunks dedupe.
     assert cpu["checkpoint"]["shared_chunks"] > cpu["checkpoint"]["chunks"] // 2
     assert cpu["checkpoint"]["new_bytes"] < 32 << 20
-    assert _mounts_under(run_dir) == []
+    assert mounts_under(run_dir) == []

@@ -91,6 +91,14 @@ for mode in ("pageable", "pinned"):  # the load buffer kept pageable, or pinned 
         print(f"load {mode} {rep}: safetensors local {ts:.3f}s mosafs {tm:.3f}s speed ratio {ts/tm:.2f} local_bytes {fig['local_bytes']}")
         time.sleep(1.5)  # the background pinning
 assert all(torch.equal(b[k], sd[k]) for k in sd)
+import mosafs.client.files.localreads as R, subprocess
+def drop():
+    subprocess.run(["sync"]); open("/proc/sys/vm/drop_caches", "w").write("3\n")
+for threads in (16, 32, 64, 16, 32, 64):  # cold loads by local-read threads
+    R.THREADS = threads
+    drop(); ts, _ = timed(lambda: load_file("/tmp/ckq/local.safetensors", device="cuda"))
+    drop(); tm, b = timed(lambda: checkpoint.load("/tmp/ckq/mnt/model.r0.99", device="cuda"))
+    print(f"cold load threads {threads}: safetensors local {ts:.3f}s mosafs {tm:.3f}s speed ratio {ts/tm:.2f}")
 from mosafs.checkpoint.cluster import close_all; close_all()
 PYEOF
     echo "cluster CPU seconds before / after:"; cat "$OUT/cpu-before.txt"; cpu

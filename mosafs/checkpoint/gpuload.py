@@ -50,6 +50,7 @@ class HostBuffers:
     def __init__(self) -> None:
         self._free: list[mmap.mmap] = []
         self._pinned: dict[int, int] = {}  # id(map) -> its address, registered
+        self._pinning: set[int] = set()  # id(map) of those being registered now
         self._lock = threading.Lock()
 
     def take(self, n: int) -> mmap.mmap:
@@ -67,17 +68,20 @@ class HostBuffers:
 
     def give(self, mem: mmap.mmap) -> None:
         """MEM is free again: kept while the kept ones stay within KEEP_BYTES (a process
-        should not hold a large checkpoint's worth of memory after loading it), pinned
-        first if it is not yet."""
+        should not hold a large checkpoint's worth of memory after loading it), and
+        pinned if it is not yet. It stays usable while it is being pinned: a load that
+        comes meanwhile copies from it as from pageable memory, which beats a fresh map
+        (page faults) or waiting for the pinning."""
         with self._lock:
             keep = sum(len(m) for m in self._free) + len(mem) <= KEEP_BYTES
-            pinned = id(mem) in self._pinned
+            start = keep and id(mem) not in self._pinned and id(mem) not in self._pinning
+            if keep:
+                self._free.append(mem)
+            if start:
+                self._pinning.add(id(mem))
         if not keep:
             self._drop(mem)
-        elif pinned:
-            with self._lock:
-                self._free.append(mem)
-        else:
+        elif start:
             threading.Thread(target=self._pin, args=(mem,), name="pin-load-buffer",
                              daemon=True).start()
 
@@ -96,8 +100,9 @@ class HostBuffers:
         else:
             with self._lock:
                 self._pinned[id(mem)] = address
-        with self._lock:
-            self._free.append(mem)
+        finally:
+            with self._lock:
+                self._pinning.discard(id(mem))
 
     def _drop(self, mem: mmap.mmap) -> None:
         with self._lock:

@@ -29,7 +29,7 @@ import pytest
 from mosafs import checkpoint
 from mosafs.checkpoint.cluster import close_all
 from mosafs.errors import ConfigError, InvalidArgument, IsADirectory
-from tests.conftest import UpCluster
+from tests.conftest import UpCluster, fuse_available, launch_up, stop_all
 from tests.harness import cli, scrape
 
 MiB = 1 << 20
@@ -39,13 +39,25 @@ safetensors_numpy = pytest.importorskip("safetensors.numpy",
                                         reason="safetensors is a test dependency")
 
 
-@pytest.fixture
-def cluster(start_cluster: Any) -> Iterator[UpCluster]:
-    up = start_cluster(*UP_ARGS)
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[UpCluster]:
+    """One cluster for the module (each test works in a folder of its own)."""
+    reason = fuse_available()
+    if reason:
+        pytest.skip(reason)
+    up = launch_up(tmp_path_factory.mktemp("checkpoint"), *UP_ARGS)
     try:
         yield up
     finally:
         close_all()  # the library's client threads, before the cluster stops
+        stop_all([up])
+
+
+@pytest.fixture
+def folder(cluster: UpCluster, request: pytest.FixtureRequest) -> Path:
+    path = cluster.mountpoint / request.node.name.removeprefix("test_fuse_checkpoint_")[:60]
+    path.mkdir()
+    return path
 
 
 def state(seed: int, tensors: int = 8, size: int = 256 * 1024) -> dict[str, np.ndarray]:
@@ -66,10 +78,10 @@ def stats(path: Path) -> dict[str, Any]:
 
 
 def test_fuse_checkpoint_numpy_files_are_safetensors_versions_deduplicated(
-        cluster: UpCluster, tmp_path: Path) -> None:
+        cluster: UpCluster, folder: Path, tmp_path: Path) -> None:
     from mosafs.rpc import security
 
-    path = cluster.mountpoint / "model.safetensors"
+    path = folder / "model.safetensors"
     first = state(1)
     identity = security.current()
     result = checkpoint.save(first, path, metadata={"step": "1"})
@@ -118,14 +130,14 @@ def test_fuse_checkpoint_numpy_files_are_safetensors_versions_deduplicated(
     copied = stats(path)
     assert copied["version"] == 3 and copied["new_bytes"] == 0, copied
     # ... and the other way round: a file written through the mount, saved again.
-    other = cluster.mountpoint / "other.safetensors"
+    other = folder / "other.safetensors"
     other.write_bytes(safetensors_numpy.save(first))
     resaved = checkpoint.save(first, other)
     assert isinstance(resaved, checkpoint.SaveResult)
     assert resaved.version == 2 and resaved.bytes_sent == 0
 
 
-def test_fuse_checkpoint_torch_cpu_blocking_and_not(cluster: UpCluster) -> None:
+def test_fuse_checkpoint_torch_cpu_blocking_and_not(folder: Path) -> None:
     torch = pytest.importorskip("torch", reason="torch (CPU) is a test dependency")
     safetensors_torch = pytest.importorskip("safetensors.torch")
     gen = torch.Generator().manual_seed(3)
@@ -136,7 +148,7 @@ def test_fuse_checkpoint_torch_cpu_blocking_and_not(cluster: UpCluster) -> None:
         "scalar": torch.tensor(7, dtype=torch.int32),
         "empty": torch.zeros(0, 4),
     }
-    path = cluster.mountpoint / "torch.safetensors"
+    path = folder / "torch.safetensors"
     checkpoint.save(tensors, path)
     assert path.read_bytes() == safetensors_torch.save(tensors)
     back = checkpoint.load(path)
@@ -156,9 +168,7 @@ def test_fuse_checkpoint_torch_cpu_blocking_and_not(cluster: UpCluster) -> None:
     assert path.read_bytes() == expected
 
 
-def test_fuse_checkpoint_series_are_pruned_by_policy(cluster: UpCluster) -> None:
-    folder = cluster.mountpoint / "ckpt"
-    folder.mkdir()
+def test_fuse_checkpoint_series_are_pruned_by_policy(folder: Path) -> None:
     assert cli("policy", "set", str(folder), "--keep-last", "2").returncode == 0
     for step in range(1, 5):
         checkpoint.save(state(step, tensors=2), folder / f"model.rank0.{step}")
@@ -166,9 +176,9 @@ def test_fuse_checkpoint_series_are_pruned_by_policy(cluster: UpCluster) -> None
     assert np.array_equal(checkpoint.load_numpy(folder / "model.rank0.4")["step"], [4])
 
 
-def test_fuse_checkpoint_refuses_bad_input_and_writes_nothing(cluster: UpCluster,
+def test_fuse_checkpoint_refuses_bad_input_and_writes_nothing(folder: Path,
                                                              tmp_path: Path) -> None:
-    mnt = cluster.mountpoint
+    mnt = folder
     base = np.arange(64, dtype=np.float32).reshape(8, 8)
     with pytest.raises(InvalidArgument, match="not C-contiguous"):
         checkpoint.save({"t": base.T}, mnt / "a.safetensors")

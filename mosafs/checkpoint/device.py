@@ -74,23 +74,26 @@ class DeviceImage:
         with cupy.cuda.Device(self.device):
             self._stream = cupy.cuda.Stream(non_blocking=True)
 
-    def copy_out(self, start: int, out: np.ndarray) -> None:
-        """Bytes [start, start + len(out)) into OUT (pinned host memory: fast copies)."""
-        end = start + len(out)
-        i = bisect.bisect_right(self._starts, start) - 1
+    def copy_out(self, spans: list[tuple[int, np.ndarray]]) -> None:
+        """Bytes [start, start + len(out)) into OUT for each (start, out) of SPANS (pinned
+        host memory: fast copies), all queued before one wait."""
         runtime = self._cupy.cuda.runtime
         with self._cupy.cuda.Device(self.device):
-            while start < end:
-                p = self.pieces[i]
-                lo, hi = max(start, p.start), min(end, p.end)
-                into = out[lo - (end - len(out)):hi - (end - len(out))]
-                if p.host is not None:
-                    into[:] = np.frombuffer(p.host, dtype=np.uint8)[lo - p.start:hi - p.start]
-                else:
-                    runtime.memcpyAsync(int(into.ctypes.data), p.ptr + lo - p.start, hi - lo,
-                                        2, self._stream.ptr)  # cudaMemcpyDeviceToHost
-                start = hi
-                i += 1
+            for start, out in spans:
+                end = start + len(out)
+                i = bisect.bisect_right(self._starts, start) - 1
+                while start < end:
+                    p = self.pieces[i]
+                    lo, hi = max(start, p.start), min(end, p.end)
+                    into = out[lo - (end - len(out)):hi - (end - len(out))]
+                    if p.host is not None:
+                        into[:] = np.frombuffer(p.host, dtype=np.uint8)[lo - p.start:
+                                                                        hi - p.start]
+                    else:
+                        runtime.memcpyAsync(int(into.ctypes.data), p.ptr + lo - p.start,
+                                            hi - lo, 2, self._stream.ptr)  # device to host
+                    start = hi
+                    i += 1
             self._stream.synchronize()
 
 
@@ -285,14 +288,13 @@ class _DeviceSave:
     def _copy_out(self, group: list[tuple[bytes, int, int, Any]],
                   staging: np.ndarray) -> list[memoryview]:
         """The group's chunks, copied from the GPU into STAGING (views of it)."""
-        out = []
+        spans = []
         at = 0
         for _, o, n, _ in group:
-            view = staging[at:at + n]
-            self.image.copy_out(o, view)
-            out.append(view.data)  # a memoryview of the pinned bytes
+            spans.append((o, staging[at:at + n]))
             at += n
-        return out
+        self.image.copy_out(spans)  # one wait for the group, not one per chunk
+        return [view.data for _, view in spans]  # memoryviews of the pinned bytes
 
 
 class _Staging:

@@ -70,14 +70,12 @@ class ChunkReader:
         self.local = LocalReads(ctx.benefactors)
         self.network_bytes = 0
         self._fetches = trio.Semaphore(FETCHES)
-        self._on_read: Callable[[list[int]], None] = lambda done: None
 
     async def read(self, indices: list[int], dest: Callable[[int], Any],
                    on_read: Callable[[list[int]], None] = lambda done: None) -> None:
         """Chunks INDICES of the view, chunk i into DEST(i) (a writable uint8 array of its
         length): local reads where they can, the network otherwise. ON_READ(indices) is
         told (in the trio thread) as chunks are in."""
-        self._on_read = on_read
         batches: dict[str, list[list[int]]] = {}
         network: list[int] = []
         for i in indices:
@@ -93,23 +91,26 @@ class ChunkReader:
         async with trio.open_nursery() as nursery:
             for address, runs in batches.items():
                 for run in runs:
-                    nursery.start_soon(self._local_batch, address, run, dest, nursery)
+                    nursery.start_soon(self._local_batch, address, run, dest, on_read,
+                                       nursery)
             for i in network:
                 await self._fetches.acquire()
-                nursery.start_soon(self._fetch, i, dest)
+                nursery.start_soon(self._fetch, i, dest, on_read)
 
     async def _local_batch(self, address: str, run: list[int], dest: Callable[[int], Any],
+                           on_read: Callable[[list[int]], None],
                            nursery: trio.Nursery) -> None:
         entries = self.view.entries
         items = [(entries[i].id, self.view.where(entries[i].id)[1], dest(i)) for i in run]
         done = await self.local.read(address, items)
-        self._on_read([i for i, ok in zip(run, done, strict=True) if ok])
+        on_read([i for i, ok in zip(run, done, strict=True) if ok])
         for i, ok in zip(run, done, strict=True):
             if not ok:
                 await self._fetches.acquire()
-                nursery.start_soon(self._fetch, i, dest)
+                nursery.start_soon(self._fetch, i, dest, on_read)
 
-    async def _fetch(self, i: int, dest: Callable[[int], Any]) -> None:
+    async def _fetch(self, i: int, dest: Callable[[int], Any],
+                     on_read: Callable[[list[int]], None]) -> None:
         entry = self.view.entries[i]
         addresses, token, coded = self.view.where(entry.id)
         # Replicas in turn (chunk i starts at replica i): every benefactor serves a share
@@ -121,7 +122,7 @@ class ChunkReader:
                 entry.id, [*addresses[turn:], *addresses[:turn]], token, coded)
             dest(i)[:] = np.frombuffer(data, dtype=np.uint8)
             self.network_bytes += entry.length
-            self._on_read([i])
+            on_read([i])
         finally:
             self._fetches.release()
 

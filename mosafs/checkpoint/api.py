@@ -57,10 +57,9 @@ def save(tensors: Mapping[str, Any], path: PathLike, *, metadata: Mapping[str, s
     on_gpu = any(s.on_device for s in found)
     if on_gpu:
         _device_ready(found)
-    keep: Any = None
     if not blocking:
-        found, keep = _snapshot(found, on_gpu)
-    future = client(where).submit(_save, where, plan, found, result, started, on_gpu, keep)
+        found = _snapshot(found, on_gpu)
+    future = client(where).submit(_save, where, plan, found, result, started, on_gpu)
     if blocking:
         return future.result()
     result.blocked_s = time.perf_counter() - started
@@ -68,14 +67,20 @@ def save(tensors: Mapping[str, Any], path: PathLike, *, metadata: Mapping[str, s
 
 
 async def _save(ctx: Any, where: Any, plan: Layout, found: list[Source], result: SaveResult,
-                started: float, on_gpu: bool, keep: Any) -> SaveResult:
-    if on_gpu:
-        from mosafs.checkpoint.device import save_device
+                started: float, on_gpu: bool) -> SaveResult:
+    try:
+        if on_gpu:
+            from mosafs.checkpoint.device import save_device
 
-        await save_device(ctx, where, plan, found, result)
-    else:
-        await save_host(ctx, where, plan, found, result)
-    del keep  # the snapshot's memory, held until the save is done
+            await save_device(ctx, where, plan, found, result)
+        else:
+            await save_host(ctx, where, plan, found, result)
+    finally:
+        # A snapshot's memory (a GPU's worth) is held by FOUND's sources only, until the
+        # save is done and not after: the save's frames can outlive it (a failed RPC
+        # leaves them in reference cycles until the next garbage collection), and would
+        # hold it through this list.
+        found.clear()
     result.total_s = time.perf_counter() - started
     if not result.blocked_s:
         result.blocked_s = result.total_s
@@ -99,15 +104,15 @@ def _device_ready(found: list[Source]) -> None:
             cupy.cuda.runtime.deviceSynchronize()
 
 
-def _snapshot(found: list[Source], on_gpu: bool) -> tuple[list[Source], Any]:
+def _snapshot(found: list[Source], on_gpu: bool) -> list[Source]:
     """Copies of FOUND's bytes that the caller cannot change (GPU tensors: device to
-    device), and what holds their memory."""
+    device); only the sources returned hold their memory."""
     if on_gpu:
         from mosafs.checkpoint.device import snapshot
 
         return snapshot(found)
     return [replace(s, host=memoryview(bytes(s.host)), keep=None) if s.host is not None
-            else s for s in found], None
+            else s for s in found]
 
 
 def load(path: PathLike, *, device: str = "cpu",

@@ -25,7 +25,7 @@ import trio
 from mosafs import errors
 from mosafs.checkpoint.cluster import Target
 from mosafs.checkpoint.format import Layout
-from mosafs.checkpoint.saving import SaveResult, figures, open_file
+from mosafs.checkpoint.saving import SaveResult, figures, opened
 from mosafs.checkpoint.sources import Source
 from mosafs.client.files.blockmap import ChunkEntry
 from mosafs.client.files.context import ClientContext
@@ -97,10 +97,10 @@ class DeviceImage:
             self._stream.synchronize()
 
 
-def snapshot(found: list[Source]) -> tuple[list[Source], Any]:
+def snapshot(found: list[Source]) -> list[Source]:
     """Device-to-device copies of FOUND's GPU tensors into one buffer (host tensors:
     copies in host memory), so that a non-blocking save's caller may change them at once.
-    Returns the copies and what holds their memory."""
+    The copies (only they) hold the buffer."""
     import cupy
 
     from mosafs.checkpoint.sources import Source as Src
@@ -126,7 +126,7 @@ def snapshot(found: list[Source]) -> tuple[list[Source], Any]:
         # tensors only if the caller synchronised them: torch's current stream is waited
         # for by api.save before this runs (documented copy rule).
         stream.synchronize()
-    return out, arena
+    return out
 
 
 async def save_device(ctx: ClientContext, where: Target, layout: Layout, found: list[Source],
@@ -134,19 +134,19 @@ async def save_device(ctx: ClientContext, where: Target, layout: Layout, found: 
     """Save tensors of one GPU (and host ones beside them) as WHERE's new version."""
     started = time.perf_counter()
     image = DeviceImage(layout, found)
-    inode = await open_file(ctx, where)
-    session = await WriteSession.create(ctx, inode)
-    try:
-        await session.truncate(0)
-        result.phases["open_s"] = time.perf_counter() - started
-        saver = _DeviceSave(ctx, session, image, result)
-        entries = await saver.run()
-        session.replace_content(entries)
-        committing = time.perf_counter()
-        reply = await session.commit()
-        result.phases["commit_s"] = time.perf_counter() - committing
-    finally:
-        await session.close()
+    async with opened(ctx, where) as inode:
+        session = await WriteSession.create(ctx, inode)
+        try:
+            await session.truncate(0)
+            result.phases["open_s"] = time.perf_counter() - started
+            saver = _DeviceSave(ctx, session, image, result)
+            entries = await saver.run()
+            session.replace_content(entries)
+            committing = time.perf_counter()
+            reply = await session.commit()
+            result.phases["commit_s"] = time.perf_counter() - committing
+        finally:
+            await session.close()
     assert reply is not None
     result.phases["write_s"] = time.perf_counter() - started
     await figures(ctx, inode, reply.version, result)
@@ -185,13 +185,18 @@ class _DeviceSave:
         recorded at once (the block-map's order), and their look-ups and puts go on in
         the background while the next bytes are chunked."""
         phases = self.result.phases
+        pinned = self.staging.pin_s
         async with trio.open_nursery() as uploads:
+            # One buffer per upload slot, made while the first feeds are chunked.
+            uploads.start_soon(self._timed, "reserve_s", self.staging.reserve,
+                               self.ctx.config.uploads_per_file)
             for spans in _feeds(self.image.pieces, FEED_BYTES):
                 batches = await self._timed("hash_s", self._feed, spans)
                 self._take(batches, uploads)
             self._take(await self._timed("hash_s", self.stream.finish_batch), uploads)
             fed = time.perf_counter()
         phases["drain_s"] = time.perf_counter() - fed
+        phases["pin_s"] = self.staging.pin_s - pinned  # thread seconds pinning buffers
         return self.entries
 
     def _feed(self, spans: list[tuple[_Piece, int, int]]) -> list[Any]:
@@ -299,23 +304,46 @@ class _DeviceSave:
 
 class _Staging:
     """Pinned host buffers reused for the copies out of the GPU (pinning memory costs
-    more than the copy of a group)."""
+    more than the copy of a group: a process's first save makes them in the background,
+    `reserve`, while its first bytes are chunked)."""
 
     def __init__(self) -> None:
         self._free: list[np.ndarray] = []
+        self._made = 0  # buffers of GROUP_BYTES made (free or in use)
         self._lock = threading.Lock()
+        self.pin_s = 0.0  # seconds spent pinning memory (for the figures)
 
     def take(self, n: int) -> np.ndarray:
         with self._lock:
             for i, buf in enumerate(self._free):
                 if len(buf) >= n:
                     return self._free.pop(i)[:n]
-        return _pinned(max(n, GROUP_BYTES))[:n]
+            if n <= GROUP_BYTES:
+                self._made += 1
+        return self._pin(max(n, GROUP_BYTES))[:n]
 
     def give(self, view: np.ndarray) -> None:
         base = view.base if isinstance(view.base, np.ndarray) else view
         with self._lock:
             self._free.append(base)
+
+    def reserve(self, count: int) -> None:
+        """Make buffers until COUNT of GROUP_BYTES exist (in a worker thread: a save's
+        copies out then find them ready)."""
+        while True:
+            with self._lock:
+                if self._made >= count:
+                    return
+                self._made += 1
+            buf = self._pin(GROUP_BYTES)
+            self.give(buf)
+
+    def _pin(self, n: int) -> np.ndarray:
+        started = time.perf_counter()
+        try:
+            return _pinned(n)
+        finally:
+            self.pin_s += time.perf_counter() - started
 
 
 STAGING = _Staging()  # shared by the saves of the process

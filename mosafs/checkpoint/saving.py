@@ -14,9 +14,13 @@ and copies to the host only the new chunks.
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import time
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass, field
+
+import trio
 
 from mosafs import errors
 from mosafs._proto import manager_pb2 as mpb
@@ -25,6 +29,8 @@ from mosafs.checkpoint.format import Layout
 from mosafs.checkpoint.sources import Source
 from mosafs.client.files.context import ClientContext
 from mosafs.client.files.writer import WriteSession
+
+log = logging.getLogger(__name__)
 
 MiB = 1 << 20
 
@@ -53,33 +59,55 @@ class SaveResult:
         return dict(self.__dict__)
 
 
-async def open_file(ctx: ClientContext, where: Target) -> int:
+@contextlib.asynccontextmanager
+async def opened(ctx: ClientContext, where: Target) -> AsyncIterator[int]:
     """The inode of WHERE: the file, created (mode 0666 less the umask) if it is not
-    there. A folder by that name is IsADirectory."""
+    there. A folder by that name is IsADirectory. A save that created the file and fails
+    before its first version removes it again (a load would find an empty file), unless
+    someone else committed a version of it meanwhile."""
+    created = False
     try:
         attr = await ctx.manager.lookup(where.parent, where.name)
     except errors.NotFound:
         attr = await ctx.manager.create(where.parent, where.name, 0o666 & ~_umask(),
                                         *_owner(), exclusive=False)
+        created = True
     if attr.kind != mpb.FILE_KIND_REGULAR:
         raise errors.IsADirectory(f"{where.path} is not a regular file")
-    return int(attr.inode)
+    try:
+        yield int(attr.inode)
+    except BaseException:
+        if created:
+            with trio.CancelScope(shield=True):
+                await _remove_if_empty(ctx, where, int(attr.inode))
+        raise
+
+
+async def _remove_if_empty(ctx: ClientContext, where: Target, inode: int) -> None:
+    """Unlink WHERE if it is still INODE with no version (best effort: the save's own
+    error is the one reported)."""
+    try:
+        attr = await ctx.manager.lookup(where.parent, where.name)
+        if int(attr.inode) == inode and not attr.version:
+            await ctx.manager.unlink(where.parent, where.name)
+    except errors.MosafsError as exc:
+        log.info("could not remove %s after a failed save: %s", where.path, exc)
 
 
 async def save_host(ctx: ClientContext, where: Target, layout: Layout,
                     found: list[Source], result: SaveResult) -> SaveResult:
     """Save tensors whose bytes are all on the host."""
     started = time.perf_counter()
-    inode = await open_file(ctx, where)
-    session = await WriteSession.create(ctx, inode)
-    try:
-        await session.truncate(0)
-        offset = 0
-        for piece in _pieces(layout, found, ctx.config.batch_bytes):
-            offset += await session.write(offset, piece)  # type: ignore[arg-type]
-        reply = await session.commit()
-    finally:
-        await session.close()
+    async with opened(ctx, where) as inode:
+        session = await WriteSession.create(ctx, inode)
+        try:
+            await session.truncate(0)
+            offset = 0
+            for piece in _pieces(layout, found, ctx.config.batch_bytes):
+                offset += await session.write(offset, piece)  # type: ignore[arg-type]
+            reply = await session.commit()
+        finally:
+            await session.close()
     assert reply is not None  # the header at least was written
     result.phases["write_s"] = time.perf_counter() - started
     await figures(ctx, inode, reply.version, result)

@@ -8,7 +8,9 @@ library finding the cluster and certificates from the mount, as the admin comman
   changes one tensor sends a fraction of the file), and against files written through the
   mount: the same bytes written by `cp` after a save send nothing (the same chunk ids);
 - a non-blocking save returns a handle at once; the tensors changed right after do not
-  reach the file; the handle reports the figures;
+  reach the file; the handle reports the figures; a save that fails in the background
+  (its folder's pool has no benefactor) reports the error through the handle and leaves
+  the previous version as it was, and one that failed to make a new file leaves none;
 - pruning policies prune saved series like any file;
 - bad input (non-contiguous or shared tensors, a path outside every mount, a folder)
   is refused with a clear error and writes nothing.
@@ -28,7 +30,7 @@ import pytest
 
 from mosafs import checkpoint
 from mosafs.checkpoint.cluster import close_all
-from mosafs.errors import ConfigError, InvalidArgument, IsADirectory
+from mosafs.errors import ConfigError, InvalidArgument, IsADirectory, NoSpace
 from tests.conftest import UpCluster, fuse_available, launch_up, stop_all
 from tests.harness import cli, scrape
 
@@ -166,6 +168,29 @@ def test_fuse_checkpoint_torch_cpu_blocking_and_not(folder: Path) -> None:
     assert handle.done() and done.version == 2
     assert done.blocked_s <= done.total_s
     assert path.read_bytes() == expected
+
+
+def test_fuse_checkpoint_non_blocking_failure_reaches_the_handle(cluster: UpCluster,
+                                                                 folder: Path) -> None:
+    path = folder / "model.safetensors"
+    first = state(1, tensors=2)
+    checkpoint.save(first, path)
+    # The folder moves to a pool without benefactors: the next write cannot be placed,
+    # which the save finds only in the background, after it returned its handle.
+    cluster.proc.expected_noise.append(r"opens for writing fail with ENOSPC: pool 'nowhere'")
+    assert cli("pool", "create", "nowhere", "--replication", "1").returncode == 0
+    assert cli("pool", "assign", str(folder), "nowhere").returncode == 0
+    handle = checkpoint.save(state(2, tensors=2), path, blocking=False)
+    assert isinstance(handle, checkpoint.SaveHandle)
+    with pytest.raises(NoSpace, match="nowhere"):
+        handle.wait(timeout=120)
+    assert handle.done() and isinstance(handle.exception(), NoSpace)
+    assert path.read_bytes() == safetensors_numpy.save(first)
+    assert np.array_equal(checkpoint.load_numpy(path)["step"], [1])
+    # A save that would have made a new file leaves none behind.
+    with pytest.raises(NoSpace, match="nowhere"):
+        checkpoint.save(first, folder / "new.safetensors")
+    assert sorted(os.listdir(folder)) == ["model.safetensors"]
 
 
 def test_fuse_checkpoint_series_are_pruned_by_policy(folder: Path) -> None:

@@ -6,7 +6,8 @@ where the tensors are, only new chunks copied to the host), against a real `mosa
 - a save that changes a tenth of the tensors copies to the host exactly the new chunks'
   bytes, and sends them;
 - a non-blocking save returns after its device-to-device snapshot: tensors changed at
-  once do not reach the file;
+  once do not reach the file; one that fails in the background (no benefactor in its
+  folder's pool) reports the error through its handle and leaves the file as it was;
 - an erasure-coded pool gets the parity computed on the GPU; the file reads back;
 - `load(..., device="cuda")` gives the tensors back on the GPU.
 """
@@ -106,6 +107,27 @@ def test_gpu_checkpoint_non_blocking_snapshot(up: UpCluster, torch: Any) -> None
         t.zero_()  # training goes on at once
     done = handle.wait(timeout=120)
     assert done.blocked_s < done.total_s
+    assert path.read_bytes() == expected
+
+    from mosafs.errors import NoSpace
+
+    up.proc.expected_noise.append(r"opens for writing fail with ENOSPC: pool 'nowhere'")
+    folder = up.mountpoint / "nowhere"
+    folder.mkdir()
+    assert cli("pool", "create", "nowhere", "--replication", "1").returncode == 0
+    assert cli("pool", "assign", str(folder), "nowhere").returncode == 0
+    import cupy
+
+    pool = cupy.get_default_memory_pool()  # where the snapshot's copy lives
+    before = pool.used_bytes()
+    handle = checkpoint.save(tensors, folder / "async.safetensors", blocking=False)
+    assert isinstance(handle, checkpoint.SaveHandle)
+    with pytest.raises(NoSpace, match="nowhere"):
+        handle.wait(timeout=120)
+    assert isinstance(handle.exception(), NoSpace)
+    # The failed handle does not hold the snapshot's device memory.
+    assert pool.used_bytes() <= before, (pool.used_bytes(), before)
+    assert not (folder / "async.safetensors").exists()
     assert path.read_bytes() == expected
 
 

@@ -145,7 +145,8 @@ def test_verdicts_judge_nothing_that_is_not_there() -> None:
     one_step = [s for s in _steps() if s["kind"] != "changed"]
     got = ck.verdicts(one_step, None, device="cuda", header_bytes=1000)
     assert got["dedup_save_vs_torch_local"] == {
-        "value": None, "target": "<= 0.15", "pass": None, "values": [], "steps": []}
+        "value": None, "target": "<= 0.15", "pass": None, "values": [], "steps": [],
+        "unchanged_chunks": [], "note": None}
     assert got["load_speed_vs_safetensors_local"]["pass"] is None
     assert got["pass"] is True
     assert ck.verdicts([], None, device="cuda", header_bytes=1000)["pass"] is None
@@ -216,3 +217,15 @@ def test_the_module_and_the_help_need_no_torch() -> None:
     done = subprocess.run([sys.executable, "-P", "-c", code], capture_output=True, text=True,
                           timeout=60)
     assert done.returncode == 0, done.stderr
+
+
+def test_verdicts_name_changed_steps_short_of_the_issues_unchanged_chunks() -> None:
+    steps = _steps()
+    steps[1]["unchanged_chunks"], steps[2]["unchanged_chunks"] = 0.95, 0.86
+    got = ck.verdicts(steps, LOADS, device="cuda", header_bytes=1000)
+    dedup = got["dedup_save_vs_torch_local"]
+    assert dedup["unchanged_chunks"] == [0.95, 0.86]
+    assert dedup["note"] is not None and "steps [3]" in dedup["note"]
+    steps[2]["unchanged_chunks"] = 0.9
+    assert ck.verdicts(steps, LOADS, device="cuda", header_bytes=1000)[
+        "dedup_save_vs_torch_local"]["note"] is None

@@ -128,7 +128,7 @@ def redundancy_arg(text: str) -> str:
     """An argparse type: a pool's redundancy, `replicas:R` or `ec:K+M`, checked as the
     manager checks it (the same one-line reason)."""
     from mosafs.errors import ConfigError
-    from mosafs.manager.pools import parse_redundancy
+    from mosafs.redundancy import parse_redundancy
 
     try:
         return str(parse_redundancy(text))

@@ -128,7 +128,7 @@ def register(collector: Collector) -> None:
 
 def serve(address: str) -> str:
     """Serve /metrics on ADDRESS (HOST:PORT, port 0: a free one); the URL."""
-    from mosafs.procutil import split_address
+    from mosafs.addresses import split_address
 
     host, port = split_address(address, "--metrics-listen")
     try:

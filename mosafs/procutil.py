@@ -13,7 +13,6 @@ import json
 import logging
 import os
 import signal
-import socket
 import sys
 import threading
 from collections.abc import Callable, Iterator
@@ -171,25 +170,6 @@ def wait_for_stop(event: threading.Event) -> None:
     handler; one untimed wait would sleep through it."""
     while not event.wait(0.5):
         pass
-
-
-_WILDCARD_HOSTS = {"", "0.0.0.0", "::", "[::]"}
-
-
-def split_address(text: str, what: str) -> tuple[str, int]:
-    """(host, port) of HOST:PORT (IPv6 hosts in brackets); ConfigError otherwise."""
-    host, sep, port = text.rpartition(":")
-    if not sep or not port.isdigit() or int(port) > 65535:
-        raise ConfigError(f"{what} must be HOST:PORT, got {text!r}")
-    return host, int(port)
-
-
-def advertised_address(listen_host: str, port: int, advertise: str | None = None) -> str:
-    if advertise:
-        return advertise
-    # A wildcard address is not something a peer can dial: offer the host name instead.
-    host = socket.gethostname() if listen_host in _WILDCARD_HOSTS else listen_host
-    return f"{host}:{port}"
 
 
 def listen(add_servicer: Callable[[Any], None], address: str, **options: Any) -> tuple[Any, int]:

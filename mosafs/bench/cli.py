@@ -443,7 +443,8 @@ def _given(value: int | None, default: int) -> int:
 
 
 def _run_write(args: argparse.Namespace) -> int:
-    from mosafs.bench.write import Options, format_table, run_benchmark
+    from mosafs.bench.write import Options
+    from mosafs.bench.write_run import format_table, run_benchmark
     from mosafs.procutil import setup_logging
 
     setup_logging(args.log_level)

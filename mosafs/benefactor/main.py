@@ -95,11 +95,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from mosafs.addresses import advertised_address, split_address
     from mosafs.benefactor.servicer import add_to_server
     from mosafs.procutil import (
-        advertised_address,
         listen,
-        split_address,
         start_daemon,
         stop_event,
         wait_for_stop,

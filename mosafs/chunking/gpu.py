@@ -25,37 +25,15 @@ GPU does the parallel work.
 from __future__ import annotations
 
 import functools
-import importlib
-import importlib.util
-import warnings
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from mosafs.chunking.base import Backend, BytesLike, Chunk, Chunker, Hasher
 from mosafs.chunking.spec import ChunkerSpec
+from mosafs.gpuprobe import probe_gpu as probe_gpu  # part of this module's API
 
 if TYPE_CHECKING:
     from mosafs.chunking.gpu_runtime import GpuRuntime, GpuStream, Profile
-
-
-def probe_gpu() -> str | None:
-    """None when CuPy is installed and sees a CUDA device, else why not."""
-    try:
-        found = importlib.util.find_spec("cupy") is not None
-    except (ImportError, ValueError):
-        found = False
-    if not found:
-        return "CuPy is not installed (install mosafs[gpu], i.e. cupy-cuda12x)"
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")  # CuPy warns about CUDA paths on import
-            cupy = importlib.import_module("cupy")
-            count = int(cupy.cuda.runtime.getDeviceCount())
-    except Exception as exc:  # any failure here means "no usable GPU", with the reason
-        return f"CuPy cannot use a CUDA device ({type(exc).__name__}: {exc})"
-    if count < 1:
-        return "CuPy sees no CUDA device"
-    return None
 
 
 @functools.cache

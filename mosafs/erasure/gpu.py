@@ -89,7 +89,7 @@ def _quiet(fn: Any, *args: Any) -> Any:
 def gpu_unavailable_reason() -> str | None:
     """None when the GPU coder can run here, else why not: CuPy and a device (the same
     probe as the GPU chunkers), ISA-L for the matrices, and a kernel that compiles."""
-    from mosafs.chunking.gpu import probe_gpu
+    from mosafs.gpuprobe import probe_gpu
 
     reason = probe_gpu()
     if reason is not None:

@@ -108,11 +108,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from mosafs.addresses import advertised_address, split_address
     from mosafs.procutil import (
-        advertised_address,
         exclusive,
         listen,
-        split_address,
         start_daemon,
         stop_event,
         wait_for_stop,

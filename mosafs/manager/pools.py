@@ -10,36 +10,30 @@ import logging
 import re
 import threading
 import time
-from dataclasses import dataclass
 
 from mosafs._proto import common_pb2
 from mosafs.chunking.registry import BACKEND_CHOICES
 from mosafs.chunking.spec import DEFAULT_SPEC, MAX_CHUNK, parse_spec
 from mosafs.erasure.spec import fragment_size as fragment_size  # re-exported
 from mosafs.errors import ConfigError
+from mosafs.redundancy import MAX_EC_K as MAX_EC_K  # re-exported: the pools' bounds
+from mosafs.redundancy import MAX_EC_M as MAX_EC_M
+from mosafs.redundancy import MAX_REPLICATION as MAX_REPLICATION
+from mosafs.redundancy import Scheme as Scheme
+from mosafs.redundancy import parse_redundancy as parse_redundancy
 
 DEFAULT_POOL = "default"
 DEFAULT_CHUNKER = DEFAULT_SPEC
 WRITE_SEMANTICS = ("optimistic", "pessimistic")
 HASH_BACKENDS = BACKEND_CHOICES
 MAX_CHUNK_BYTES = MAX_CHUNK  # the largest chunk a spec (and a commit) may name
-MAX_REPLICATION = 16
 MAX_STRIPE_WIDTH = 1024
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
-# Erasure coding (docs/erasure_pools.md). K and M are bounded by what the coders are
-# checked for (every K+M up to 16+4, tests/unit/test_erasure_*.py); a wider code would
-# also need that many benefactors per chunk.
-MAX_EC_K = 16
-MAX_EC_M = 4
 # Chunks smaller than this are kept as M+1 whole copies in an ec:K+M pool: below it a
 # fragment (L/K) is so small that the K+M puts, files and fragment records cost more than
 # the (M+1)/(1+M/K) space it saves, and with the default chunker (MIN 256 KiB) only the
 # last chunk of a file can be this small. docs/erasure_pools.md says more.
 DEFAULT_EC_MIN_CHUNK = 128 << 10
-_REDUNDANCY_HELP = ("use replicas:R (R whole copies of every chunk, e.g. replicas:3) or "
-                    "ec:K+M (K data + M parity fragments on K+M benefactors, e.g. ec:4+2)")
-_EC = re.compile(r"ec:(\d{1,9})\+(\d{1,9})", re.ASCII)
-_REPLICAS = re.compile(r"replicas:(\d{1,9})", re.ASCII)
 UNWRITABLE_WARN_EVERY_S = 60.0
 
 log = logging.getLogger(__name__)
@@ -52,53 +46,6 @@ def check_name(name: str) -> str:
         raise ConfigError(f"bad pool name {name[:80]!r}: use 1..64 characters of A-Z a-z 0-9 "
                           f". _ - (starting with a letter or digit)")
     return name
-
-
-@dataclass(frozen=True)
-class Scheme:
-    """A pool's redundancy: R whole copies (k == 0), or K data + M parity fragments."""
-
-    replicas: int = 1
-    k: int = 0
-    m: int = 0
-
-    @property
-    def coded(self) -> bool:
-        return self.k > 0
-
-    @property
-    def width(self) -> int:
-        """Distinct benefactors one chunk needs: K+M, or R."""
-        return self.k + self.m if self.coded else self.replicas
-
-    def __str__(self) -> str:
-        return f"ec:{self.k}+{self.m}" if self.coded else f"replicas:{self.replicas}"
-
-
-def parse_redundancy(text: str) -> Scheme:
-    """`replicas:R` or `ec:K+M`; ConfigError with a one-line reason for anything else."""
-    shown = repr(text[:40])
-    text = text.strip().lower()
-    if (match := _REPLICAS.fullmatch(text)) is not None:
-        replicas = int(match[1])
-        if not 1 <= replicas <= MAX_REPLICATION:
-            raise ConfigError(f"bad redundancy {shown}: R (copies) must be "
-                              f"1..{MAX_REPLICATION}, got {replicas}")
-        return Scheme(replicas=replicas)
-    if (match := _EC.fullmatch(text)) is not None:
-        k, m = int(match[1]), int(match[2])
-        if not 1 <= k <= MAX_EC_K:
-            raise ConfigError(f"bad redundancy {shown}: K (data fragments) must be "
-                              f"1..{MAX_EC_K}, got {k}")
-        if m == 0:
-            raise ConfigError(f"bad redundancy {shown}: M (parity fragments) must be "
-                              f"1..{MAX_EC_M}: ec:{k}+0 survives no failure (replicas:1 "
-                              f"is that)")
-        if not 1 <= m <= MAX_EC_M:
-            raise ConfigError(f"bad redundancy {shown}: M (parity fragments) must be "
-                              f"1..{MAX_EC_M}, got {m}")
-        return Scheme(replicas=m + 1, k=k, m=m)
-    raise ConfigError(f"bad redundancy {shown}: {_REDUNDANCY_HELP}")
 
 
 def scheme(settings: common_pb2.PoolSettings) -> Scheme:

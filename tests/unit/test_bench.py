@@ -13,7 +13,8 @@ import pytest
 import trio
 
 from mosafs.bench import procs, timing
-from mosafs.bench.write import format_table, targets
+from mosafs.bench.write import targets
+from mosafs.bench.write_run import format_table
 
 MiB = 1 << 20
 

@@ -19,7 +19,8 @@ import trio
 
 from mosafs.bench import moosefs, phases
 from mosafs.bench.timing import write_file
-from mosafs.bench.write import format_table, targets
+from mosafs.bench.write import targets
+from mosafs.bench.write_run import format_table
 from mosafs.errors import ConfigError
 
 MiB = 1 << 20

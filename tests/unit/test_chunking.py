@@ -441,7 +441,7 @@ def test_gpu_backend_without_gpu_is_a_config_error(monkeypatch: pytest.MonkeyPat
 
 
 def test_gpu_probe_explains_a_missing_cupy(monkeypatch: pytest.MonkeyPatch) -> None:
-    from mosafs.chunking import gpu
+    from mosafs import gpuprobe as gpu
 
     monkeypatch.setattr(gpu.importlib.util, "find_spec", lambda name: None)
     reason = gpu.probe_gpu()
@@ -449,7 +449,7 @@ def test_gpu_probe_explains_a_missing_cupy(monkeypatch: pytest.MonkeyPatch) -> N
 
 
 def test_gpu_probe_explains_a_failing_cupy(monkeypatch: pytest.MonkeyPatch) -> None:
-    from mosafs.chunking import gpu
+    from mosafs import gpuprobe as gpu
 
     def broken(name: str) -> Any:
         raise ImportError("libcudart.so.12: cannot open shared object file")

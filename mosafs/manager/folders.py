@@ -25,8 +25,8 @@ from mosafs.manager.metadata import (
     REGULAR,
     ROOT_INODE,
     MetadataStore,
+    Tx,
     WriteBase,
-    _Tx,
 )
 
 log = logging.getLogger(__name__)
@@ -77,7 +77,7 @@ class PruneResult:
             bytes_unreferenced=self.bytes_unreferenced,
             stored_bytes_unreferenced=self.stored_bytes_unreferenced)
 
-    def count_unreferenced(self, tx: _Tx, released: Counter[bytes], *, dry_run: bool) -> None:
+    def count_unreferenced(self, tx: Tx, released: Counter[bytes], *, dry_run: bool) -> None:
         """Count the chunks whose last references RELEASED (chunk id -> references the
         removals drop) takes, before the removals are applied."""
         for cid, count in released.items():
@@ -111,7 +111,7 @@ class _Listing:
         self._listed: set[int] = set()           # protected files already in skipped
 
     @classmethod
-    def read(cls, tx: _Tx, folder: int, pattern: series.Pattern,
+    def read(cls, tx: Tx, folder: int, pattern: series.Pattern,
              busy: frozenset[int]) -> _Listing:
         listing = cls(tx.path_of(folder).rstrip("/"))
         for raw, child in list(tx.entries(folder, b"")):
@@ -160,7 +160,7 @@ class _Listing:
         return self.going[inode] == self.versions[inode]
 
     @staticmethod
-    def released(tx: _Tx, removed: list[tuple[pruning.Image, str]]) -> Counter[bytes]:
+    def released(tx: Tx, removed: list[tuple[pruning.Image, str]]) -> Counter[bytes]:
         """Chunk id -> references the REMOVED images hold."""
         refs: Counter[bytes] = Counter()
         for image, _ in removed:
@@ -177,7 +177,7 @@ def policy_message(policy: pruning.Policy) -> manager_pb2.PrunePolicy:
                                    purge_after_ms=policy.purge_after_ms)
 
 
-def effective(tx: _Tx, directory: int) -> Effective:
+def effective(tx: Tx, directory: int) -> Effective:
     """Settings of DIRECTORY after inheritance (walking parent pointers up to the root)."""
     pool = pattern = policy = None
     ino, seen = directory, set()
@@ -250,14 +250,14 @@ class Folders:
             return [self._reply(tx, ino) for ino, _ in list(tx.folders())]
 
     @staticmethod
-    def _directory(tx: _Tx, inode: int) -> None:
+    def _directory(tx: Tx, inode: int) -> None:
         rec = tx.inode(inode)
         if rec.kind != DIRECTORY:
             raise NotADirectory(f"inode {inode} is not a directory: pools, series patterns "
                                 f"and policies are set on folders")
 
     @staticmethod
-    def _reply(tx: _Tx, inode: int) -> manager_pb2.FolderSettingsReply:
+    def _reply(tx: Tx, inode: int) -> manager_pb2.FolderSettingsReply:
         eff = effective(tx, inode)
         out = manager_pb2.FolderSettingsReply(inode=inode, path=tx.path_of(inode))
         out.own.CopyFrom(tx.folder(inode) or manager_pb2.FolderSettings())
@@ -288,7 +288,7 @@ class Folders:
             return WriteContext(folder, pool, base)
 
     @staticmethod
-    def _series_base(tx: _Tx, inode: int, folder: int, raw: bytes, template: str) -> WriteBase:
+    def _series_base(tx: Tx, inode: int, folder: int, raw: bytes, template: str) -> WriteBase:
         pattern = series.compile_pattern(template)
         mine = pattern.match(raw.decode("utf-8"))
         if mine is None:
@@ -351,7 +351,7 @@ class Folders:
             return out
 
     @staticmethod
-    def _inheriting(tx: _Tx, root: int) -> Iterator[int]:
+    def _inheriting(tx: Tx, root: int) -> Iterator[int]:
         """ROOT and its subdirectories that do not set a policy of their own (below one
         that does, its own walk covers them)."""
         stack = [root]
@@ -366,7 +366,7 @@ class Folders:
                 if own is None or not own.HasField("policy"):
                     stack.append(child)
 
-    def _prune_folder(self, tx: _Tx, folder: int, result: PruneResult, *, dry_run: bool,
+    def _prune_folder(self, tx: Tx, folder: int, result: PruneResult, *, dry_run: bool,
                       busy: frozenset[int], policy: pruning.Policy | None) -> None:
         eff = effective(tx, folder)
         rules = eff.policy if policy is None else policy
@@ -384,7 +384,7 @@ class Folders:
             self._remove(tx, folder, listing, image, reason, result, dry_run=dry_run, now=now)
 
     @staticmethod
-    def _remove(tx: _Tx, folder: int, listing: _Listing, image: pruning.Image, reason: str,
+    def _remove(tx: Tx, folder: int, listing: _Listing, image: pruning.Image, reason: str,
                 result: PruneResult, *, dry_run: bool, now: int) -> None:
         """Remove one chosen image: a file all of whose versions go loses its name (and
         with it every version: drop_file) with its newest; otherwise single versions go."""

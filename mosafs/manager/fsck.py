@@ -1,5 +1,5 @@
 """`mosafs fsck`: check the metadata invariants (docs/metadata.md, the docstring of
-mosafs.manager.metadata) over the whole store, and repair what can be repaired.
+mosafs.manager.metadata.schema) over the whole store, and repair what can be repaired.
 
 A check runs in one read transaction, so it sees one consistent snapshot while the manager
 keeps serving; a repair runs the same check inside one write transaction and fixes what it

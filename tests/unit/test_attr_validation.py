@@ -23,7 +23,7 @@ from mosafs import capability
 from mosafs._proto import manager_pb2, metadata_pb2
 from mosafs.client.files.writer import MAX_FILE_SIZE as CLIENT_MAX_FILE_SIZE
 from mosafs.client.operations import _clamp_time
-from mosafs.errors import InvalidArgument, NotSupported, ResourceExhausted
+from mosafs.errors import InvalidArgument, NotFound, NotSupported, ResourceExhausted
 from mosafs.manager import metadata
 from mosafs.manager.core import Manager
 from mosafs.manager.fsck import NOBODY, fsck
@@ -299,7 +299,7 @@ def test_no_create_makes_an_unusable_inode(shared: MetadataStore, call: str, mod
         attr = make()
     except InvalidArgument:
         event("refused")
-        with pytest.raises(metadata.NotFound):
+        with pytest.raises(NotFound):
             shared.lookup(parent, name)
         return
     event("accepted")

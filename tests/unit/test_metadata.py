@@ -13,7 +13,7 @@ from pathlib import Path
 import lmdb
 import pytest
 
-from mosafs._proto import benefactor_pb2, manager_pb2
+from mosafs._proto import benefactor_pb2, manager_pb2, metadata_pb2
 from mosafs.errors import (
     AlreadyExists,
     ConfigError,
@@ -1120,7 +1120,7 @@ def test_nlink_mismatches_finds_damage(tmp_path: Path) -> None:
         for ino, nlink in ((f, 1), (d, 5)):
             raw = txn.get(struct.pack(">Q", ino), db=inodes)
             assert raw is not None
-            rec = metadata.metadata_pb2.InodeRecord.FromString(raw)
+            rec = metadata_pb2.InodeRecord.FromString(raw)
             rec.nlink = nlink
             txn.put(struct.pack(">Q", ino), rec.SerializeToString(), db=inodes)
         txn.put(struct.pack(">Q", ROOT_INODE) + b"ghost", struct.pack(">Q", 777), db=dirents)

@@ -1,0 +1,145 @@
+"""The store's base: the LMDB environment and its map, read and write transactions, and
+the first open's initialisation. Every operation of the concern modules runs in one
+transaction of it.
+
+The map grows by itself up to the ceiling `map_size` (mosafs.manager.mapsize): every
+transaction runs inside its gate, writes that add data are refused with NoSpace near the
+ceiling while the others may use the reserve kept there, and an operation whose write
+transaction found the map full runs again once the map has grown (@_rerun_if_grown).
+"""
+
+from __future__ import annotations
+
+import functools
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import fields
+from pathlib import Path
+from typing import Any, Self, TypeVar, cast
+
+import lmdb
+
+from mosafs._proto import metadata_pb2
+from mosafs.errors import ConfigError
+from mosafs.manager import pools
+from mosafs.manager.mapsize import MapGrown, MapSizer, initial_size
+from mosafs.manager.metadata.schema import (
+    _U64,
+    DB_NAMES,
+    DEFAULT_MAP_SIZE,
+    DIRECTORY,
+    MAX_DBS,
+    ROOT_INODE,
+    SCHEMA_VERSION,
+    _Dbs,
+)
+from mosafs.manager.metadata.tx import Tx
+
+_F = TypeVar("_F", bound=Callable[..., Any])
+
+
+def _rerun_if_grown(method: _F) -> _F:
+    """Run METHOD again when its write transaction found the map full and the map grew
+    (MapGrown): the transaction was aborted whole, so the second run is the one that
+    counts. One-shot iterators among the arguments are read into lists first, so that it
+    sees the same input. Growth is bounded (ceiling, disk), so this ends."""
+    @functools.wraps(method)
+    def run(self: StoreBase, *args: Any, **kwargs: Any) -> Any:
+        args = tuple(list(a) if isinstance(a, Iterator) else a for a in args)
+        kwargs = {k: list(v) if isinstance(v, Iterator) else v for k, v in kwargs.items()}
+        while True:
+            try:
+                return method(self, *args, **kwargs)
+            except MapGrown:
+                continue
+    return cast(_F, run)
+
+
+class StoreBase:
+    """The environment, its map and transactions, which every concern's operations use
+    (MetadataStore joins them)."""
+
+    def __init__(self, path: str | Path, *, map_size: int = DEFAULT_MAP_SIZE) -> None:
+        """MAP_SIZE: the ceiling the map may grow to (mosafs.manager.mapsize)."""
+        self.path = Path(path)
+        self.path.mkdir(parents=True, exist_ok=True)
+        self._env = lmdb.open(str(self.path), subdir=True, map_size=initial_size(map_size),
+                              max_dbs=MAX_DBS, sync=True, metasync=True)
+        # Reader slots of processes that died (a manager killed with SIGKILL) are freed here.
+        self._env.reader_check()
+        env = self._env
+        self._db = _Dbs(*(env.open_db(name) for name in DB_NAMES))
+        self._map = MapSizer(env, [getattr(self._db, f.name) for f in fields(_Dbs)],
+                             self.path, map_size)
+        self._writes = 0
+        self._count_lock = threading.Lock()
+        self._initialise()
+
+    def close(self) -> None:
+        self._env.close()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    @property
+    def map_size(self) -> int:
+        """Bytes the LMDB map has now (it grows up to the map_size given at open)."""
+        return self._map.map_size
+
+    @contextmanager
+    def _read(self) -> Iterator[Tx]:
+        with self._map.gate.shared(), self._env.begin() as txn:
+            yield Tx(txn, self._db)
+
+    @property
+    def write_transactions(self) -> int:
+        """Write transactions committed since this store was opened."""
+        with self._count_lock:
+            return self._writes
+
+    @contextmanager
+    def _write(self, *, grows: bool = False) -> Iterator[Tx]:
+        """One write transaction. GROWS: it adds data (a new name, version, attribute), so
+        it is refused near the ceiling, keeping the reserve for the writes that free
+        space. A full map raises MapGrown once the map grew (the caller runs again:
+        @_rerun_if_grown), else NoSpace."""
+        self._map.prepare(grows=grows)
+        seen = self._map.map_size
+        try:
+            with self._map.gate.shared(), self._env.begin(write=True) as txn:
+                yield Tx(txn, self._db)
+            with self._count_lock:
+                self._writes += 1
+        except lmdb.MapFullError:
+            raise self._map.full(seen, grows=grows) from None
+
+    @contextmanager
+    def transaction(self, *, write: bool = False) -> Iterator[Tx]:
+        """One transaction over the whole store, for tools that check or repair it as a
+        whole (mosafs.manager.fsck); everything else uses the operations of the
+        concern modules."""
+        with self._write() if write else self._read() as tx:
+            yield tx
+
+    @_rerun_if_grown
+    def _initialise(self) -> None:
+        """Schema marker, inode counter, root directory and default pool on first open."""
+        now = time.time_ns()
+        with self._write() as tx:
+            schema = tx.txn.get(b"schema", db=self._db.meta)
+            if schema is not None and schema != SCHEMA_VERSION:
+                raise ConfigError(f"{self.path} holds metadata schema {schema.decode()!r}; "
+                                  f"this manager reads schema {SCHEMA_VERSION.decode()}")
+            if schema is None:
+                tx.txn.put(b"schema", SCHEMA_VERSION, db=self._db.meta)
+                tx.txn.put(b"next_inode", _U64.pack(ROOT_INODE + 1), db=self._db.meta)
+                tx.put_inode(ROOT_INODE, metadata_pb2.InodeRecord(
+                    kind=DIRECTORY, mode=0o755, nlink=2, atime_ns=now, mtime_ns=now,
+                    ctime_ns=now, parent=ROOT_INODE))
+            if tx.pool(pools.DEFAULT_POOL) is None:
+                tx.put_pool(pools.default_settings())

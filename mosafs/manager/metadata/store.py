@@ -1,0 +1,15 @@
+"""The metadata store: the operations of every concern joined over one base."""
+
+from __future__ import annotations
+
+from mosafs.manager.metadata.chunks import ChunkIndexOps
+from mosafs.manager.metadata.cluster import ClusterOps
+from mosafs.manager.metadata.namespace import NamespaceOps
+from mosafs.manager.metadata.versions import VersionOps
+from mosafs.manager.metadata.xattrs import XattrOps
+
+
+class MetadataStore(NamespaceOps, XattrOps, VersionOps, ChunkIndexOps, ClusterOps):
+    """All metadata operations, each in its own LMDB transaction (one write transaction per
+    mutating operation). Thread-safe: LMDB serialises writers and gives every reader a
+    snapshot; one store is shared by all gRPC worker threads."""

@@ -1,0 +1,587 @@
+"""`mosafs bench metadata`: the manager's metadata throughput as applications see it through
+a mount, against MooseFS' master on the same machine, in one run.
+
+On a `mosafs up` cluster (3 benefactors, mutual TLS unless --insecure, chunker
+fixed:4096 so that the commits below are of many small chunks; nothing else writes data),
+for each client count N of --clients, N client processes (mosafs.bench.metadata_ops, one
+process each, released together) run the phases in order, each timed per operation and
+in aggregate (operations / first start -> last end):
+
+- creates, all N clients in one shared directory, then each in its own directory:
+  open(O_CREAT|O_EXCL|O_WRONLY) + close of --files new names per client;
+- stat_cached: os.stat of the files each client just created in its own directory. The
+  mount and the kernel keep attributes for the mount's attribute timeout (1 s): a pass
+  longer than that meets expired entries, so "cached" means the caches may answer;
+- lookups_missing: os.stat of names that do not exist (ENOENT);
+- stat_uncached: the same stats after `echo 2 > /proc/sys/vm/drop_caches` (the kernel's
+  dentries and inodes; root only, "caches_dropped" says whether it worked) and a wait of
+  the attribute timeout, so that neither the kernel nor the mount's own caches answer;
+- commits: each client writes --commit-files new files of --commit-chunks 4 KiB chunks,
+  one os.write each, and closes them: close() waits for the chunks' copies and commits the
+  block-map to the manager; its latency is the figure.
+
+Then one directory of --dir-entries entries, made by 8 clients (untimed in the verdicts,
+its rate reported), listed by one client: `ls -l` (os.scandir and lstat of every entry)
+with the caches dropped as above, then again warm; and os.listdir alone, cold and warm.
+
+The peer (--peer, as `mosafs bench write`): a private MooseFS cluster
+(mosafs.bench.moosefs) and the same create phases with 8 clients on its mount.
+
+Per phase: the CPU seconds of every process of the cluster over it (/proc/PID/stat), the
+manager's and the mount's summed, and the clients' own. The issue's targets are judged in
+"targets" ("pass" None where this run cannot judge one); a missed target is a figure, not
+a failure. Every process started is stopped, and every mount detached, on success, error
+or Ctrl-C.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime
+import json
+import math
+import os
+import select
+import subprocess
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from mosafs.bench import moosefs, procs
+from mosafs.bench.procs import BenchError
+from mosafs.bench.timing import CpuMeter
+from mosafs.bench.write import (
+    _check_all_stopped,
+    _Mosafs,
+    _signals_interrupt,
+    _uninterrupted,
+    _work_dir,
+    machine_info,
+    progress,
+)
+from mosafs.errors import ConfigError
+from mosafs.procutil import python_command
+
+# The issue's targets.
+CREATES_MIN = 3000.0        # creates/s, aggregate, 8 client processes
+STATS_MIN = 20000.0         # stats/s, aggregate, 8 clients, cached and uncached files
+CLOSE_P99_MAX_MS = 5.0      # commit (close) latency p99 with 8 writers
+LS_MAX_S = 2.0              # `ls -l` of a 100,000-entry directory
+VS_MOOSEFS_MIN = 1.0        # creates/s, mosafs / MooseFS
+TARGET_CLIENTS = 8
+TARGET_ENTRIES = 100_000
+
+MAX_CLIENTS = 64
+CHUNK_BYTES = 4096          # the cluster's chunker: fixed:4096
+FILL_CLIENTS = 8            # clients making the large directory
+ATTR_TIMEOUT_S = 1.0        # the mount's attribute and entry timeout (ClientConfig)
+EXPIRE_WAIT_S = ATTR_TIMEOUT_S + 0.5
+ANSWER_TIMEOUT = 4 * 3600.0  # one phase of one client; a hung mount ends the run
+LISTINGS = {"ls_l_cold": "ls -l cold", "ls_l_warm": "ls -l warm",
+            "listdir_cold": "listdir cold", "listdir_warm": "listdir warm"}
+Pids = Callable[[], dict[str, int]]
+Roles = Mapping[str, tuple[str, ...]]  # role -> prefixes of its processes' names
+MOSAFS_ROLES: Roles = {"manager": ("manager",), "mount": ("mount",)}  # mount + its workers
+MOOSEFS_ROLES: Roles = {"master": ("mfsmaster",), "mount": ("mfsmount",)}
+
+
+@dataclass
+class Options:
+    clients: tuple[int, ...] = (1, 8, 16)
+    files: int = 2000            # creates (and stats, lookups) per client and phase
+    dir_entries: int = TARGET_ENTRIES
+    commit_files: int = 200      # files each client writes and closes
+    commit_chunks: int = 64      # chunks of CHUNK_BYTES per file
+    peer: str = "auto"           # auto | moosefs | none
+    tls: bool = True
+    keep: Path | None = None
+
+    def check(self) -> Options:
+        """The options as they are, or ConfigError (exit code 2) naming the bad one."""
+        if not self.clients or any(not 1 <= n <= MAX_CLIENTS for n in self.clients):
+            raise ConfigError(f"clients must be 1..{MAX_CLIENTS} each, got "
+                              f"{','.join(map(str, self.clients)) or 'none'}")
+        for what, value, high in (("files", self.files, 1_000_000),
+                                  ("dir-entries", self.dir_entries, 10_000_000),
+                                  ("commit-files", self.commit_files, 100_000),
+                                  ("commit-chunks", self.commit_chunks, 16384)):
+            if not 1 <= value <= high:
+                raise ConfigError(f"--{what} must be 1..{high}, got {value}")
+        if self.peer not in moosefs.PEERS:
+            raise ConfigError(f"--peer must be one of {', '.join(moosefs.PEERS)}, "
+                              f"got {self.peer!r}")
+        return self
+
+
+# -- the pure parts: figures, verdicts, the table ------------------------------------------
+
+def percentile(values: Sequence[float], q: float) -> float | None:
+    """Nearest rank: the smallest of VALUES with at least Q % of them at or below it."""
+    if not values:
+        return None
+    ordered = sorted(values)
+    return ordered[max(1, math.ceil(q / 100 * len(ordered))) - 1]
+
+
+def latency_ms(values: Sequence[float]) -> dict[str, float | None]:
+    """p50, p99, max and mean of VALUES (seconds), in milliseconds."""
+    def ms(x: float | None) -> float | None:
+        return None if x is None else round(1000 * x, 3)
+
+    return {"p50": ms(percentile(values, 50)), "p99": ms(percentile(values, 99)),
+            "max": ms(max(values, default=None)),
+            "mean": ms(sum(values) / len(values) if values else None)}
+
+
+def rate(ops: int, seconds: float) -> float | None:
+    return round(ops / seconds, 1) if seconds > 0 else None
+
+
+def ratio(a: float | None, b: float | None) -> float | None:
+    return None if a is None or not b else round(a / b, 3)
+
+
+def judge(value: float | None, op: str, target: float, *, applies: bool = True,
+          **extra: Any) -> dict[str, Any]:
+    """A target: VALUE against OP TARGET; "pass" None where there is no value or the run
+    does not match the target's conditions (not APPLIES). Extras that are None are left
+    out."""
+    passed = None
+    if value is not None and applies:
+        passed = value >= target if op == ">=" else value <= target
+    return {"value": value, "target": f"{op} {target:g}", "pass": passed,
+            **{k: v for k, v in extra.items() if v is not None}}
+
+
+def split(total: int, parts: int) -> list[tuple[int, int]]:
+    """TOTAL names in PARTS ranges (first index, count), sizes at most one apart; none
+    empty."""
+    base, extra = divmod(total, parts)
+    out, first = [], 0
+    for i in range(parts):
+        count = base + (i < extra)
+        if count:
+            out.append((first, count))
+        first += count
+    return out
+
+
+def client_commands(op: str, dirs: Sequence[Path], count: int, tag: str = "",
+                    **extra: Any) -> list[dict[str, Any]]:
+    """Client k's command: COUNT names in DIRS[k], prefixed TAG + "cKK-": no two clients
+    use one name, even where DIRS name one directory for all."""
+    return [{"op": op, "dir": str(d), "prefix": f"{tag}c{k:02d}-", "count": count, **extra}
+            for k, d in enumerate(dirs)]
+
+
+def own_dirs(base: Path, n: int) -> list[Path]:
+    return [base / "own" / f"c{k:02d}" for k in range(n)]
+
+
+def role_cpu(cpu: dict[str, Any], roles: Roles) -> dict[str, float]:
+    """CPU seconds summed by role: each role the processes whose names start with one of
+    its prefixes (the mount's data-path workers count as the mount's)."""
+    seconds = cpu.get("cpu_s", {})
+    return {f"{role}_cpu_s": round(sum(v for k, v in seconds.items() if k.startswith(prefixes)),
+                                   3) for role, prefixes in roles.items()}
+
+
+def summarize(answers: Sequence[dict[str, Any]], cpu: dict[str, Any] | None = None,
+              roles: Roles | None = None) -> dict[str, Any]:
+    """One phase from its clients' answers: aggregate rate over the span from the first
+    start to the last end, latencies over every operation, CPU by role."""
+    start = min(a["start"] for a in answers)
+    seconds = max(a["end"] for a in answers) - start
+    ops = sum(int(a["ops"]) for a in answers)
+    clients_cpu = round(sum(float(a.get("cpu_s", 0.0)) for a in answers), 3)
+    out: dict[str, Any] = {
+        "clients": len(answers), "ops": ops, "seconds": round(seconds, 6),
+        "ops_per_s": rate(ops, seconds),
+        "latency_ms": latency_ms([x for a in answers for x in a["latencies"]]),
+        "per_client_ops_per_s": [rate(a["ops"], a["end"] - a["start"]) for a in answers],
+        "start_spread_s": round(max(a["start"] for a in answers) - start, 6),
+        "clients_cpu_s": clients_cpu,
+    }
+    if cpu is not None:
+        # The clients have reported their own CPU: one more process of the figure, not
+        # other work on the machine.
+        cpu = {**cpu, "cpu_s": {**cpu["cpu_s"], "clients": clients_cpu}}
+        out.update(role_cpu(cpu, roles or {}))
+        out["cpu"] = cpu
+    return out
+
+
+def targets(result: dict[str, Any]) -> dict[str, Any]:
+    """The issue's targets on RESULT's figures."""
+    run = next((r for r in result["runs"] if r["clients"] == TARGET_CLIENTS), None)
+    no_run = None if run else f"no run with {TARGET_CLIENTS} clients (--clients)"
+    peer = result.get("moosefs") or {}
+
+    def figure(phase: str, *keys: str) -> Any:
+        """RUN[PHASE][KEYS...]; None without a run at TARGET_CLIENTS."""
+        if run is None:
+            return None
+        value = run[phase]
+        for key in keys:
+            value = value[key]
+        return value
+
+    out: dict[str, Any] = {}
+    for layout in ("shared_dir", "own_dirs"):
+        ours = figure(f"creates_{layout}", "ops_per_s")
+        out[f"creates_per_s_{layout}"] = judge(ours, ">=", CREATES_MIN,
+                                               clients=TARGET_CLIENTS, note=no_run)
+        theirs = (peer.get(f"creates_{layout}") or {}).get("ops_per_s")
+        out[f"creates_{layout}_vs_moosefs"] = judge(
+            ratio(ours, theirs), ">=", VS_MOOSEFS_MIN, mosafs_per_s=ours,
+            moosefs_per_s=theirs, note=no_run or peer.get("skipped"))
+    out["commit_close_p99_ms"] = judge(figure("commits", "latency_ms", "p99"), "<=",
+                                       CLOSE_P99_MAX_MS, writers=TARGET_CLIENTS, note=no_run)
+    out["stat_cached_per_s"] = judge(figure("stat_cached", "ops_per_s"), ">=", STATS_MIN,
+                                     clients=TARGET_CLIENTS, note=no_run)
+    dropped = figure("stat_uncached", "caches_dropped")
+    out["stat_uncached_per_s"] = judge(
+        figure("stat_uncached", "ops_per_s"), ">=", STATS_MIN, clients=TARGET_CLIENTS,
+        caches_dropped=dropped, note=no_run or (
+            None if dropped or run is None else "the kernel's caches could not be dropped "
+            "(not root): only the attribute timeout expired them"))
+    large = result["large_dir"]
+    cold = large["ls_l_cold"]
+    as_issue = large["entries"] == TARGET_ENTRIES
+    out["ls_l_100000_entries_s"] = judge(
+        cold["seconds"], "<=", LS_MAX_S, applies=as_issue, entries=large["entries"],
+        warm_s=large["ls_l_warm"]["seconds"], caches_dropped=cold["caches_dropped"],
+        linear_projection_s=None if as_issue else round(
+            cold["seconds"] * TARGET_ENTRIES / large["entries"], 3),
+        note=None if as_issue else f"the target is for {TARGET_ENTRIES} entries, this run "
+        f"listed {large['entries']} (--dir-entries): not judged")
+    return out
+
+
+def overall(verdicts: dict[str, Any]) -> bool | None:
+    judged = [t["pass"] for t in verdicts.values() if t["pass"] is not None]
+    return all(judged) if judged else None
+
+
+def _num(x: float | None, digits: int = 0) -> str:
+    return "-" if x is None else f"{x:.{digits}f}"
+
+
+def format_table(result: dict[str, Any]) -> str:
+    """The human summary: a line per client count, the large directory, the peer, the
+    verdicts."""
+    p = result["params"]
+    lines = [f"{result['benchmark']}: {p['files']} files per client, commits of "
+             f"{p['commit_files']} files x {p['commit_chunks']} chunks of {p['chunk_bytes']} B, "
+             f"{'TLS' if p['tls'] else 'plaintext'}", "",
+             f"{'clients':>7} {'creates/s':>9} {'creates/s':>9} {'stat/s':>8} {'stat/s':>8} "
+             f"{'ENOENT/s':>8} {'create ms':>13} {'close ms':>13}",
+             f"{'':>7} {'shared':>9} {'own dirs':>9} {'cached':>8} {'uncached':>8} {'':>8} "
+             f"{'own p50/p99':>13} {'p50 / p99':>13}"]
+    for r in result["runs"]:
+        own, close = r["creates_own_dirs"]["latency_ms"], r["commits"]["latency_ms"]
+        lines.append(
+            f"{r['clients']:>7} {_num(r['creates_shared_dir']['ops_per_s']):>9} "
+            f"{_num(r['creates_own_dirs']['ops_per_s']):>9} "
+            f"{_num(r['stat_cached']['ops_per_s']):>8} "
+            f"{_num(r['stat_uncached']['ops_per_s']):>8} "
+            f"{_num(r['lookups_missing']['ops_per_s']):>8} "
+            f"{_num(own['p50'], 1) + ' / ' + _num(own['p99'], 1):>13} "
+            f"{_num(close['p50'], 1) + ' / ' + _num(close['p99'], 1):>13}")
+    large = result["large_dir"]
+    lines += ["", f"directory of {large['entries']} entries (made at "
+              f"{_num(large['fill']['ops_per_s'])} creates/s): ls -l cold "
+              f"{large['ls_l_cold']['seconds']:.3f}s, warm {large['ls_l_warm']['seconds']:.3f}s; "
+              f"listdir cold {large['listdir_cold']['seconds']:.3f}s, warm "
+              f"{large['listdir_warm']['seconds']:.3f}s"]
+    peer = result["moosefs"]
+    if "skipped" in peer:
+        lines.append(f"MooseFS peer skipped: {peer['skipped']}")
+    else:
+        lines.append(f"MooseFS, {peer['clients']} clients: creates/s shared "
+                     f"{_num(peer['creates_shared_dir']['ops_per_s'])}, own dirs "
+                     f"{_num(peer['creates_own_dirs']['ops_per_s'])}")
+    lines.append("")
+    verdict = {True: "PASS", False: "FAIL", None: "n/a"}
+    width = max(len(n) for n in result["targets"])
+    for name, t in result["targets"].items():
+        value = "-" if t["value"] is None else f"{t['value']:g}"
+        note = f" ({t['note']})" if t["pass"] is None and t.get("note") else ""
+        lines.append(f"{name:<{width}}  {value:>10}  {t['target']:<8} {verdict[t['pass']]}{note}")
+    lines.append(f"overall: {verdict[result['targets_pass']]}")
+    return "\n".join(lines)
+
+
+# -- the client processes --------------------------------------------------------------------
+
+class Clients:
+    """N client processes (mosafs.bench.metadata_ops), each in a session of its own (a
+    Ctrl-C reaches the benchmark alone, which stops them), stderr to a log file each."""
+
+    def __init__(self, n: int, logs: Path, label: str) -> None:
+        self.n, self.logs, self.label = n, logs, label
+        self.procs: list[subprocess.Popen[bytes]] = []
+
+    def __enter__(self) -> Clients:
+        try:
+            for k in range(self.n):
+                with open(self.logs / f"{self.label}.client{k}.log", "wb") as log_file:
+                    child = subprocess.Popen(
+                        python_command("mosafs.bench.metadata_ops"), stdin=subprocess.PIPE,
+                        stdout=subprocess.PIPE, stderr=log_file, start_new_session=True)
+                self.procs.append(child)
+                procs.STARTED.append((f"{self.label}-client-{k}", child.pid))
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def __exit__(self, kind: object, *exc: object) -> None:
+        self.stop(graceful=kind is None)
+
+    def run(self, commands: Sequence[dict[str, Any]], pids: Pids,
+            ) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+        """COMMANDS[k] to client k (the first len(COMMANDS) clients), prepared untimed,
+        then released together; their answers and the CPU of PIDS meanwhile."""
+        busy = self.procs[:len(commands)]
+        for child, command in zip(busy, commands, strict=True):
+            self._send(child, json.dumps(command))
+        for child in busy:
+            self._receive(child)  # {"ready": true}
+        with CpuMeter(pids) as cpu:
+            for child in busy:
+                self._send(child, "go")
+            answers = [self._receive(child) for child in busy]
+        return answers, cpu.result
+
+    def _send(self, child: subprocess.Popen[bytes], line: str) -> None:
+        assert child.stdin is not None
+        try:
+            child.stdin.write(line.encode() + b"\n")
+            child.stdin.flush()
+        except BrokenPipeError:
+            raise BenchError(f"client {child.pid} exited: {self._log(child)}") from None
+
+    def _receive(self, child: subprocess.Popen[bytes]) -> dict[str, Any]:
+        assert child.stdout is not None
+        ready, _, _ = select.select([child.stdout], [], [], ANSWER_TIMEOUT)
+        line = child.stdout.readline() if ready else b""
+        if not line:
+            raise BenchError(f"client {child.pid} gave no answer "
+                             f"({'exited' if ready else 'timed out'}): {self._log(child)}")
+        answer = dict(json.loads(line))
+        if "error" in answer:
+            raise BenchError(f"client {child.pid}: {answer['error']}")
+        return answer
+
+    def _log(self, child: subprocess.Popen[bytes]) -> str:
+        k = self.procs.index(child)
+        path = self.logs / f"{self.label}.client{k}.log"
+        with contextlib.suppress(OSError):
+            return path.read_text(errors="replace").strip()[-2000:] or f"log {path} empty"
+        return f"no log {path}"
+
+    def stop(self, *, graceful: bool = False) -> None:
+        """End of input (each exits by itself), then SIGTERM/SIGKILL by pid to the rest.
+        Not GRACEFUL (an error, a Ctrl-C): no wait, clients may be in the middle of a
+        phase."""
+        with _uninterrupted():
+            for child in self.procs:
+                with contextlib.suppress(OSError):
+                    assert child.stdin is not None
+                    child.stdin.close()
+            deadline = time.monotonic() + (5 if graceful else 0)
+            for child in self.procs:
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    child.wait(timeout=max(0.0, deadline - time.monotonic()))
+            procs.kill_pids([c.pid for c in self.procs if c.poll() is None])
+            for child in self.procs:
+                child.wait()
+                if child.stdout is not None:
+                    child.stdout.close()
+            self.procs = []
+
+
+# -- the phases ------------------------------------------------------------------------------
+
+def drop_dentries() -> bool:
+    """`echo 2 > /proc/sys/vm/drop_caches`: the kernel's dentries and inodes (root only);
+    False where refused. No sync: dirty pages are not what this drops."""
+    try:
+        with open("/proc/sys/vm/drop_caches", "w") as f:
+            f.write("2")
+        return True
+    except OSError:
+        return False
+
+
+def expire_caches() -> dict[str, Any]:
+    """Drop the kernel's dentries, then wait out the attribute timeout: the mount's own
+    caches keep entries as long as the kernel is told to."""
+    dropped = drop_dentries()
+    time.sleep(EXPIRE_WAIT_S)
+    return {"caches_dropped": dropped, "waited_s": EXPIRE_WAIT_S}
+
+
+def _phase(clients: Clients, name: str, label: str, commands: Sequence[dict[str, Any]],
+           pids: Pids, roles: Roles) -> dict[str, Any]:
+    answers, cpu = clients.run(commands, pids)
+    out = summarize(answers, cpu, roles)
+    lat = out["latency_ms"]
+    progress(f"{label} {name}: {_num(out['ops_per_s'])}/s "
+             f"(p50 {_num(lat['p50'], 3)} ms, p99 {_num(lat['p99'], 3)} ms)")
+    return out
+
+
+def creates(clients: Clients, base: Path, files: int, pids: Pids,
+            roles: Roles, label: str) -> dict[str, Any]:
+    """Both create phases: every client in BASE/shared, then each in BASE/own/cKK."""
+    shared, own = base / "shared", own_dirs(base, clients.n)
+    for d in (shared, *own):  # untimed
+        d.mkdir(parents=True)
+    return {
+        "creates_shared_dir": _phase(clients, "creates, shared directory", label,
+                                     client_commands("create", [shared] * clients.n, files),
+                                     pids, roles),
+        "creates_own_dirs": _phase(clients, "creates, own directories", label,
+                                   client_commands("create", own, files), pids, roles),
+    }
+
+
+def _count_run(m: _Mosafs, n: int, options: Options, logs: Path) -> dict[str, Any]:
+    """Every phase with N clients, in MNT/nN."""
+    base, label = m.mnt / f"n{n}", f"mosafs {n} clients"
+    own = own_dirs(base, n)
+    commit_dirs = [base / "commits" / f"c{k:02d}" for k in range(n)]
+    with Clients(n, logs, f"n{n}") as clients:
+        run: dict[str, Any] = {"clients": n, **creates(clients, base, options.files, m.pids,
+                                                        MOSAFS_ROLES, label)}
+
+        def phase(name: str, commands: list[dict[str, Any]]) -> dict[str, Any]:
+            return _phase(clients, name, label, commands, m.pids, MOSAFS_ROLES)
+
+        run["stat_cached"] = phase("stat_cached", client_commands("stat", own, options.files))
+        run["lookups_missing"] = phase("lookups_missing", client_commands(
+            "missing", own, options.files, tag="missing-"))
+        expired = expire_caches()
+        run["stat_uncached"] = {**phase("stat_uncached", client_commands(
+            "stat", own, options.files)), **expired}
+        for d in commit_dirs:
+            d.mkdir(parents=True)
+        run["commits"] = phase("commits (close latency)", client_commands(
+            "commit", commit_dirs, options.commit_files, chunks=options.commit_chunks,
+            chunk_bytes=CHUNK_BYTES))
+    return run
+
+
+def _large_dir(m: _Mosafs, entries: int, logs: Path) -> dict[str, Any]:
+    """MNT/large with ENTRIES empty files (by FILL_CLIENTS clients), then listed by one."""
+    folder = m.mnt / "large"
+    folder.mkdir()
+    parts = split(entries, FILL_CLIENTS)
+    progress(f"large directory: making {entries} entries with {len(parts)} clients")
+    commands = [{"op": "create", "dir": str(folder), "prefix": "e", "first": first,
+                 "count": count} for first, count in parts]
+    with Clients(len(parts), logs, "large") as clients:
+        out: dict[str, Any] = {"entries": entries, "fill": _phase(
+            clients, "large directory made", "mosafs", commands, m.pids, MOSAFS_ROLES)}
+        for name in LISTINGS:
+            op = "ls" if name.startswith("ls_l") else "listdir"
+            expired = expire_caches() if name.endswith("cold") else {}
+            answers, cpu = clients.run([{"op": op, "dir": str(folder)}], m.pids)
+            got = summarize(answers, cpu, MOSAFS_ROLES)
+            if got["ops"] != entries:
+                raise BenchError(f"{op} of {folder} gave {got['ops']} entries, not {entries}")
+            out[name] = {**got, **expired}
+            progress(f"mosafs {LISTINGS[name]}: {got['seconds']:.3f}s for {entries} entries")
+    return out
+
+
+def _mosafs(workdir: Path, options: Options, logs: Path) -> dict[str, Any]:
+    up_args = ["--chunker", f"fixed:{CHUNK_BYTES}"]
+    m = _Mosafs(workdir, up_args, tls=options.tls)
+    try:
+        m.start()
+        out: dict[str, Any] = {"cluster": {"up_args": up_args, "tls": options.tls,
+                                           "pids": m.pids()}}
+        out["runs"] = [_count_run(m, n, options, logs) for n in options.clients]
+        out["large_dir"] = _large_dir(m, options.dir_entries, logs)
+        return out
+    finally:
+        m.stop()
+
+
+def _peer(workdir: Path, options: Options, skipped: str | None, logs: Path) -> dict[str, Any]:
+    """The create phases with TARGET_CLIENTS clients on a private MooseFS cluster, where it
+    runs (--peer moosefs where it cannot was refused before the run)."""
+    if skipped is None:
+        skipped = moosefs.space_reason(workdir, 0)  # empty files: no chunk is stored
+        if skipped and options.peer == "moosefs":
+            raise BenchError(skipped)
+    if skipped:
+        progress(f"MooseFS peer skipped: {skipped}")
+        return {"skipped": skipped}
+    fs = moosefs.MooseFs(workdir / "moosefs")
+    try:
+        started = time.perf_counter()
+        fs.start()
+        progress(f"MooseFS: ready in {time.perf_counter() - started:.1f}s")
+        out: dict[str, Any] = {"config": fs.describe(), "clients": TARGET_CLIENTS}
+        with Clients(TARGET_CLIENTS, logs, "moosefs") as clients:
+            out.update(creates(clients, fs.mnt / f"n{TARGET_CLIENTS}", options.files,
+                               fs.pids, MOOSEFS_ROLES, "MooseFS"))
+        return out
+    finally:
+        with _uninterrupted():
+            fs.stop()
+
+
+# -- the run ---------------------------------------------------------------------------------
+
+def run_metadata(options: Options, command: str = "mosafs bench metadata") -> dict[str, Any]:
+    """The whole benchmark; the result as one JSON-able dict. Cleans up whatever happens."""
+    options.check()
+    skipped = moosefs.choose_peer(options.peer)  # `moosefs` that cannot run: error now
+    started = time.perf_counter()
+    result: dict[str, Any] = {
+        "benchmark": "mosafs bench metadata",
+        "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+        "command": command, "machine": machine_info(),
+        "params": {"clients": list(options.clients), "files": options.files,
+                   "dir_entries": options.dir_entries, "commit_files": options.commit_files,
+                   "commit_chunks": options.commit_chunks, "chunk_bytes": CHUNK_BYTES,
+                   "fill_clients": FILL_CLIENTS, "peer": options.peer, "tls": options.tls,
+                   "benefactors": 3, "attr_timeout_s": ATTR_TIMEOUT_S,
+                   "units": "ops_per_s: operations per second, aggregate (first start -> "
+                            "last end); latencies in ms; seconds"},
+    }
+    with _signals_interrupt(), _work_dir(options.keep, "mosafs-bench-metadata-") as workdir:
+        progress(f"work directory {workdir}")
+        logs = workdir / "clients"
+        logs.mkdir()
+        result.update(_mosafs(workdir / "mosafs", options, logs))
+        result["moosefs"] = _peer(workdir, options, skipped, logs)
+        result["targets"] = targets(result)
+        result["targets_pass"] = overall(result["targets"])
+        result["notes"] = _notes(result)
+        result["processes"] = _check_all_stopped()
+        result["elapsed_s"] = round(time.perf_counter() - started, 1)
+        result["machine"]["loadavg_at_end"] = [round(x, 2) for x in os.getloadavg()]
+        if options.keep is not None:
+            (workdir / "result.json").write_text(json.dumps(result, indent=2) + "\n")
+    return result
+
+
+def _notes(result: dict[str, Any]) -> list[str]:
+    notes = [f"stat_cached: the mount and the kernel keep attributes for "
+             f"{ATTR_TIMEOUT_S:g} s; files created longer ago than that before their stat "
+             "are not in any cache", "commits: close() of a file of commit_chunks chunks "
+             "written in one os.write; it waits for every chunk's copies (pessimistic "
+             "writes, R=2) and the commit of the block-map"]
+    if not all(r["stat_uncached"]["caches_dropped"] for r in result["runs"]):
+        notes.append("the kernel's dentries and inodes could not be dropped (not root): "
+                     "uncached figures rely on the attribute timeout alone")
+    return notes
+

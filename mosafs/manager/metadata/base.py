@@ -24,6 +24,7 @@ import lmdb
 from mosafs._proto import metadata_pb2
 from mosafs.errors import ConfigError
 from mosafs.manager import pools
+from mosafs.manager.groupcommit import GroupCommitter
 from mosafs.manager.mapsize import MapGrown, MapSizer, initial_size
 from mosafs.manager.metadata.schema import (
     _U64,
@@ -38,6 +39,7 @@ from mosafs.manager.metadata.schema import (
 from mosafs.manager.metadata.tx import Tx
 
 _F = TypeVar("_F", bound=Callable[..., Any])
+_T = TypeVar("_T")
 
 
 def _rerun_if_grown(method: _F) -> _F:
@@ -75,9 +77,12 @@ class StoreBase:
                              self.path, map_size)
         self._writes = 0
         self._count_lock = threading.Lock()
+        # The operations clients wait on share commits (docs/metadata.md, "Group commit").
+        self._committer = GroupCommitter(env, gate=self._map.gate.shared)
         self._initialise()
 
     def close(self) -> None:
+        self._committer.close()
         self._env.close()
 
     def __enter__(self) -> Self:
@@ -117,6 +122,21 @@ class StoreBase:
                 self._writes += 1
         except lmdb.MapFullError:
             raise self._map.full(seen, grows=grows) from None
+
+    def _grouped(self, body: Callable[[Tx], _T], *, grows: bool = False) -> _T:
+        """BODY(tx) as one operation of a group commit: its result once the commit that
+        holds it is durable; what it raised, with its changes rolled back. GROWS and a
+        full map as for _write; LMDB's lock keeps the groups and _write's transactions
+        apart."""
+        self._map.prepare(grows=grows)
+        seen = self._map.map_size
+        try:
+            result = self._committer.run(lambda txn: body(Tx(txn, self._db)))
+        except lmdb.MapFullError:
+            raise self._map.full(seen, grows=grows) from None
+        with self._count_lock:
+            self._writes += 1
+        return result
 
     @contextmanager
     def transaction(self, *, write: bool = False) -> Iterator[Tx]:

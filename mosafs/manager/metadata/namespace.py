@@ -103,7 +103,8 @@ class NamespaceOps(StoreBase):
                             ("ctime_ns", ctime_ns)):
             if value is not None:
                 _check_time(value, what)
-        with self._write() as tx:
+
+        def body(tx: Tx) -> manager_pb2.Attr:
             rec = tx.inode(inode)
             if mode is not None:
                 rec.mode = self._new_mode(inode, rec, mode)
@@ -114,6 +115,7 @@ class NamespaceOps(StoreBase):
             rec.ctime_ns = time.time_ns() if ctime_ns is None else ctime_ns
             tx.put_inode(inode, rec)
             return _attr(inode, rec)
+        return self._grouped(body)
 
     @staticmethod
     def _new_mode(inode: int, rec: metadata_pb2.InodeRecord, mode: int) -> int:
@@ -159,7 +161,8 @@ class NamespaceOps(StoreBase):
         perm = _permissions(mode, DIRECTORY)
         _check_owner(uid, gid)
         now = time.time_ns()
-        with self._write(grows=True) as tx:
+
+        def body(tx: Tx) -> manager_pb2.Attr:
             pdir = tx.directory(parent)
             if tx.child(parent, raw) is not None:
                 raise AlreadyExists(f"{name!r} exists in directory {parent}")
@@ -173,6 +176,7 @@ class NamespaceOps(StoreBase):
             _touch(pdir, now)
             tx.put_inode(parent, pdir)
             return _attr(ino, rec)
+        return self._grouped(body, grows=True)
 
     @_rerun_if_grown
     def create(self, parent: int, name: str, mode: int, uid: int = 0, gid: int = 0, *,
@@ -183,7 +187,8 @@ class NamespaceOps(StoreBase):
         perm = _permissions(mode, REGULAR)
         _check_owner(uid, gid)
         now = time.time_ns()
-        with self._write(grows=True) as tx:
+
+        def body(tx: Tx) -> manager_pb2.Attr:
             pdir = tx.directory(parent)
             existing = tx.child(parent, raw)
             if existing is not None:
@@ -202,12 +207,14 @@ class NamespaceOps(StoreBase):
             _touch(pdir, now)
             tx.put_inode(parent, pdir)
             return _attr(ino, rec)
+        return self._grouped(body, grows=True)
 
     @_rerun_if_grown
     def unlink(self, parent: int, name: str) -> None:
         raw = check_name(name)
         now = time.time_ns()
-        with self._write() as tx:
+
+        def body(tx: Tx) -> None:
             tx.directory(parent)
             ino = tx.child(parent, raw)
             if ino is None:
@@ -215,12 +222,14 @@ class NamespaceOps(StoreBase):
             if tx.inode(ino).kind == DIRECTORY:
                 raise IsADirectory(f"{name!r} in directory {parent} is a directory: use rmdir")
             self.remove_name(tx, parent, raw, ino, now)
+        self._grouped(body)
 
     @_rerun_if_grown
     def rmdir(self, parent: int, name: str) -> None:
         raw = check_name(name)
         now = time.time_ns()
-        with self._write() as tx:
+
+        def body(tx: Tx) -> None:
             pdir = tx.directory(parent)
             ino = tx.child(parent, raw)
             if ino is None:
@@ -234,6 +243,7 @@ class NamespaceOps(StoreBase):
             pdir.nlink -= 1
             _touch(pdir, now)
             tx.put_inode(parent, pdir)
+        self._grouped(body)
 
     @staticmethod
     def remove_name(tx: Tx, parent: int, raw: bytes, ino: int, now: int) -> None:
@@ -265,7 +275,8 @@ class NamespaceOps(StoreBase):
         old_raw = check_name(old_name)
         new_raw = check_new_name(new_name)
         now = time.time_ns()
-        with self._write() as tx:
+
+        def body(tx: Tx) -> None:
             src_dir = tx.directory(old_parent)
             dst_dir = tx.directory(new_parent)
             ino = tx.child(old_parent, old_raw)
@@ -299,6 +310,7 @@ class NamespaceOps(StoreBase):
             _touch(dst_dir, now)
             tx.put_inode(old_parent, src_dir)
             tx.put_inode(new_parent, dst_dir)
+        self._grouped(body)
 
     @staticmethod
     def _remove_target(tx: Tx, target: int, parent: int, raw: bytes, moving_dir: bool,
@@ -368,7 +380,8 @@ class NamespaceOps(StoreBase):
     def _new_entry(self, parent: int, name: str, raw: bytes, rec: metadata_pb2.InodeRecord,
                    now: int) -> manager_pb2.Attr:
         """Give a new non-directory REC an inode number and the name RAW in PARENT."""
-        with self._write(grows=True) as tx:
+
+        def body(tx: Tx) -> manager_pb2.Attr:
             pdir = tx.directory(parent)
             if tx.child(parent, raw) is not None:
                 raise AlreadyExists(f"{name!r} exists in directory {parent}")
@@ -378,6 +391,7 @@ class NamespaceOps(StoreBase):
             _touch(pdir, now)
             tx.put_inode(parent, pdir)
             return _attr(ino, rec)
+        return self._grouped(body, grows=True)
 
     @_rerun_if_grown
     def link(self, inode: int, new_parent: int, new_name: str) -> manager_pb2.Attr:
@@ -385,7 +399,8 @@ class NamespaceOps(StoreBase):
         cannot be linked (NotPermitted, EPERM as link(2))."""
         raw = check_new_name(new_name)
         now = time.time_ns()
-        with self._write(grows=True) as tx:
+
+        def body(tx: Tx) -> manager_pb2.Attr:
             rec = tx.inode(inode)
             if rec.kind == DIRECTORY:
                 raise NotPermitted(f"inode {inode} is a directory: directories cannot have "
@@ -405,6 +420,7 @@ class NamespaceOps(StoreBase):
             _touch(pdir, now)
             tx.put_inode(new_parent, pdir)
             return _attr(inode, rec)
+        return self._grouped(body, grows=True)
 
     def inode_count(self) -> int:
         with self._read() as tx:

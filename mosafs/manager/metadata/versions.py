@@ -167,7 +167,8 @@ class VersionOps(StoreBase):
             raise ResourceExhausted(f"a version of {size} bytes is over the largest file "
                                     f"mosafs stores ({MAX_FILE_SIZE} bytes, 4 TiB)")
         now = time.time_ns()
-        with self._write(grows=True) as tx:
+
+        def body(tx: Tx) -> tuple[int, manager_pb2.Attr]:
             rec = tx.regular_file(inode)  # NotFound: unlinked while the client wrote
             named = {bid for bids in placed.values() for bid in bids}
             named.update(h for frag in coded.values() for h in frag.holders if h)
@@ -179,17 +180,18 @@ class VersionOps(StoreBase):
                 self._reference_chunk(tx, cid, lengths[cid], count, placed.get(cid), pool,
                                       coded.get(cid))
             stored = set(placed) | set(coded)
+            b_inode, b_version, sent = base_inode, base_version, new_bytes
             if replaced is not None:
                 # The version replacing a provisional one stands for the whole session:
                 # the base it started from, every byte it sent, every chunk it stored.
-                base_inode, base_version = replaced.base_inode, replaced.base_version
-                new_bytes = min(new_bytes + replaced.new_bytes, _MAX_U64)
+                b_inode, b_version = replaced.base_inode, replaced.base_version
+                sent = min(sent + replaced.new_bytes, _MAX_U64)
                 stored |= _marked(tx.blockmap(inode, session.replaces_version),
                                   replaced.stored_entries)
-            base_ids = self._base_ids(tx, base_inode, base_version) if base_version else set()
+            base_ids = self._base_ids(tx, b_inode, b_version) if b_version else set()
             vrec = metadata_pb2.VersionRecord(
-                size=size, chunks=len(entries), base_inode=base_inode,
-                base_version=base_version, new_bytes=new_bytes, commit_time_ns=now,
+                size=size, chunks=len(entries), base_inode=b_inode,
+                base_version=b_version, new_bytes=sent, commit_time_ns=now,
                 mtime_ns=mtime_ns or now)
             counted = _count_sources(vrec, entries, base_ids, stored)
             if session.provisional:
@@ -202,6 +204,7 @@ class VersionOps(StoreBase):
             if replaced is not None:
                 tx.drop_version(inode, session.replaces_version)
             return result
+        return self._grouped(body, grows=True)
 
     @staticmethod
     def _replaceable(tx: Tx, inode: int, rec: metadata_pb2.InodeRecord,
@@ -341,7 +344,8 @@ class VersionOps(StoreBase):
         chunks referenced once more; nothing is copied), in one write transaction."""
         _check_u64(version, "version")
         now = time.time_ns()
-        with self._write(grows=True) as tx:
+
+        def body(tx: Tx) -> tuple[int, manager_pb2.Attr]:
             rec = tx.regular_file(inode)
             if version == 0:
                 raise InvalidArgument("name the version to restore (1 or more)")
@@ -360,6 +364,7 @@ class VersionOps(StoreBase):
                 base_inode=inode, base_version=version, new_bytes=0, commit_time_ns=now,
                 mtime_ns=old.mtime_ns, shared_bytes=old.size)
             return self._add_version(tx, inode, rec, vrec, entries)
+        return self._grouped(body, grows=True)
 
     def versions(self, inode: int) -> list[int]:
         """Committed version numbers of a file, oldest first."""

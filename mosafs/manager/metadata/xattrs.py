@@ -8,6 +8,7 @@ from mosafs.errors import AlreadyExists, NoAttribute, NoSpace, ValueTooLarge
 from mosafs.manager.metadata.base import StoreBase, _rerun_if_grown
 from mosafs.manager.metadata.checks import check_xattr_name
 from mosafs.manager.metadata.schema import _U64, XATTR_LIST_MAX, XATTR_SIZE_MAX, XATTR_TOTAL_MAX
+from mosafs.manager.metadata.tx import Tx
 
 
 class XattrOps(StoreBase):
@@ -26,7 +27,8 @@ class XattrOps(StoreBase):
             raise ValueTooLarge(f"attribute {name[:80]!r}: a value of {len(value)} bytes; "
                                 f"the limit is {XATTR_SIZE_MAX}")
         now = time.time_ns()
-        with self._write(grows=True) as tx:
+
+        def body(tx: Tx) -> None:
             rec = tx.inode(inode)
             total = len(raw) + len(value)
             listed = len(raw) + 1
@@ -50,6 +52,7 @@ class XattrOps(StoreBase):
             tx.txn.put(_U64.pack(inode) + raw, value, db=self._db.xattrs)
             rec.ctime_ns = now
             tx.put_inode(inode, rec)
+        self._grouped(body, grows=True)
 
     def getxattr(self, inode: int, name: str) -> bytes:
         raw = check_xattr_name(name, writing=False)
@@ -70,12 +73,14 @@ class XattrOps(StoreBase):
     def removexattr(self, inode: int, name: str) -> None:
         raw = check_xattr_name(name, writing=True)
         now = time.time_ns()
-        with self._write() as tx:
+
+        def body(tx: Tx) -> None:
             rec = tx.inode(inode)
             if not tx.txn.delete(_U64.pack(inode) + raw, db=self._db.xattrs):
                 raise NoAttribute(f"inode {inode} has no attribute {name[:80]!r}")
             rec.ctime_ns = now
             tx.put_inode(inode, rec)
+        self._grouped(body)
 
     def xattr_orphans(self) -> list[int]:
         """Inodes that have extended attributes but no InodeRecord: empty when the

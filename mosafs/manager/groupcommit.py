@@ -1,0 +1,144 @@
+"""Group commit of LMDB write transactions (docs/metadata.md, "Group commit").
+
+LMDB lets one write transaction run at a time, and with `sync` and `metasync` each
+commit waits for two flushes of the disk. One transaction per mutating RPC therefore caps
+the manager at one flush pair per operation, however many clients wait. Here the
+operations' bodies run in one thread, the committer, many to a transaction: it takes the
+first waiting body, then every other one queued behind it (up to MAX_GROUP), runs each in
+a nested transaction of its own (a body that raises is rolled back alone, the others
+keep their changes), commits the group once, and only then hands every body's result or
+error back to its caller. Nothing is acknowledged before the commit that made it
+durable; a body sees the changes of the bodies before it in its group, as it would had
+they committed one by one.
+
+Under load the groups grow by themselves (operations that arrive while a group commits
+make up the next one); a lone operation costs what it did, plus the hand-off to the
+committer's thread. LMDB binds a write transaction to the thread that began it, which is
+why the bodies move to the committer's thread instead of the committer borrowing the
+callers' transactions.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+from collections.abc import Callable
+from concurrent.futures import Future
+from contextlib import AbstractContextManager, nullcontext
+from dataclasses import dataclass, field
+from typing import Any, Generic, TypeVar
+
+import lmdb
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+MAX_GROUP = 256  # bodies in one transaction: bounds a group's dirty pages and its latency
+
+
+@dataclass
+class _Request(Generic[T]):
+    body: Callable[[lmdb.Transaction[bytes]], T]
+    future: Future[T] = field(default_factory=Future)
+
+
+class GroupCommitter:
+    """Runs write transactions' bodies (`run`) in one thread, many to a commit.
+
+    GATE, if given, is entered around each group's transaction (the map-resize gate of
+    mosafs.manager.mapsize: a resize waits until no transaction is open)."""
+
+    def __init__(self, env: lmdb.Environment, *, max_group: int = MAX_GROUP,
+                 gate: Callable[[], AbstractContextManager[Any]] | None = None,
+                 name: str = "lmdb-commit") -> None:
+        self._env = env
+        self._max_group = max_group
+        self._gate = gate or nullcontext
+        self._queue: queue.SimpleQueue[_Request[Any] | None] = queue.SimpleQueue()
+        self._closed = False
+        self._lock = threading.Lock()
+        self.groups = 0  # transactions committed
+        self.bodies = 0  # bodies run (committed or rolled back)
+        self._thread = threading.Thread(target=self._serve, name=name, daemon=True)
+        self._thread.start()
+
+    def run(self, body: Callable[[lmdb.Transaction[bytes]], T]) -> T:
+        """BODY(txn) in a write transaction; its result once the transaction holding it is
+        durable, or the exception it raised (its changes rolled back). LMDB's MapFullError
+        comes back as it was raised, from the body or from the group's commit."""
+        if threading.current_thread() is self._thread:
+            raise RuntimeError("a write transaction's body started another write: the "
+                               "committer would wait for itself")
+        request: _Request[T] = _Request(body)
+        with self._lock:
+            if self._closed:
+                raise RuntimeError("the metadata store is closed")
+            self._queue.put(request)
+        return request.future.result()
+
+    def close(self) -> None:
+        """Run what is queued, then stop the committer's thread."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            self._queue.put(None)
+        self._thread.join()
+
+    # -- the committer's thread ------------------------------------------------------------
+
+    def _serve(self) -> None:
+        stopping = False
+        while not stopping:
+            first = self._queue.get()
+            if first is None:
+                return
+            group = [first]
+            while len(group) < self._max_group:
+                try:
+                    more = self._queue.get_nowait()
+                except queue.Empty:
+                    break
+                if more is None:
+                    stopping = True
+                    break
+                group.append(more)
+            self._commit(group)
+
+    def _commit(self, group: list[_Request[Any]]) -> None:
+        outcomes: list[tuple[bool, Any]] = []
+        try:
+            with self._gate():
+                txn = self._env.begin(write=True)
+                try:
+                    outcomes = [self._one(txn, r) for r in group]
+                    txn.commit()
+                except BaseException:
+                    txn.abort()
+                    raise
+        except BaseException as exc:  # the group's commit failed: nothing of it is stored
+            for r in group:
+                r.future.set_exception(exc)
+            if not isinstance(exc, lmdb.MapFullError | lmdb.DiskError | OSError):
+                log.exception("bug in a group commit")
+            return
+        self.groups += 1
+        self.bodies += len(group)
+        for r, (ok, value) in zip(group, outcomes, strict=True):
+            if ok:
+                r.future.set_result(value)
+            else:
+                r.future.set_exception(value)
+
+    def _one(self, txn: lmdb.Transaction[bytes], request: _Request[Any]) -> tuple[bool, Any]:
+        """REQUEST's body in a nested transaction: (True, result) with its changes kept in
+        TXN, or (False, exception) with them rolled back."""
+        child = self._env.begin(write=True, parent=txn)
+        try:
+            value = request.body(child)
+        except BaseException as exc:
+            child.abort()
+            return False, exc
+        child.commit()
+        return True, value

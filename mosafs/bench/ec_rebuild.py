@@ -51,11 +51,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from mosafs.argtypes import bounded_int
 from mosafs.bench.procs import BenchError, _record, kill_pids
 from mosafs.bench.storage import Writers
 from mosafs.bench.testbed import RATE_1GBIT, Links, Testbed, links_unavailable
-from mosafs.bench.workloads import Workload
+from mosafs.bench.workloads import MAX_SIZE, Workload
 from mosafs.bench.write import _work_dir, machine_info, progress
+from mosafs.errors import MosafsError
 from mosafs.procutil import python_command
 
 MiB = 1 << 20
@@ -137,6 +139,9 @@ def _run_case(workdir: Path, case: Case, links: Links, dead_mib: int,
     chunk = chunk_mib * MiB
     # Each chunk stores (K+M)/K of its bytes, spread evenly over the pool's benefactors.
     size = -(-dead_mib * MiB * k * members // (k + m) // chunk) * chunk
+    # Files of at most a workload's largest size (1 GiB), as many as that takes.
+    files = -(-size // MAX_SIZE)
+    size = -(-size // files // chunk) * chunk
     with Testbed(workdir, count, links=links, peers=True, manager_args=(
             "--gc-grace", "3600", "--heartbeat-interval", "0.25",
             "--benefactor-lease", str(LEASE_S), "--scan-interval", "3600",
@@ -150,7 +155,8 @@ def _run_case(workdir: Path, case: Case, links: Links, dead_mib: int,
         run = Writers(bed, workdir).run({
             "hash_backend": "oracle", "content_addressing": False,
             "chunker": f"fixed:{chunk}", "folder": "rebuild", "name_template": "data.{step}",
-            "workload": Workload("different", size, 1, seed=f"rebuild {case.name}").to_json()})
+            "workload": Workload("different", size, files,
+                                 seed=f"rebuild {case.name}").to_json()})
         if run["errors"]:
             raise BenchError(f"{case.name}: the write failed: {run['errors']}")
         if case.replacement:  # a hot spare: in the pool, holding nothing, before the failure
@@ -278,19 +284,24 @@ def main(argv: list[str]) -> int:
         return 0
     parser = argparse.ArgumentParser(prog="python -m mosafs.bench.ec_rebuild",
                                      description=__doc__.split("\n\n")[0])
-    parser.add_argument("--dead-mib", type=int, default=64,
+    parser.add_argument("--dead-mib", type=bounded_int(1, 64 * 1024), default=64,
                         help="MiB of fragments the failed benefactor holds (default 64)")
-    parser.add_argument("--rate-mbit", type=int, default=RATE_1GBIT // 1_000_000,
+    parser.add_argument("--rate-mbit", type=bounded_int(1, 100_000),
+                        default=RATE_1GBIT // 1_000_000,
                         help="each benefactor's link, Mbit/s (default 1000; on a small "
                              "machine, slow enough that the links and not the CPUs limit "
                              "the rebuild: 20 on 2 cores)")
     parser.add_argument("--links", choices=["netns", "ratelimit"], default="netns")
-    parser.add_argument("--chunk-mib", type=int, default=1)
+    parser.add_argument("--chunk-mib", type=bounded_int(1, 64), default=1)
     parser.add_argument("--keep", type=Path, help="keep the work directory here")
     parser.add_argument("--json", action="store_true", help="print the JSON result")
     args = parser.parse_args(argv)
-    result = run_rebuild(dead_mib=args.dead_mib, rate_bit=args.rate_mbit * 1_000_000,
-                         mode=args.links, chunk_mib=args.chunk_mib, keep=args.keep)
+    try:
+        result = run_rebuild(dead_mib=args.dead_mib, rate_bit=args.rate_mbit * 1_000_000,
+                             mode=args.links, chunk_mib=args.chunk_mib, keep=args.keep)
+    except (BenchError, MosafsError) as exc:  # said in one message, no traceback
+        print(f"ec_rebuild: {exc}", file=sys.stderr)
+        return 1
     print(json.dumps(result, indent=2) if args.json else format_table(result))
     return 0
 

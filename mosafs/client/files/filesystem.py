@@ -311,13 +311,16 @@ class FileSystem:
         attr = await self.manager.create(parent, name, mode, uid, gid,
                                          exclusive=bool(flags & os.O_EXCL))
         self._created(parent, name, attr)
-        fh, _ = await self.open(attr.inode, flags)
+        # Empty and without a version: made now, or an empty file that was there (create
+        # without O_EXCL returns it); either way a write starts from nothing.
+        fh, _ = await self.open(attr.inode, flags, new=not attr.version and not attr.size)
         return fh, await self.getattr(attr.inode)
 
-    async def open(self, inode: int, flags: int) -> tuple[int, int]:
+    async def open(self, inode: int, flags: int, *, new: bool = False) -> tuple[int, int]:
         """A new handle, and the file's newest committed version as of this open: the FUSE
         layer compares it with what the kernel was told and drops stale kernel attributes
-        (a file another mount changed since)."""
+        (a file another mount changed since). NEW: the file is empty and has no version
+        (WriteSession.create)."""
         access = flags & os.O_ACCMODE
         handle = Handle(inode, readable=access != os.O_WRONLY, writable=access != os.O_RDONLY,
                         ahead=self._new_readahead())
@@ -330,7 +333,7 @@ class FileSystem:
             async with self._lock(inode):
                 session = self._sessions.get(inode)
                 if session is None:
-                    session = await WriteSession.create(self.ctx, inode)
+                    session = await WriteSession.create(self.ctx, inode, new=new)
                     self._sessions[inode] = session
                 self._writers[inode] = self._writers.get(inode, 0) + 1
                 version = session.committed_version

@@ -135,6 +135,10 @@ class WriteSession:
         self._pipeline: Pipeline | RemotePipeline | None = None
         self._spill: Any = None  # a temp file while in SPILL mode
         self._renewals = trio.CancelScope()
+        self._leased = trio.Event()  # set when a lease is taken (the renewals wait for it)
+        # The file existed while this session had it open (a lease was granted, or the
+        # mount created it): a NotFound later means unlinked while open, not "no such file".
+        self.existed = False
         self.orphaned = False  # unlinked while open: nothing more is committed
         # The last CommitVersion with self.lease got no answer: it may have been stored, so
         # the lease is kept (a repeat is answered with the stored version) and never
@@ -148,15 +152,21 @@ class WriteSession:
         self.lost: errors.MosafsError | None = None  # why appended bytes were lost, if so
 
     @classmethod
-    async def create(cls, ctx: ClientContext, inode: int) -> WriteSession:
+    async def create(cls, ctx: ClientContext, inode: int, *, new: bool = False) -> WriteSession:
+        """A session for INODE. NEW: the file was just created, empty and without a
+        version: the lease (a manager call at open, another at close) waits for the first
+        edit, so creating a file and closing it unwritten costs neither; a session that
+        takes its lease later starts from the same empty content."""
         session = cls(ctx, inode)
-        await session._acquire_lease()
-        lease = session.lease
-        assert lease is not None
-        if lease.base_inode == inode:  # the newest version of this file is our starting point
-            session.prefix = [ChunkEntry(c.id, c.length) for c in lease.base_chunks]
-            session.size = lease.base_size
-            session.committed_version = lease.base_version
+        session.existed = new
+        if not new:
+            await session._acquire_lease()
+            lease = session.lease
+            assert lease is not None
+            if lease.base_inode == inode:  # this file's newest version is our starting point
+                session.prefix = [ChunkEntry(c.id, c.length) for c in lease.base_chunks]
+                session.size = lease.base_size
+                session.committed_version = lease.base_version
         ctx.spawn(session._renew_leases)
         return session
 
@@ -173,7 +183,7 @@ class WriteSession:
             log.warning("cannot write inode %d: %s", self.inode, exc)
             raise
         except errors.NotFound:
-            if self.lease is None and not self.prefix and not self.committed_version:
+            if not self.existed:
                 raise  # never existed as far as this session knows
             # Unlinked while open: edits stay local (SPILL) and die with the last close.
             log.debug("inode %d was unlinked while open for writing", self.inode)
@@ -183,6 +193,8 @@ class WriteSession:
             await self.ctx.manager.abort_write(lease.lease_id)
             raise errors.NoSpace("no live benefactor with free space")
         self.lease = lease
+        self.existed = True
+        self._leased.set()
         self.write_token = lease.write_token
         if self.ctx.config.dedupe_with_base:
             self.stored.ids.update(c.id for c in lease.base_chunks)
@@ -204,6 +216,11 @@ class WriteSession:
     async def _renew_leases(self) -> None:
         with self._renewals:
             while True:
+                if self.lease is None:
+                    # Until the next edit takes one (a new file's first write, the edit
+                    # after a commit used the last one up): renewals start with it.
+                    self._leased = trio.Event()
+                    await self._leased.wait()
                 ttl = (self.lease.lease_ttl_ms if self.lease else 60_000) / 1000
                 await trio.sleep(max(ttl / 3, 0.05))
                 lease = self.lease

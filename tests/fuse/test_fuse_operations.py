@@ -50,6 +50,21 @@ def test_fuse_metrics_logs_and_tls_of_up(start_cluster, tmp_path: Path) -> None:
         assert "mosafs_benefactor_chunks{}" in benefactor
     assert stored >= len(data)
 
+    # A file created and closed unwritten costs no write lease (nor its abort); its first
+    # write takes one.
+    def calls(method: str) -> float:
+        key = f"mosafs_rpc_server_seconds_count{{method={method},service=manager}}"
+        return scrape(info["metrics"]["manager"]).get(key, 0.0)
+
+    leases, aborts = calls("OpenWrite"), calls("AbortWrite")
+    for i in range(5):
+        (cluster.mountpoint / f"empty{i}").open("xb").close()
+    assert (calls("OpenWrite"), calls("AbortWrite")) == (leases, aborts)
+    (cluster.mountpoint / "empty0").write_bytes(b"now written")
+    assert calls("OpenWrite") == leases + 1
+    assert (cluster.mountpoint / "empty0").read_bytes() == b"now written"
+    assert (cluster.mountpoint / "empty1").stat().st_size == 0
+
     # Admin commands find the certificates of the mount (user.mosafs.tls): no flags.
     assert cli_json("stats", str(cluster.mountpoint / "ckpt"))["size"] == len(data)
     assert cli("fsck", str(cluster.mountpoint)).returncode == 0

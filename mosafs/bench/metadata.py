@@ -51,7 +51,7 @@ from typing import Any
 
 from mosafs.bench import moosefs, procs
 from mosafs.bench.procs import BenchError
-from mosafs.bench.timing import CpuMeter
+from mosafs.bench.timing import CpuMeter, drop_caches
 from mosafs.bench.write import (
     _check_all_stopped,
     _Mosafs,
@@ -406,21 +406,10 @@ class Clients:
 
 # -- the phases ------------------------------------------------------------------------------
 
-def drop_dentries() -> bool:
-    """`echo 2 > /proc/sys/vm/drop_caches`: the kernel's dentries and inodes (root only);
-    False where refused. No sync: dirty pages are not what this drops."""
-    try:
-        with open("/proc/sys/vm/drop_caches", "w") as f:
-            f.write("2")
-        return True
-    except OSError:
-        return False
-
-
 def expire_caches() -> dict[str, Any]:
     """Drop the kernel's dentries, then wait out the attribute timeout: the mount's own
     caches keep entries as long as the kernel is told to."""
-    dropped = drop_dentries()
+    dropped = drop_caches(pages=False)  # the kernel's dentries and inodes
     time.sleep(EXPIRE_WAIT_S)
     return {"caches_dropped": dropped, "waited_s": EXPIRE_WAIT_S}
 

@@ -121,12 +121,15 @@ def read_file(path: str | os.PathLike[str], block: int, *, hash_it: bool = False
     return ReadTiming(total, block, seconds, hasher.hexdigest() if hasher is not None else None)
 
 
-def drop_caches() -> bool:
-    """sync, then drop the page cache, dentries and inodes (root only); False if refused."""
-    os.sync()
+def drop_caches(*, pages: bool = True) -> bool:
+    """sync, then drop the page cache, dentries and inodes (root only); False if refused.
+    PAGES False: the dentries and inodes only, without the sync (dirty pages are not what
+    that drops)."""
+    if pages:
+        os.sync()
     try:
         with open("/proc/sys/vm/drop_caches", "w") as f:
-            f.write("3")
+            f.write("3" if pages else "2")
         return True
     except OSError:
         return False

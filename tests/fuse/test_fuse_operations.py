@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from pathlib import Path
 
 from tests.harness import cli, cli_json, scrape
@@ -57,9 +58,18 @@ def test_fuse_metrics_logs_and_tls_of_up(start_cluster, tmp_path: Path) -> None:
         return scrape(info["metrics"]["manager"]).get(key, 0.0)
 
     leases, aborts = calls("OpenWrite"), calls("AbortWrite")
+    before = os.stat(cluster.mountpoint)
+    getattrs = calls("GetAttr")
     for i in range(5):
         (cluster.mountpoint / f"empty{i}").open("xb").close()
     assert (calls("OpenWrite"), calls("AbortWrite")) == (leases, aborts)
+    # The kernel asks for the directory's attributes again after each create; the mount
+    # answers from the times the create gave it, which are the manager's.
+    after = os.stat(cluster.mountpoint)
+    assert calls("GetAttr") - getattrs <= 2
+    assert after.st_mtime_ns > before.st_mtime_ns and after.st_nlink == before.st_nlink
+    time.sleep(1.2)  # past the kernel's and the mount's attribute timeouts: the manager's
+    assert os.stat(cluster.mountpoint).st_mtime_ns == after.st_mtime_ns
     (cluster.mountpoint / "empty0").write_bytes(b"now written")
     assert calls("OpenWrite") == leases + 1
     assert (cluster.mountpoint / "empty0").read_bytes() == b"now written"

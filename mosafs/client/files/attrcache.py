@@ -62,6 +62,25 @@ class AttrCache:
     def drop(self, inode: int) -> None:
         self._attrs.pop(inode, None)
 
+    def entry_made(self, parent: int, name: str, attr: mpb.Attr, *, subdir: bool) -> mpb.Attr:
+        """NAME in PARENT was just made as ATTR (a create, a mkdir). The manager set the
+        parent's mtime and ctime to ATTR's ctime in the same transaction (and one more
+        link for a SUBDIR), so a cached copy of the parent is brought up to date rather than
+        dropped: the kernel, which drops its own copy after a create, asks again at its
+        next path walk, and that need not be a manager call. An ATTR no newer than the
+        copy (a create that found the file there, which changes nothing) drops it as
+        drop_entry does."""
+        parent_attr = self._attrs.get(parent)
+        self.drop_entry(parent, name)
+        if parent_attr is not None and \
+                attr.ctime_ns > max(parent_attr.mtime_ns, parent_attr.ctime_ns):
+            updated = mpb.Attr()
+            updated.CopyFrom(parent_attr)
+            updated.mtime_ns = updated.ctime_ns = attr.ctime_ns
+            updated.nlink += int(subdir)
+            self.put(updated)
+        return self.put_entry(parent, name, attr)
+
     def drop_entry(self, parent: int, name: str) -> None:
         """A name changed in PARENT: forget the name, its inode's attributes (nlink and
         ctime change), the listing and the parent's attributes (mtime, nlink)."""

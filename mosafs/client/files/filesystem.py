@@ -176,7 +176,7 @@ class FileSystem:
     async def mkdir(self, parent: int, name: str, mode: int, uid: int, gid: int) -> Attr:
         self._writable(parent)
         attr = await self.manager.mkdir(parent, name, mode, uid, gid)
-        return self._created(parent, name, attr)
+        return self._cache.entry_made(parent, name, attr, subdir=True)
 
     async def symlink(self, parent: int, name: str, target: bytes, uid: int,
                       gid: int) -> Attr:
@@ -310,7 +310,7 @@ class FileSystem:
         self._writable(parent)
         attr = await self.manager.create(parent, name, mode, uid, gid,
                                          exclusive=bool(flags & os.O_EXCL))
-        self._created(parent, name, attr)
+        self._cache.entry_made(parent, name, attr, subdir=False)
         # Empty and without a version: made now, or an empty file that was there (create
         # without O_EXCL returns it); either way a write starts from nothing.
         fh, _ = await self.open(attr.inode, flags, new=not attr.version and not attr.size)

@@ -81,6 +81,21 @@ class Proc:
             assert not noise, f"{self.name} logged noise:\n" + "\n".join(noise) + "\n" + self.log()
 
 
+def stop_every(procs: Iterable[Proc]) -> None:
+    """Stop every process of PROCS, the last started first, even when one fails its stop
+    (noise in its log, a hang): none is left running; then raise the first failure."""
+    failures: list[AssertionError] = []
+    for proc in reversed(list(procs)):
+        try:
+            proc.stop()
+        except AssertionError as exc:
+            failures.append(exc)
+        finally:
+            proc.kill()
+    if failures:
+        raise failures[0]
+
+
 def start(name: str, args: Iterable[str], workdir: Path, *, timeout: float = 60,
           env: dict[str, str] | None = None, cwd: Path | None = None) -> Proc:
     """Start `python -P -m mosafs ARGS --ready-file ...` (in CWD, default this process's

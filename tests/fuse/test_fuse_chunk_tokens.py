@@ -58,11 +58,12 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, li
             mounts.append(mnt)
         yield base, started
     finally:
-        for proc in reversed(started):
-            proc.stop()
-        for mnt in base.glob("mnt-*"):
-            if os.path.ismount(mnt):
-                os.system(f"fusermount3 -u -z {mnt}")
+        try:
+            harness.stop_every(started)
+        finally:
+            for mnt in base.glob("mnt-*"):
+                if os.path.ismount(mnt):
+                    os.system(f"fusermount3 -u -z {mnt}")
 
 
 def start_manager(base: Path, port: int = 0, ttl: float = TTL_S) -> harness.Proc:

@@ -67,8 +67,7 @@ def cluster(tls: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[dic
         yield {"manager": manager, "benefactor": benefactor, "jobA": a, "jobB": b,
                "secret": secret, "private": other, "mine": mine}
     finally:
-        for proc in (benefactor, manager):
-            proc.stop()
+        harness.stop_every([manager, benefactor])
 
 
 def stub(address: str, tls: Path, name: str) -> mgrpc.ManagerStub:

@@ -107,8 +107,7 @@ def cluster(tls: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[dic
         yield {"manager": manager, "admin": admin, "secret": secret, "holder": first,
                "other": second, "benefactors": benefactors}
     finally:
-        for proc in (*benefactors, manager):
-            proc.stop()
+        harness.stop_every([manager, *benefactors])
 
 
 def read_token(cluster: dict[str, Any]) -> bytes:

@@ -64,8 +64,7 @@ def cluster(tls: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[dic
                 time.sleep(0.1)
         yield {"manager": manager, "benefactor": benefactor}
     finally:
-        for proc in (benefactor, manager):
-            proc.stop()
+        harness.stop_every([manager, benefactor])
 
 
 def identity(tls: Path, name: str, directory: Path | None = None) -> certs.Identity:

@@ -63,11 +63,12 @@ class AttrCache:
         self._attrs.pop(inode, None)
 
     def entry_made(self, parent: int, name: str, attr: mpb.Attr, *, subdir: bool) -> mpb.Attr:
-        """NAME in PARENT was just made as ATTR (a create, a mkdir). The manager set the
-        parent's mtime and ctime to ATTR's ctime in the same transaction (and one more
-        link for a SUBDIR), so a cached copy of the parent is brought up to date rather than
-        dropped: the kernel, which drops its own copy after a create, asks again at its
-        next path walk, and that need not be a manager call. An ATTR no newer than the
+        """NAME in PARENT was just made as ATTR (a create, mkdir, symlink, mknod or link).
+        The manager set the parent's mtime and ctime to ATTR's ctime in the same
+        transaction (and one more link for a SUBDIR), so a cached copy of the parent is
+        brought up to date rather than dropped: the kernel, which drops its own copy
+        after a create, asks again at its next path walk, and that need not be a manager
+        call. An ATTR no newer than the
         copy (a create that found the file there, which changes nothing) drops it as
         drop_entry does."""
         parent_attr = self._attrs.get(parent)

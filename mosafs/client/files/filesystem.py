@@ -176,7 +176,7 @@ class FileSystem:
     async def mkdir(self, parent: int, name: str, mode: int, uid: int, gid: int) -> Attr:
         self._writable(parent)
         attr = await self.manager.mkdir(parent, name, mode, uid, gid)
-        return self._cache.entry_made(parent, name, attr, subdir=True)
+        return self._created(parent, name, attr)
 
     async def symlink(self, parent: int, name: str, target: bytes, uid: int,
                       gid: int) -> Attr:
@@ -206,8 +206,10 @@ class FileSystem:
         return self._overlay(self._created(new_parent, new_name, attr))
 
     def _created(self, parent: int, name: str, attr: Attr) -> Attr:
-        self._cache.drop_entry(parent, name)
-        return self._cache.put_entry(parent, name, attr)
+        """NAME in PARENT was made (or linked) as ATTR: the manager gave PARENT the new
+        entry's ctime as its mtime and ctime, in the same transaction."""
+        return self._cache.entry_made(parent, name, attr,
+                                      subdir=attr.kind == mpb.FILE_KIND_DIRECTORY)
 
     async def unlink(self, parent: int, name: str) -> None:
         self._writable(parent)
@@ -310,7 +312,7 @@ class FileSystem:
         self._writable(parent)
         attr = await self.manager.create(parent, name, mode, uid, gid,
                                          exclusive=bool(flags & os.O_EXCL))
-        self._cache.entry_made(parent, name, attr, subdir=False)
+        self._created(parent, name, attr)
         # Empty and without a version: made now, or an empty file that was there (create
         # without O_EXCL returns it); either way a write starts from nothing.
         fh, _ = await self.open(attr.inode, flags, new=not attr.version and not attr.size)

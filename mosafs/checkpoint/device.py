@@ -187,9 +187,6 @@ class _DeviceSave:
         phases = self.result.phases
         pinned = self.staging.pin_s
         async with trio.open_nursery() as uploads:
-            # One buffer per upload slot, made while the first feeds are chunked.
-            uploads.start_soon(self._timed, "reserve_s", self.staging.reserve,
-                               self.ctx.config.uploads_per_file)
             for spans in _feeds(self.image.pieces, FEED_BYTES):
                 batches = await self._timed("hash_s", self._feed, spans)
                 self._take(batches, uploads)
@@ -304,12 +301,10 @@ class _DeviceSave:
 
 class _Staging:
     """Pinned host buffers reused for the copies out of the GPU (pinning memory costs
-    more than the copy of a group: a process's first save makes them in the background,
-    `reserve`, while its first bytes are chunked)."""
+    more than the copy of a group)."""
 
     def __init__(self) -> None:
         self._free: list[np.ndarray] = []
-        self._made = 0  # buffers of GROUP_BYTES made (free or in use)
         self._lock = threading.Lock()
         self.pin_s = 0.0  # seconds spent pinning memory (for the figures)
 
@@ -318,8 +313,6 @@ class _Staging:
             for i, buf in enumerate(self._free):
                 if len(buf) >= n:
                     return self._free.pop(i)[:n]
-            if n <= GROUP_BYTES:
-                self._made += 1
         return self._pin(max(n, GROUP_BYTES))[:n]
 
     def give(self, view: np.ndarray) -> None:
@@ -327,23 +320,13 @@ class _Staging:
         with self._lock:
             self._free.append(base)
 
-    def reserve(self, count: int) -> None:
-        """Make buffers until COUNT of GROUP_BYTES exist (in a worker thread: a save's
-        copies out then find them ready)."""
-        while True:
-            with self._lock:
-                if self._made >= count:
-                    return
-                self._made += 1
-            buf = self._pin(GROUP_BYTES)
-            self.give(buf)
-
     def _pin(self, n: int) -> np.ndarray:
         started = time.perf_counter()
         try:
             return _pinned(n)
         finally:
-            self.pin_s += time.perf_counter() - started
+            with self._lock:
+                self.pin_s += time.perf_counter() - started
 
 
 STAGING = _Staging()  # shared by the saves of the process

@@ -41,8 +41,10 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import itertools
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -64,6 +66,7 @@ MiB = 1 << 20
 POLL_S = 0.02
 TIMEOUT_S = 900.0
 LEASE_S = 1.0
+BIN_S = 0.25  # bins of link traffic: a quarter second
 
 
 @dataclass(frozen=True)
@@ -179,6 +182,7 @@ def _run_case(workdir: Path, case: Case, links: Links, dead_mib: int,
         "rebuild_mb_s": round(rebuilt / rebuild_s / 1e6, 1) if rebuild_s > 0 else None,
         "lost_chunks": watched["lost_chunks"],
         **phases(watched["timeline"], watched["detected"], watched["done"]),
+        "links": link_use(watched["timeline"], watched["traffic"], links.rate_bit),
     }
 
 
@@ -227,9 +231,13 @@ def watch(manager: str, victim: str, out_path: Path, ready: Path) -> None:
         started = time.monotonic()
         detected = None
         timeline: list[tuple[float, int]] = []  # (clock, bytes rebuilt) at each change
+        links = _link_counters()
+        traffic: list[tuple[float, dict[str, list[int]]]] = []  # (clock, link counters)
         while True:
             status = stub.GetClusterStatus(mpb.ClusterStatusRequest(), timeout=30)
             now = time.monotonic()
+            if links:
+                traffic.append((now, _read_counters(links)))
             dead = not next(b.alive for b in status.benefactors if b.info.id == victim)
             if dead and detected is None:
                 detected = now
@@ -245,7 +253,24 @@ def watch(manager: str, victim: str, out_path: Path, ready: Path) -> None:
     out_path.write_text(json.dumps({
         "detected": detected, "done": now, "rebuilt_fragments": status.ec_rebuilt_fragments,
         "rebuilt_bytes": status.ec_rebuilt_bytes, "lost_chunks": status.lost_chunks,
-        "timeline": timeline}))
+        "timeline": timeline, "traffic": traffic}))
+
+
+def _link_counters() -> dict[str, Path]:
+    """The client namespace's ends of the benefactors' links (netns mode), by link index:
+    what a link's end here receives is what its benefactor sends, and the reverse."""
+    found = {}
+    for dev in Path("/sys/class/net").glob("mb*"):
+        match = re.fullmatch(r"mb\d+c(\d+)", dev.name)
+        if match:
+            found[match.group(1)] = dev / "statistics"
+    return found
+
+
+def _read_counters(links: dict[str, Path]) -> dict[str, list[int]]:
+    """Link index -> [bytes its benefactor sent, bytes it received] so far."""
+    return {i: [int((stats / "rx_bytes").read_text()), int((stats / "tx_bytes").read_text())]
+            for i, stats in links.items()}
 
 
 def phases(timeline: list[tuple[float, int]], detected: float, done: float) -> dict[str, Any]:
@@ -265,6 +290,50 @@ def phases(timeline: list[tuple[float, int]], detected: float, done: float) -> d
             "tail_s": round(done - moving[-1][0], 3)}
 
 
+def _steady_window(timeline: list[tuple[float, int]]) -> tuple[float, float] | None:
+    """The clocks at which 10 % and 90 % of the rebuilt bytes were recorded."""
+    moving = [(t, b) for t, b in timeline if b > 0]
+    if not moving:
+        return None
+    total = moving[-1][1]
+    low = next(t for t, b in moving if b >= 0.1 * total)
+    high = next(t for t, b in moving if b >= 0.9 * total)
+    return (low, high) if high > low else None
+
+
+def link_use(timeline: list[tuple[float, int]], traffic: list[Any],
+             rate_bit: int) -> dict[str, Any] | None:
+    """Per link, over the steady window: the share of its capacity used in each direction
+    (wire bytes: headers and framing included), and the share of BIN_S bins in which a
+    direction carried under a quarter of its capacity (`idle`). None without netns links."""
+    window = _steady_window(timeline)
+    if window is None or len(traffic) < 2:
+        return None
+    low, high = window
+    samples = [(t, c) for t, c in traffic if low <= t <= high]
+    if len(samples) < 2:
+        return None
+    capacity = rate_bit / 8
+    bins: list[tuple[float, dict[str, list[int]]]] = [samples[0]]
+    for t, c in samples[1:]:
+        if t - bins[-1][0] >= BIN_S:
+            bins.append((t, c))
+    out: dict[str, Any] = {}
+    span = samples[-1][0] - samples[0][0]
+    for link in samples[0][1]:
+        use = []
+        idle = []
+        for d in (0, 1):
+            moved = samples[-1][1][link][d] - samples[0][1][link][d]
+            use.append(round(moved / capacity / span, 3))
+            quiet = sum(1 for (t0, c0), (t1, c1) in itertools.pairwise(bins)
+                        if (c1[link][d] - c0[link][d]) < 0.25 * capacity * (t1 - t0))
+            idle.append(round(quiet / max(1, len(bins) - 1), 3))
+        out[link] = {"out_use": use[0], "in_use": use[1], "out_idle": idle[0],
+                     "in_idle": idle[1]}
+    return out
+
+
 def format_table(result: dict[str, Any]) -> str:
     rows = [f"{'case':<38} {'rebuilt':>10} {'time':>8} {'MB/s':>7} {'start':>7} "
             f"{'steady':>7} {'tail':>6}"]
@@ -276,6 +345,18 @@ def format_table(result: dict[str, Any]) -> str:
         rows.append(f"{code}: 6 survivors {comp['speedup']}x faster than 2 (target 3x: "
                     f"{'pass' if comp['pass'] else 'FAIL'})")
     return "\n".join(rows)
+
+
+def _pick(spec: str) -> tuple[Case, ...]:
+    """The cases SPEC names ("1,2"), all for an empty SPEC."""
+    if not spec:
+        return CASES
+    picked = []
+    for part in spec.split(","):
+        if not part.strip().isdigit() or not 1 <= int(part) <= len(CASES):
+            raise ValueError(f"--cases: {part!r} is not a case number 1..{len(CASES)}")
+        picked.append(CASES[int(part) - 1])
+    return tuple(picked)
 
 
 def main(argv: list[str]) -> int:
@@ -293,12 +374,21 @@ def main(argv: list[str]) -> int:
                              "the rebuild: 20 on 2 cores)")
     parser.add_argument("--links", choices=["netns", "ratelimit"], default="netns")
     parser.add_argument("--chunk-mib", type=bounded_int(1, 64), default=1)
+    parser.add_argument("--cases", default="",
+                        help="comma-separated case numbers to run, from 1 (default: all: "
+                             + "; ".join(f"{i + 1} {c.name}" for i, c in enumerate(CASES))
+                             + ")")
     parser.add_argument("--keep", type=Path, help="keep the work directory here")
     parser.add_argument("--json", action="store_true", help="print the JSON result")
     args = parser.parse_args(argv)
     try:
+        cases = _pick(args.cases)
+    except ValueError as exc:
+        parser.error(str(exc))
+    try:
         result = run_rebuild(dead_mib=args.dead_mib, rate_bit=args.rate_mbit * 1_000_000,
-                             mode=args.links, chunk_mib=args.chunk_mib, keep=args.keep)
+                             mode=args.links, chunk_mib=args.chunk_mib, cases=cases,
+                             keep=args.keep)
     except (BenchError, MosafsError) as exc:  # said in one message, no traceback
         print(f"ec_rebuild: {exc}", file=sys.stderr)
         return 1

@@ -31,3 +31,31 @@ def test_every_comparison_pairs_one_code() -> None:
         for case in (names[two], names[six]):
             k, m = ec_rebuild._code(case.redundancy)
             assert k + m <= case.survivors + case.replacement
+
+
+def test_link_use_is_measured_over_the_steady_middle() -> None:
+    # 2.5 MB/s links; the rebuilt bytes reach 10 % at t=1 and 90 % at t=9.
+    timeline = [(0.0, 0), (1.0, 10), (5.0, 50), (9.0, 90), (10.0, 100)]
+    rate_bit = 20_000_000
+    full, half = 2_500_000, 1_250_000
+    # Link "1" sends at full speed and receives at half; link "2" sends nothing from t=3.
+    traffic = [(t / 4, {"1": [int(full * t / 4), int(half * t / 4)],
+                        "2": [int(full * min(t / 4, 3.0)), 0]}) for t in range(41)]
+    out = ec_rebuild.link_use(timeline, traffic, rate_bit)
+    assert out is not None
+    assert out["1"] == {"out_use": 1.0, "in_use": 0.5, "out_idle": 0.0, "in_idle": 0.0}
+    assert out["2"]["out_use"] == 0.25  # 2 s of 8 at full speed
+    assert out["2"]["out_idle"] == 0.75 and out["2"]["in_idle"] == 1.0
+    assert ec_rebuild.link_use(timeline, [], rate_bit) is None  # no netns links
+
+
+def test_cases_are_picked_by_number() -> None:
+    assert ec_rebuild._pick("") == ec_rebuild.CASES
+    assert ec_rebuild._pick("2,1") == (ec_rebuild.CASES[1], ec_rebuild.CASES[0])
+    for bad in ("0", "5", "x", "1,,2"):
+        try:
+            ec_rebuild._pick(bad)
+        except ValueError as exc:
+            assert "case number" in str(exc)
+        else:
+            raise AssertionError(f"{bad!r} was accepted")

@@ -60,6 +60,40 @@ class Attr(_message.Message):
     rdev: int
     def __init__(self, inode: _Optional[int] = ..., kind: _Optional[_Union[FileKind, str]] = ..., mode: _Optional[int] = ..., nlink: _Optional[int] = ..., uid: _Optional[int] = ..., gid: _Optional[int] = ..., size: _Optional[int] = ..., atime_ns: _Optional[int] = ..., mtime_ns: _Optional[int] = ..., ctime_ns: _Optional[int] = ..., version: _Optional[int] = ..., rdev: _Optional[int] = ...) -> None: ...
 
+class BatchOp(_message.Message):
+    __slots__ = ("lookup", "getattr", "create")
+    LOOKUP_FIELD_NUMBER: _ClassVar[int]
+    GETATTR_FIELD_NUMBER: _ClassVar[int]
+    CREATE_FIELD_NUMBER: _ClassVar[int]
+    lookup: LookupRequest
+    getattr: GetAttrRequest
+    create: CreateRequest
+    def __init__(self, lookup: _Optional[_Union[LookupRequest, _Mapping]] = ..., getattr: _Optional[_Union[GetAttrRequest, _Mapping]] = ..., create: _Optional[_Union[CreateRequest, _Mapping]] = ...) -> None: ...
+
+class BatchRequest(_message.Message):
+    __slots__ = ("ops",)
+    OPS_FIELD_NUMBER: _ClassVar[int]
+    ops: _containers.RepeatedCompositeFieldContainer[BatchOp]
+    def __init__(self, ops: _Optional[_Iterable[_Union[BatchOp, _Mapping]]] = ...) -> None: ...
+
+class BatchOutcome(_message.Message):
+    __slots__ = ("attr", "code", "kind", "error")
+    ATTR_FIELD_NUMBER: _ClassVar[int]
+    CODE_FIELD_NUMBER: _ClassVar[int]
+    KIND_FIELD_NUMBER: _ClassVar[int]
+    ERROR_FIELD_NUMBER: _ClassVar[int]
+    attr: Attr
+    code: int
+    kind: str
+    error: str
+    def __init__(self, attr: _Optional[_Union[Attr, _Mapping]] = ..., code: _Optional[int] = ..., kind: _Optional[str] = ..., error: _Optional[str] = ...) -> None: ...
+
+class BatchResponse(_message.Message):
+    __slots__ = ("outcomes",)
+    OUTCOMES_FIELD_NUMBER: _ClassVar[int]
+    outcomes: _containers.RepeatedCompositeFieldContainer[BatchOutcome]
+    def __init__(self, outcomes: _Optional[_Iterable[_Union[BatchOutcome, _Mapping]]] = ...) -> None: ...
+
 class LookupRequest(_message.Message):
     __slots__ = ("parent", "name")
     PARENT_FIELD_NUMBER: _ClassVar[int]

@@ -44,6 +44,11 @@ class ManagerStub:
                 request_serializer=mosafs_dot_v1_dot_manager__pb2.GetAttrRequest.SerializeToString,
                 response_deserializer=mosafs_dot_v1_dot_manager__pb2.Attr.FromString,
                 _registered_method=True)
+        self.Batch = channel.unary_unary(
+                '/mosafs.v1.Manager/Batch',
+                request_serializer=mosafs_dot_v1_dot_manager__pb2.BatchRequest.SerializeToString,
+                response_deserializer=mosafs_dot_v1_dot_manager__pb2.BatchResponse.FromString,
+                _registered_method=True)
         self.SetAttr = channel.unary_unary(
                 '/mosafs.v1.Manager/SetAttr',
                 request_serializer=mosafs_dot_v1_dot_manager__pb2.SetAttrRequest.SerializeToString,
@@ -298,6 +303,14 @@ class ManagerServicer:
 
     def GetAttr(self, request, context):
         """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def Batch(self, request, context):
+        """Several lookups, stats and creates in one call, each answered on its own as its own
+        RPC would have been (docs/client.md, "Batched metadata calls").
+        """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
@@ -634,6 +647,11 @@ def add_ManagerServicer_to_server(servicer, server):
                     request_deserializer=mosafs_dot_v1_dot_manager__pb2.GetAttrRequest.FromString,
                     response_serializer=mosafs_dot_v1_dot_manager__pb2.Attr.SerializeToString,
             ),
+            'Batch': grpc.unary_unary_rpc_method_handler(
+                    servicer.Batch,
+                    request_deserializer=mosafs_dot_v1_dot_manager__pb2.BatchRequest.FromString,
+                    response_serializer=mosafs_dot_v1_dot_manager__pb2.BatchResponse.SerializeToString,
+            ),
             'SetAttr': grpc.unary_unary_rpc_method_handler(
                     servicer.SetAttr,
                     request_deserializer=mosafs_dot_v1_dot_manager__pb2.SetAttrRequest.FromString,
@@ -929,6 +947,33 @@ class Manager:
             '/mosafs.v1.Manager/GetAttr',
             mosafs_dot_v1_dot_manager__pb2.GetAttrRequest.SerializeToString,
             mosafs_dot_v1_dot_manager__pb2.Attr.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Batch(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/mosafs.v1.Manager/Batch',
+            mosafs_dot_v1_dot_manager__pb2.BatchRequest.SerializeToString,
+            mosafs_dot_v1_dot_manager__pb2.BatchResponse.FromString,
             options,
             channel_credentials,
             insecure,

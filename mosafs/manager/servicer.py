@@ -11,11 +11,13 @@ import grpc
 
 from mosafs._proto import manager_pb2 as pb
 from mosafs._proto import manager_pb2_grpc
+from mosafs.errors import MosafsError
+from mosafs.manager.batches import Batches
 from mosafs.manager.core import Manager
 from mosafs.manager.folders import policy_of
 from mosafs.manager.metadata import Fragments, SessionCommit
 from mosafs.manager.permissions import Guard, filtered
-from mosafs.rpc.errors import servicer
+from mosafs.rpc.errors import servicer, status_code
 from mosafs.rpc.handlers import add_decoding_in_handlers
 from mosafs.rpc.security import current_caller, revocations
 
@@ -33,16 +35,34 @@ class ManagerServicer(manager_pb2_grpc.ManagerServicer):
         self._store = manager.store
         # Who may do what (mosafs.manager.permissions): checked before each call below.
         self._guard = Guard(manager.store)
+        self._batch = Batches({"lookup": self._lookup, "getattr": self._getattr},
+                              {"create": self._create})
 
     # --- namespace ------------------------------------------------------------------------
 
     def Lookup(self, request: pb.LookupRequest, context: Ctx) -> pb.Attr:
+        return self._lookup(request)
+
+    def _lookup(self, request: pb.LookupRequest) -> pb.Attr:
         self._guard.lookup(current_caller(), request.parent, request.name)
         return self._store.lookup(request.parent, request.name)
 
     def GetAttr(self, request: pb.GetAttrRequest, context: Ctx) -> pb.Attr:
+        return self._getattr(request)
+
+    def _getattr(self, request: pb.GetAttrRequest) -> pb.Attr:
         self._guard.stat(current_caller(), request.inode)
         return self._store.getattr(request.inode)
+
+    def Batch(self, request: pb.BatchRequest, context: Ctx) -> pb.BatchResponse:
+        out = pb.BatchResponse()
+        for result in self._batch.run(request.ops):
+            if isinstance(result, MosafsError):
+                out.outcomes.add(code=status_code(result).value[0], kind=result.kind,
+                                 error=result.message)
+            else:
+                out.outcomes.add(attr=result)
+        return out
 
     def SetAttr(self, request: pb.SetAttrRequest, context: Ctx) -> pb.Attr:
         self._guard.setattr(
@@ -69,6 +89,9 @@ class ManagerServicer(manager_pb2_grpc.ManagerServicer):
                                  request.gid)
 
     def Create(self, request: pb.CreateRequest, context: Ctx) -> pb.Attr:
+        return self._create(request)
+
+    def _create(self, request: pb.CreateRequest) -> pb.Attr:
         self._guard.create(current_caller(), request.parent, request.uid, request.gid,
                            "Create")
         return self._store.create(request.parent, request.name, request.mode, request.uid,

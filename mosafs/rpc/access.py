@@ -15,8 +15,8 @@ ADMIN = frozenset({"admin"})
 BENEFACTOR = frozenset({"benefactor"})
 MANAGER = frozenset({"manager", "admin"})
 
-_NAMESPACE = ("Lookup", "GetAttr", "SetAttr", "ReadDir", "Mkdir", "Create", "Unlink", "Rmdir",
-              "Rename", "StatFs", "Symlink", "Readlink", "Mknod", "Link", "SetXattr",
+_NAMESPACE = ("Lookup", "GetAttr", "Batch", "SetAttr", "ReadDir", "Mkdir", "Create", "Unlink",
+              "Rmdir", "Rename", "StatFs", "Symlink", "Readlink", "Mknod", "Link", "SetXattr",
               "GetXattr", "ListXattr", "RemoveXattr")
 _WRITES = ("OpenWrite", "RenewLease", "CommitVersion", "AbortWrite", "FindChunks",
            "LocateChunks", "GetBlockMap", "GetVersionStats", "ListVersions", "RestoreVersion")

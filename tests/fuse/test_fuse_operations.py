@@ -7,7 +7,10 @@ from __future__ import annotations
 import json
 import os
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+
+import pytest
 
 from tests.harness import cli, cli_json, scrape
 
@@ -74,6 +77,24 @@ def test_fuse_metrics_logs_and_tls_of_up(start_cluster, tmp_path: Path) -> None:
     assert calls("OpenWrite") == leases + 1
     assert (cluster.mountpoint / "empty0").read_bytes() == b"now written"
     assert (cluster.mountpoint / "empty1").stat().st_size == 0
+
+    # Creates the kernel has in flight at once leave in Batch calls, each answered on its
+    # own (docs/client.md, "Batched metadata calls").
+    batches = calls("Batch")
+    many = cluster.mountpoint / "many"
+
+    def make(t: int) -> None:
+        folder = many / f"t{t}"
+        folder.mkdir(parents=True, exist_ok=True)
+        for i in range(40):
+            (folder / f"f{i}").open("xb").close()
+
+    with ThreadPoolExecutor(16) as pool:
+        list(pool.map(make, range(16)))
+    assert calls("Batch") > batches
+    assert [len(os.listdir(many / f"t{t}")) for t in range(16)] == [40] * 16
+    with pytest.raises(FileExistsError):
+        (many / "t3" / "f7").open("xb")
 
     # Admin commands find the certificates of the mount (user.mosafs.tls): no flags.
     assert cli_json("stats", str(cluster.mountpoint / "ckpt"))["size"] == len(data)

@@ -175,6 +175,30 @@ def test_services_restricted_client_acts_only_as_its_uid_with_posix_permissions(
     job.Unlink(mpb.UnlinkRequest(parent=a, name="ok"), **as_uid(1000))
 
 
+def test_services_batched_operations_are_checked_one_by_one(
+        cluster: dict[str, Any], tls: Path) -> None:
+    """A Batch call's operations get the checks of their own RPCs, as the call's acting
+    uid: the ones outside the capability or POSIX permissions are refused, alone."""
+    job = stub(cluster["manager"].address, tls, "jobA")
+    a, b = cluster["jobA"], cluster["jobB"]
+    ops = [mpb.BatchOp(create=mpb.CreateRequest(parent=a, name="batched", mode=0o644,
+                                                uid=1000, gid=1000)),
+           mpb.BatchOp(create=mpb.CreateRequest(parent=b, name="x", mode=0o644, uid=1000,
+                                                gid=1000)),
+           mpb.BatchOp(create=mpb.CreateRequest(parent=cluster["private"], name="x",
+                                                mode=0o644, uid=1000, gid=1000)),
+           mpb.BatchOp(getattr=mpb.GetAttrRequest(inode=cluster["secret"])),
+           mpb.BatchOp(lookup=mpb.LookupRequest(parent=ROOT, name="jobA"))]
+    out = job.Batch(mpb.BatchRequest(ops=ops), **as_uid(1000)).outcomes
+    assert out[0].code == 0 and (out[0].attr.uid, out[0].attr.gid) == (1000, 1000)
+    assert [o.code for o in out[1:4]] == [Code.PERMISSION_DENIED.value[0]] * 3
+    assert out[4].code == 0 and out[4].attr.inode == a
+    # Acting as another uid refuses the whole call, as for any RPC.
+    assert refused(lambda: job.Batch(mpb.BatchRequest(ops=ops[:1]), **as_uid(0))) \
+        == Code.PERMISSION_DENIED
+    job.Unlink(mpb.UnlinkRequest(parent=a, name="batched"), **as_uid(1000))
+
+
 def test_services_unrestricted_client_is_still_bound_by_posix_and_root_squash(
         cluster: dict[str, Any], tls: Path) -> None:
     """A client certificate without --allow-root: any uid but root, which is squashed."""

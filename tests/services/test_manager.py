@@ -31,7 +31,7 @@ from mosafs.errors import (
 )
 from mosafs.ids import chunk_id
 from mosafs.rpc.channels import channel
-from mosafs.rpc.errors import call
+from mosafs.rpc.errors import call, error_of
 from tests import harness
 
 ROOT = 1
@@ -137,6 +137,45 @@ def test_namespace_over_grpc(mgr: Mgr) -> None:
     mgr("Unlink", pb.UnlinkRequest(parent=ROOT, name="moved"))
     assert mgr("StatFs", pb.StatFsRequest()).files == 7
     assert mgr("GetAttr", pb.GetAttrRequest(inode=ROOT)).nlink == 3
+
+
+def _outcome_error(outcome: Any) -> Any:
+    return error_of(outcome.code, outcome.kind, outcome.error) if outcome.code else None
+
+
+def test_batch_answers_each_operation_on_its_own(mgr: Mgr) -> None:
+    d = mgr("Mkdir", pb.MkdirRequest(parent=ROOT, name="batch", mode=0o755)).inode
+    ops = [pb.BatchOp(create=pb.CreateRequest(parent=d, name=f"f{i}", mode=0o644, uid=7,
+                                              exclusive=True)) for i in range(40)]
+    ops += [pb.BatchOp(lookup=pb.LookupRequest(parent=d, name="missing")),
+            pb.BatchOp(getattr=pb.GetAttrRequest(inode=d)),
+            pb.BatchOp(),  # names no operation
+            pb.BatchOp(create=pb.CreateRequest(parent=d, name="bad/name", mode=0o644))]
+    out = mgr("Batch", pb.BatchRequest(ops=ops)).outcomes
+    assert len(out) == len(ops)
+    made = [o.attr for o in out[:40]]
+    assert all(o.code == 0 for o in out[:40])
+    assert len({a.inode for a in made}) == 40 and {a.uid for a in made} == {7}
+    assert isinstance(_outcome_error(out[40]), NotFound)
+    assert out[41].code == 0 and out[41].attr.inode == d and out[41].attr.nlink == 2
+    assert isinstance(_outcome_error(out[42]), InvalidArgument)
+    assert isinstance(_outcome_error(out[43]), InvalidArgument)
+    # What a batch created is there, and an exclusive create of it again is refused alone.
+    for i, attr in enumerate(made):
+        assert mgr("Lookup", pb.LookupRequest(parent=d, name=f"f{i}")) == attr
+    again = mgr("Batch", pb.BatchRequest(ops=[
+        pb.BatchOp(create=pb.CreateRequest(parent=d, name="f0", exclusive=True)),
+        pb.BatchOp(lookup=pb.LookupRequest(parent=d, name="f1"))])).outcomes
+    assert isinstance(_outcome_error(again[0]), AlreadyExists)
+    assert again[1].attr == made[1]
+
+
+def test_batch_limits_are_invalid_argument_and_the_server_keeps_serving(mgr: Mgr) -> None:
+    assert mgr.code_of("Batch", pb.BatchRequest()) == Code.INVALID_ARGUMENT
+    many = [pb.BatchOp(getattr=pb.GetAttrRequest(inode=ROOT))] * 257
+    assert mgr.code_of("Batch", pb.BatchRequest(ops=many)) == Code.INVALID_ARGUMENT
+    assert len(mgr("Batch", pb.BatchRequest(ops=many[:256])).outcomes) == 256
+    assert mgr.serving()
 
 
 def test_symlinks_special_files_links_and_xattrs_over_grpc(mgr: Mgr) -> None:

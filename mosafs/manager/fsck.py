@@ -50,6 +50,9 @@ What is checked, and the repair of each finding (docs/metadata.md has the table)
   fragment_index        the fragments index lacks an entry of a record's fragment id, or
                         holds one no record names: added / deleted (garbage collection
                         keeps a fragment only while the index names it)
+  holdings_index        the holdings index lacks an entry of a benefactor a record names,
+                        or holds one no record names: added / deleted (a dead benefactor's
+                        chunks are found through it)
   next_inode            the inode counter at or below an inode in use: raised
   root                  no root directory: not repairable
   default_pool          no pool "default": created with the default settings
@@ -85,6 +88,8 @@ from mosafs.manager.metadata import (
     MetadataStore,
     kind_name,
 )
+from mosafs.manager.metadata.schema import holding_key
+from mosafs.manager.metadata.tx import holders_of, sync_holdings
 
 _U64 = struct.Struct(">Q")
 _VKEY = struct.Struct(">QQ")
@@ -436,9 +441,47 @@ class _Check:
                          f"{key[:32].hex()} of chunk {key[32:].hex()}, which no record has")
         if self.fix:
             for cid, rec in fixed:
+                raw = self.txn.get(cid, db=self.db.chunks)
+                before = holders_of(metadata_pb2.ChunkRecord.FromString(raw)) if raw else set()
+                sync_holdings(self.txn, self.db, cid, before, holders_of(rec))
                 self.txn.put(cid, rec.SerializeToString(), db=self.db.chunks)
             for key in indexed:
                 self.txn.delete(key, db=self.db.fragments)
+        self._holdings({cid: rec for cid, rec in fixed})
+
+    def _holdings(self, fixed: dict[bytes, metadata_pb2.ChunkRecord]) -> None:
+        """Every benefactor a record names (as FIXED leaves it) has its holdings entry,
+        and every entry a record that names it: two passes of lookups, no set of the
+        whole index in memory."""
+        for cid, raw in self.txn.cursor(db=self.db.chunks):
+            cid = bytes(cid)
+            rec = fixed.get(cid) or metadata_pb2.ChunkRecord.FromString(raw)
+            for bid in sorted(holders_of(rec)):
+                key = holding_key(bid, cid)
+                if self.txn.get(key, db=self.db.holdings) is None:
+                    self.out.add("holdings_index", f"chunk {cid.hex()} names benefactor "
+                                 f"{bid}, missing from the holdings index")
+                    if self.fix:
+                        self.txn.put(key, b"", db=self.db.holdings)
+        stale = []
+        for raw_key in self.txn.cursor(db=self.db.holdings).iternext(keys=True, values=False):
+            key = bytes(raw_key)
+            name, _, chunk = key.partition(b"\0")
+            bid = name.decode(errors="replace")
+            stored = self.txn.get(chunk, db=self.db.chunks)
+            record = metadata_pb2.ChunkRecord.FromString(stored) if stored else None
+            named = fixed.get(chunk) or record
+            # An entry the record's own repair removes (an unknown benefactor dropped) is
+            # that finding's, not the index's: a check reports what a repair finds.
+            if record is not None and bid in holders_of(record):
+                continue
+            if named is None or bid not in holders_of(named):
+                self.out.add("holdings_index", f"the holdings index names benefactor {bid} "
+                             f"for chunk {chunk.hex()}, which its record does not")
+                stale.append(key)
+        if self.fix:
+            for key in stale:
+                self.txn.delete(key, db=self.db.holdings)
 
     def _fragments(self, cid: bytes, rec: metadata_pb2.ChunkRecord, registered: set[str],
                    indexed: set[bytes]) -> bool:

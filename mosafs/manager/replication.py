@@ -21,10 +21,15 @@ Work comes from events, at once:
 * a commit whose new chunks have fewer than R counted copies (optimistic writes; a
   pessimistic write that could not place R copies), `Replicator.enqueue`;
 * a benefactor found dead (its lease ran out, or a presumed one never spoke after a
-  start): every chunk the index names on it (`_watch`);
+  start): every chunk the index names on it (`_watch`), read from the holdings index a
+  page at a time while few chunks are queued (`_walk`), so that the first copies start at
+  the next step whatever the benefactor held (10 million chunk records: docs/benchmarks.md,
+  "Metadata") and the queue stays small;
 * a copy dropped as corrupt or missing (readers, scrub), draining, a pool's R raised;
 * the safety net: a full scan of the index, a page at a time within a time budget per
-  step, at most once every `scan_interval_s`, queues whatever it finds short.
+  step, at most once every `scan_interval_s`, queues whatever it finds short. It spends
+  at most SCAN_SHARE of one core: after a slice of the scan the next waits (1 - share) /
+  share times as long, so an idle manager of 10 million chunk records stays idle.
 
 Each step (`step`, a few times a second, at once when woken) examines queued ids: a
 chunk with R counted copies is done; one short of copies gets copies planned from a live
@@ -71,6 +76,9 @@ CopyFn = Callable[[str, str, Sequence[bytes], float], tuple[list[bool], str]]
 TICK_S = 0.2          # a step at least this often
 EXAMINE_BATCH = 4096  # ids examined per step (a step with more queued runs again at once)
 SCAN_PAGE = 4096
+SCAN_SHARE = 0.02     # of one core, at most, for the safety-net scan
+WALK_PAGE = 4096      # ids of a dead benefactor queued at a time
+WALK_BELOW = 2 * EXAMINE_BATCH  # ... while fewer than this are queued
 RATE_WINDOW_S = 10.0
 
 
@@ -281,6 +289,9 @@ class Replicator:
         self._inflight_bytes = 0
         self._seen: set[str] | None = None  # benefactors alive or presumed, last step
         self._scan_cursor: bytes | None = None  # None: no scan under way
+        self._scan_resume = clock()  # the next slice of the scan, not before (SCAN_SHARE)
+        self._scan_unlimited = False  # run_once: the whole scan now
+        self._walks: dict[str, bytes] = {}  # dead benefactor -> last chunk id queued
         self._scan_started = 0.0
         self._next_scan = clock()  # the first scan starts at once
         self._next_retry = clock()
@@ -319,9 +330,10 @@ class Replicator:
         self.enqueue(short)
 
     def rescan(self) -> None:
-        """Start a full scan now (a pool's R changed)."""
+        """Start a full scan now (a pool's R changed): its first slice at the next step,
+        whatever the share the last slice used (SCAN_SHARE paces the slices after it)."""
         with self._lock:
-            self._next_scan = self._clock()
+            self._next_scan = self._scan_resume = self._clock()
         self.wakeup.set()
 
     # -- figures ---------------------------------------------------------------------------
@@ -374,7 +386,7 @@ class Replicator:
         self._examine(batch, view)
         self._dispatch()
         self._scan_some(view)
-        self._publish(view, current=not more, at=started)
+        self._publish(view, current=not more and not self._walks, at=started)
         return 0.0 if more else TICK_S
 
     def run_once(self, timeout: float = 120.0) -> int:
@@ -385,19 +397,23 @@ class Replicator:
             self._next_scan = self._clock()
         deadline = time.monotonic() + timeout
         with self._step_lock:
-            self._step()
-            while self._scan_cursor is not None or self.busy():
-                if time.monotonic() > deadline:
-                    break
-                if self._step() > 0:
-                    time.sleep(0.02)
+            self._scan_unlimited = True
+            try:
+                self._step()
+                while self._scan_cursor is not None or self._walks or self.busy():
+                    if time.monotonic() > deadline:
+                        break
+                    if self._step() > 0:
+                        time.sleep(0.02)
+            finally:
+                self._scan_unlimited = False
         with self._lock:
             return self._copied_total - before
 
     def busy(self) -> bool:
         """Whether anything is queued or being copied."""
         with self._lock:
-            return bool(self._queue or self._inflight)
+            return bool(self._queue or self._inflight or self._walks)
 
     def close(self) -> None:
         self._pool.shutdown(wait=True, cancel_futures=True)
@@ -415,9 +431,26 @@ class Replicator:
         gone = self._seen - now_known
         self._seen = now_known
         for bid in sorted(gone):
-            held = self._store.chunks_on(bid, fragments=True)
-            log.info("benefactor %s is dead: checking the %d chunks it held", bid, len(held))
-            self.enqueue(held)
+            log.info("benefactor %s is dead: checking the chunks it held", bid)
+            self._walks[bid] = b""
+        for bid in [b for b in self._walks if b in now_known]:
+            del self._walks[bid]  # back: its copies count again
+        self._walk()
+
+    def _walk(self) -> None:
+        """Queue the next page of what each dead benefactor held, while few chunks are
+        queued (the holdings index, WALK_PAGE at a time)."""
+        for bid, after in list(self._walks.items()):
+            with self._lock:
+                if len(self._queue) >= WALK_BELOW:
+                    return
+            page = self._store.held_by(bid, after, WALK_PAGE)
+            self.enqueue(page.ids)
+            if page.end:
+                del self._walks[bid]
+                log.info("benefactor %s: every chunk it held is queued", bid)
+            else:
+                self._walks[bid] = page.last
 
     def _retry_short(self, now: float) -> None:
         """Every retry_s, chunks still short (no live copy, no target, a failed copy) are
@@ -596,12 +629,22 @@ class Replicator:
     def _scan_some(self, view: Redundancy) -> None:
         """Continue the full scan for at most scan_budget_s, queueing short chunks."""
         now = self._clock()
+        if not self._scan_unlimited and now < self._scan_resume:
+            return
         if self._scan_cursor is None:
             if now < self._next_scan:
                 return
             self._scan_cursor, self._scan_started = b"", now
-        stop = time.monotonic() + self._scan_budget_s
-        while time.monotonic() < stop:
+        began = time.monotonic()
+        stop = began + self._scan_budget_s
+        try:
+            self._scan_slice(view, stop)
+        finally:
+            spent = time.monotonic() - began
+            self._scan_resume = self._clock() + spent * (1 - SCAN_SHARE) / SCAN_SHARE
+
+    def _scan_slice(self, view: Redundancy, stop: float) -> None:
+        while self._scan_cursor is not None and time.monotonic() < stop:
             page = self._store.chunk_page(self._scan_cursor, SCAN_PAGE)
             if not page:
                 with self._lock:

@@ -66,13 +66,13 @@ def test_unit_fsck_finds_and_repairs_chunk_index_damage(mgr: Manager) -> None:
         rec.refcount = 7  # really 3
         rec.benefactor_ids.extend(["ghost", "b1"])  # unknown, duplicate
         tx.put_chunk(cid(1), rec)
-        tx.txn.delete(cid(4), db=tx.db.chunks)  # referenced, no record
+        tx.txn.delete(cid(4), db=tx.db.chunks)  # referenced, no record; its holdings stay
         tx.put_chunk(cid(9), metadata_pb2.ChunkRecord(length=5, refcount=2,
                                                       benefactor_ids=["b2"]))  # unreferenced
     before = raw(store)
     result = fsck(store)
-    assert kinds(result) == ["duplicate_location", "missing_chunk_record", "refcount",
-                             "refcount", "unknown_benefactor"]
+    assert kinds(result) == ["duplicate_location", "holdings_index", "missing_chunk_record",
+                             "refcount", "refcount", "unknown_benefactor"]
     assert all(f.repairable for f in result.findings)
     assert raw(store) == before, "a check must change nothing"
     assert store.refcount_mismatches()

@@ -120,23 +120,26 @@ def test_a_write_larger_than_the_map_grows_it_and_runs_once(tmp_path: Path) -> N
 
 def test_a_deletion_may_grow_the_map_past_the_ceiling(
         tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
-    """An unlink rewrites every chunk record its block-map names (copy-on-write), and the
-    pages it frees are reusable only after it commits: with 5000 chunks a file, more pages
-    than the reserve. It commits all the same, growing the map past the ceiling (bounded by
-    the disk), with one WARNING."""
+    """An unlink rewrites every chunk record its block-maps name (copy-on-write), and the
+    pages it frees are reusable only after it commits: with 10,000 chunks a file (five
+    versions of 2000), more pages than the reserve, which one commit of 2000 left. It
+    commits all the same, growing the map past the ceiling (bounded by the disk), with one
+    WARNING."""
     with caplog.at_level(logging.INFO), \
             MetadataStore(tmp_path / "m.lmdb", map_size=4 * MiB) as store:
         store.register_benefactor("b1", "127.0.0.1:7000", "", 10**12, 10**11, 0)
-        files = 0
+        files = []
         with pytest.raises(NoSpace, match="--map-size"):
             for f in range(100):
                 ino = store.create(ROOT_INODE, f"f{f}", 0o644).inode
-                ids = [cid(f * 10_000 + i) for i in range(5000)]
-                store.commit_version(ino, [(c, 10) for c in ids], [(c, ["b1"]) for c in ids])
-                files += 1
-        assert files >= 2 and store.map_size == 4 * MiB
-        for f in range(files):
-            store.unlink(ROOT_INODE, f"f{f}")
+                files.append(f"f{f}")
+                for v in range(5):
+                    ids = [cid(f * 10_000 + v * 2000 + i) for i in range(2000)]
+                    store.commit_version(ino, [(c, 10) for c in ids],
+                                         [(c, ["b1"]) for c in ids])
+        assert len(files) >= 2 and store.map_size == 4 * MiB
+        for name in files:
+            store.unlink(ROOT_INODE, name)
         assert store.map_size > 4 * MiB
         passed = [r for r in caplog.records if "passed for a deletion" in r.getMessage()]
         assert passed and passed[0].levelno == logging.WARNING

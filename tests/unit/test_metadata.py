@@ -1348,3 +1348,72 @@ def test_store_written_before_xattrs_opens(tmp_path: Path) -> None:
         assert store.lookup(ROOT_INODE, "f").inode == f
         store.setxattr(f, "user.k", b"v")
         assert store.listxattr(f) == ["user.k"]
+
+
+def _holdings_by_scan(store: MetadataStore) -> dict[str, set[bytes]]:
+    """Benefactor -> the chunk ids whose records name it, by reading every record."""
+    out: dict[str, set[bytes]] = {}
+    with store.transaction() as tx:
+        for key, raw in tx.txn.cursor(db=tx.db.chunks):
+            rec = metadata_pb2.ChunkRecord.FromString(raw)
+            for bid in {*rec.benefactor_ids, *(h for h in rec.fragment_holders if h)}:
+                out.setdefault(bid, set()).add(bytes(key))
+    return out
+
+
+def _holdings_by_index(store: MetadataStore, bids: list[str]) -> dict[str, set[bytes]]:
+    found = {bid: set(store.chunks_on(bid, fragments=True)) for bid in bids}
+    return {bid: ids for bid, ids in found.items() if ids}
+
+
+def test_holdings_index_follows_every_change_of_the_chunk_index(tmp_path: Path) -> None:
+    bids = ["b1", "b2", "b3", "b4"]
+    with MetadataStore(tmp_path / "m.lmdb", map_size=64 * MiB) as store:
+        for i, bid in enumerate(bids):
+            store.register_benefactor(bid, f"127.0.0.1:{7000 + i}", "", 10**12, 10**11, 0)
+        f = new_file(store, "f")
+        ids = [cid(i) for i in range(20)]
+        store.commit_version(f, [(c, 10) for c in ids], [(c, ["b1", "b2"]) for c in ids])
+        assert _holdings_by_index(store, bids) == _holdings_by_scan(store)
+        assert store.add_chunk_locations([(ids[0], "b3"), (ids[1], "b4")]) == 2
+        assert store.chunks_on("b3") == [ids[0]]
+        store.remove_benefactor("b2")
+        assert store.chunks_on("b2", fragments=True) == []
+        assert _holdings_by_index(store, bids) == _holdings_by_scan(store)
+        store.unlink(ROOT_INODE, "f")  # refcount 0: the records stay until collected
+        assert _holdings_by_index(store, bids) == _holdings_by_scan(store)
+        assert fsck(store).findings == []
+        # A page at a time, in chunk id order, and the end said.
+        page = store.held_by("b1", b"", 7)
+        assert len(page.ids) == 7 and not page.end and page.ids == sorted(page.ids)
+        rest = store.held_by("b1", page.last, 100)
+        assert rest.end and set(page.ids) | set(rest.ids) == set(ids)
+        assert not set(page.ids) & set(rest.ids)
+
+
+def test_schema_1_store_gains_the_holdings_index_at_open(tmp_path: Path) -> None:
+    """A store of schema 1 (no holdings index) is indexed at its first open, also after an
+    upgrade cut short (a partial index, the schema still 1)."""
+    path = tmp_path / "metadata.lmdb"
+    with MetadataStore(path, map_size=64 * MiB) as store:
+        store.register_benefactor("b1", "127.0.0.1:7000", "", 10**12, 10**11, 0)
+        store.register_benefactor("b2", "127.0.0.1:7001", "", 10**12, 10**11, 0)
+        f = new_file(store, "f")
+        ids = [cid(i) for i in range(5)]
+        store.commit_version(f, [(c, 10) for c in ids], [(c, ["b1", "b2"]) for c in ids])
+    for leftover in (False, True):
+        env = lmdb.open(str(path), max_dbs=16)
+        with env.begin(write=True) as txn:
+            holdings = env.open_db(b"holdings", txn=txn)
+            txn.drop(holdings, delete=False)
+            if leftover:  # a half-built index, and a stale entry
+                txn.put(b"b1\0" + ids[0], b"", db=holdings)
+                txn.put(b"b9\0" + ids[1], b"", db=holdings)
+            txn.put(b"schema", b"1", db=env.open_db(b"meta", txn=txn))
+        env.close()
+        with MetadataStore(path, map_size=64 * MiB) as store:
+            assert sorted(store.chunks_on("b2")) == sorted(ids)
+            assert store.chunks_on("b9") == []
+            assert fsck(store).findings == []
+            with store.transaction() as tx:
+                assert tx.txn.get(b"schema", db=tx.db.meta) == b"2"

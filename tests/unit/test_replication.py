@@ -170,3 +170,34 @@ def test_unit_status_names_a_pool_that_cannot_reach_r(
     assert not by_id["b1"].full
     stats = mgr.version_stats(store.lookup(ROOT_INODE, "f").inode)
     assert (stats.fully_redundant, stats.short_chunks, stats.lost_chunks) == (False, 1, 0)
+
+
+def test_unit_a_dead_benefactors_chunks_are_walked_a_page_at_a_time(
+        store: MetadataStore, clock: Clock) -> None:
+    """What a dead benefactor held comes from the holdings index a page at a time: the
+    first copies leave at the first step after the death, the queue never holds all of
+    it, and every chunk gets its second copy in the end."""
+    from mosafs.manager import replication
+
+    copies = Copies()
+    mgr = manager(store, clock, copies)
+    join(mgr, "b1", "b2", "b3")
+    chunks = 3 * replication.WALK_PAGE + 5
+    ino = new_file(store, "big")
+    lease = mgr.open_write(ino, "test")
+    ids = [cid(i) for i in range(chunks)]
+    mgr.commit_version(lease.lease_id, ino, [(c, 1024) for c in ids],
+                       [(c, ["b1", "b2"]) for c in ids])
+    settle(mgr)
+    assert not copies.asked
+    assert mgr.replicator is not None
+    clock.now += 6  # b2's lease runs out: dead
+    join(mgr, "b1", "b3")
+    mgr.replicator.step()
+    assert copies.asked or mgr.replicator.busy(), "nothing started at the first step"
+    assert len(mgr.replicator._queue) <= replication.WALK_BELOW
+    settle(mgr)
+    assert sum(n for *_, n in copies.asked) == chunks
+    assert {t for _, t, _ in copies.asked} == {"b3"}
+    assert all(sorted(store.chunk(c).benefactor_ids) in (["b1", "b2", "b3"], ["b1", "b3"])
+               for c in ids[:: replication.WALK_PAGE // 2])  # type: ignore[union-attr]

@@ -11,6 +11,7 @@ transaction found the map full runs again once the map has grown (@_rerun_if_gro
 from __future__ import annotations
 
 import functools
+import logging
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -34,9 +35,13 @@ from mosafs.manager.metadata.schema import (
     MAX_DBS,
     ROOT_INODE,
     SCHEMA_VERSION,
+    SCHEMA_WITHOUT_HOLDINGS,
     _Dbs,
 )
-from mosafs.manager.metadata.tx import Tx
+from mosafs.manager.metadata.tx import Tx, holders_of, sync_holdings
+
+log = logging.getLogger("mosafs.manager.metadata")
+HOLDINGS_PAGE = 50_000  # chunk records per transaction while the holdings index is built
 
 _F = TypeVar("_F", bound=Callable[..., Any])
 _T = TypeVar("_T")
@@ -152,7 +157,7 @@ class StoreBase:
         now = time.time_ns()
         with self._write() as tx:
             schema = tx.txn.get(b"schema", db=self._db.meta)
-            if schema is not None and schema != SCHEMA_VERSION:
+            if schema is not None and schema not in (SCHEMA_VERSION, SCHEMA_WITHOUT_HOLDINGS):
                 raise ConfigError(f"{self.path} holds metadata schema {schema.decode()!r}; "
                                   f"this manager reads schema {SCHEMA_VERSION.decode()}")
             if schema is None:
@@ -163,3 +168,51 @@ class StoreBase:
                     ctime_ns=now, parent=ROOT_INODE))
             if tx.pool(pools.DEFAULT_POOL) is None:
                 tx.put_pool(pools.default_settings())
+        if schema == SCHEMA_WITHOUT_HOLDINGS:
+            self._build_holdings()
+
+    def _build_holdings(self) -> None:
+        """Schema 1 -> 2: index what every benefactor holds, a page of chunk records per
+        transaction; the schema says 2 only once the index is whole, so an upgrade cut
+        short starts again from an empty index at the next open."""
+        started = time.monotonic()
+        log.info("upgrading %s to metadata schema 2: indexing each benefactor's chunks",
+                 self.path)
+        self._clear_holdings()
+        after: bytes | None = b""
+        records = 0
+        while after is not None:
+            after, done = self._holdings_page(after)
+            records += done
+        self._set_schema()
+        log.info("metadata schema 2: %d chunk records indexed in %.1f s", records,
+                 time.monotonic() - started)
+
+    @_rerun_if_grown
+    def _clear_holdings(self) -> None:
+        with self._write() as tx:
+            tx.txn.drop(self._db.holdings, delete=False)
+
+    @_rerun_if_grown
+    def _holdings_page(self, after: bytes) -> tuple[bytes | None, int]:
+        """Index the chunk records after key AFTER (b"": from the first), at most
+        HOLDINGS_PAGE: (the last key done, or None at the end; records done)."""
+        done = 0
+        last = after
+        with self._write(grows=True) as tx:
+            cursor = tx.txn.cursor(db=self._db.chunks)
+            found = cursor.set_range(after) if after else cursor.first()
+            while found and done < HOLDINGS_PAGE:
+                cid = bytes(cursor.key())
+                if cid != after:
+                    rec = metadata_pb2.ChunkRecord.FromString(cursor.value())
+                    sync_holdings(tx.txn, self._db, cid, set(), holders_of(rec))
+                    done += 1
+                    last = cid
+                found = cursor.next()
+        return (last if found else None), done
+
+    @_rerun_if_grown
+    def _set_schema(self) -> None:
+        with self._write() as tx:
+            tx.txn.put(b"schema", SCHEMA_VERSION, db=self._db.meta)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 
 from mosafs._proto import manager_pb2, metadata_pb2
 from mosafs.errors import InvalidArgument
@@ -17,7 +18,18 @@ from mosafs.manager.metadata.records import (
     _location,
     check_fragments,
 )
-from mosafs.manager.metadata.schema import unpack_blockmap
+from mosafs.manager.metadata.schema import holding_prefix, unpack_blockmap
+
+HELD_PAGE = 50_000  # holdings index entries per read transaction of chunks_on
+
+
+@dataclass(frozen=True)
+class HeldPage:
+    """A page of a walk over what one benefactor holds (ChunkIndexOps.held_by)."""
+
+    ids: list[bytes]
+    last: bytes   # the last chunk id read: where the next page starts after
+    end: bool     # nothing of this benefactor after LAST
 
 
 class ChunkIndexOps(StoreBase):
@@ -232,25 +244,57 @@ class ChunkIndexOps(StoreBase):
 
     def chunks_on(self, bid: str, *, fragments: bool = False) -> list[bytes]:
         """Ids whose records name benefactor BID as holding a whole copy, or also (with
-        FRAGMENTS) a fragment (one snapshot; a full index scan)."""
-        out = []
+        FRAGMENTS) a fragment (one snapshot; the holdings index, not the chunk index)."""
+        out: list[bytes] = []
+        after = b""
+        while True:
+            page = self.held_by(bid, after, HELD_PAGE, fragments=fragments)
+            out.extend(page.ids)
+            if page.end:
+                return out
+            after = page.last
+
+    def held_by(self, bid: str, after: bytes, limit: int, *, fragments: bool = True
+                ) -> HeldPage:
+        """The next ids after chunk id AFTER (b"": from the first) whose records name BID,
+        at most LIMIT index entries read (a page of a walk that may span transactions):
+        whole copies, and with FRAGMENTS fragment holders."""
+        prefix = holding_prefix(bid)
+        ids: list[bytes] = []
+        last = after
+        read = 0
         with self._read() as tx:
-            for cid, raw in tx.txn.cursor(db=self._db.chunks):
-                rec = metadata_pb2.ChunkRecord.FromString(raw)
-                if bid in rec.benefactor_ids or (fragments and bid in rec.fragment_holders):
-                    out.append(bytes(cid))
-        return out
+            cursor = tx.txn.cursor(db=self._db.holdings)
+            found = cursor.set_range(prefix + after)
+            while found and read < limit:
+                key = bytes(cursor.key())
+                if not key.startswith(prefix):
+                    found = False
+                    break
+                cid = key[len(prefix):]
+                if cid != after:
+                    read += 1
+                    last = cid
+                    rec = tx.chunk(cid) if not fragments else None
+                    if fragments or (rec is not None and bid in rec.benefactor_ids):
+                        ids.append(cid)
+                found = cursor.next()
+            end = not found or not bytes(cursor.key()).startswith(prefix)
+        return HeldPage(ids, last, end)
 
     def fragments_on(self, bid: str) -> list[bytes]:
-        """Fragment blob ids the index says benefactor BID holds (a full index scan)."""
+        """Fragment blob ids the index says benefactor BID holds (through the holdings
+        index)."""
         out: dict[bytes, None] = {}
+        held = self.chunks_on(bid, fragments=True)
         with self._read() as tx:
-            for _, raw in tx.txn.cursor(db=self._db.chunks):
-                rec = metadata_pb2.ChunkRecord.FromString(raw)
-                if bid in rec.fragment_holders:
-                    for f, h in zip(rec.fragment_ids, rec.fragment_holders, strict=True):
-                        if h == bid:
-                            out[bytes(f)] = None
+            for cid in held:
+                rec = tx.chunk(cid)
+                if rec is None:
+                    continue
+                for f, h in zip(rec.fragment_ids, rec.fragment_holders, strict=True):
+                    if h == bid:
+                        out[bytes(f)] = None
         return list(out)
 
     @_rerun_if_grown

@@ -11,6 +11,8 @@ from mosafs.errors import AlreadyExists, FailedPrecondition, InvalidArgument, No
 from mosafs.manager import pools
 from mosafs.manager.metadata.base import StoreBase, _rerun_if_grown
 from mosafs.manager.metadata.checks import check_benefactor_id, check_certificate
+from mosafs.manager.metadata.schema import holding_prefix
+from mosafs.manager.metadata.tx import Tx
 
 log = logging.getLogger("mosafs.manager.metadata")
 
@@ -71,19 +73,20 @@ class ClusterOps(StoreBase):
     @_rerun_if_grown
     def remove_benefactor(self, bid: str) -> int:
         """Forget benefactor BID: its registration and every location naming it, in one
-        transaction (a full index scan). Records left with no copy and no reference are
-        deleted; referenced ones stay (lost until a copy turns up). Returns how many
-        records named it."""
+        transaction (found through the holdings index). Records left with no copy and no
+        reference are deleted; referenced ones stay (lost until a copy turns up). Returns
+        how many records named it."""
         check_benefactor_id(bid)
         named = 0
         with self._write() as tx:
             if tx.benefactor(bid) is None:
                 raise NotFound(f"no benefactor {bid!r} (mosafs benefactor list)")
-            for cid, raw in list(tx.txn.cursor(db=self._db.chunks)):
-                rec = metadata_pb2.ChunkRecord.FromString(raw)
-                if bid in rec.benefactor_ids or bid in rec.fragment_holders:
+            for cid in _held(tx, bid):
+                rec = tx.chunk(cid)
+                if rec is not None and (bid in rec.benefactor_ids
+                                        or bid in rec.fragment_holders):
                     named += 1
-                    tx.drop_benefactor(bytes(cid), rec, bid)
+                    tx.drop_benefactor(cid, rec, bid)
             tx.txn.delete(bid.encode(), db=self._db.benefactors)
         return named
 
@@ -174,3 +177,18 @@ class ClusterOps(StoreBase):
                 raise FailedPrecondition(f"pool {name!r} is assigned to {', '.join(folders)}: "
                                          f"assign those folders another pool first")
             tx.txn.delete(name.encode(), db=self._db.pools)
+
+
+def _held(tx: Tx, bid: str) -> list[bytes]:
+    """The chunk ids the holdings index lists under benefactor BID."""
+    prefix = holding_prefix(bid)
+    out = []
+    cursor = tx.txn.cursor(db=tx.db.holdings)
+    found = cursor.set_range(prefix)
+    while found:
+        key = bytes(cursor.key())
+        if not key.startswith(prefix):
+            break
+        out.append(key[len(prefix):])
+        found = cursor.next()
+    return out

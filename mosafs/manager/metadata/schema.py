@@ -1,14 +1,15 @@
 """The metadata store's LMDB schema: the sub-databases, their keys and values, the
 invariants every write transaction keeps, and the constants and encodings they use.
 
-Schema version 1 (docs/metadata.md says the same at more length). The environment lives in
-DATA_DIR/metadata.lmdb/ (a directory: data.mdb, lock.mdb), opened with sync and metasync
-on, so a write transaction that has committed is on disk when commit returns. Integers in
-keys are unsigned 64-bit big-endian ("u64be") so that keys sort numerically; protobuf
-records are the messages of protos/mosafs/v1/metadata.proto.
+Schema version 2 (docs/metadata.md says the same at more length; version 1 lacked the
+holdings index, which the first open of a version-1 store builds: "Upgrades" there). The
+environment lives in DATA_DIR/metadata.lmdb/ (a directory: data.mdb, lock.mdb), opened
+with sync and metasync on, so a write transaction that has committed is on disk when
+commit returns. Integers in keys are unsigned 64-bit big-endian ("u64be") so that keys
+sort numerically; protobuf records are the messages of protos/mosafs/v1/metadata.proto.
 
   sub-database  key                          value
-  meta          b"schema"                    b"1"
+  meta          b"schema"                    b"2"
                 b"next_inode"                u64be: the next inode number to hand out
   inodes        u64be inode                  InodeRecord
   dirents       u64be parent + name (utf-8)  u64be child inode
@@ -17,6 +18,7 @@ records are the messages of protos/mosafs/v1/metadata.proto.
   xattrs        u64be inode + name (utf-8)   the attribute's value, raw bytes
   chunks        32-byte chunk id             ChunkRecord
   fragments     fragment id + chunk id       b"" (an index: which records name a fragment)
+  holdings      benefactor id + NUL + chunk id   b"" (an index: what each benefactor holds)
   benefactors   benefactor id (utf-8)        BenefactorRecord
   pools         pool name (utf-8)            PoolRecord
   folders       u64be directory inode        FolderRecord (pool, series pattern, policy)
@@ -62,6 +64,9 @@ Invariants (every write transaction keeps them):
     distinct). The fragments sub-database holds exactly one key, fragment id + chunk id,
     for each distinct fragment id of each record: garbage collection asks it whether a
     blob is a fragment some referenced chunk needs (docs/erasure_pools.md).
+  - The holdings sub-database holds exactly one key, benefactor id + NUL + chunk id, for
+    each benefactor a ChunkRecord names (a whole copy or a fragment holder): what a dead
+    or removed benefactor held is found without reading the whole chunk index.
   - Every xattrs key names an existing inode (xattr_orphans() checks it); names start with
     "user." and not "user.mosafs."; an inode's names and values total at most 1 MiB, its
     names (each + 1) at most 64 KiB.
@@ -86,12 +91,13 @@ import lmdb
 from mosafs._proto import manager_pb2
 from mosafs.manager import pools
 
-SCHEMA_VERSION = b"1"
+SCHEMA_VERSION = b"2"
+SCHEMA_WITHOUT_HOLDINGS = b"1"  # upgraded at open: the holdings index is built
 ROOT_INODE = 1
 DEFAULT_MAP_SIZE = 16 << 30
 MAX_DBS = 16
 DB_NAMES = (b"meta", b"inodes", b"dirents", b"versions", b"blockmaps", b"xattrs", b"chunks",
-            b"benefactors", b"pools", b"folders", b"fragments")
+            b"benefactors", b"pools", b"folders", b"fragments", b"holdings")
 MAX_NAME_BYTES = 255
 MAX_CHUNK_BYTES = pools.MAX_CHUNK_BYTES
 READDIR_DEFAULT = 1000
@@ -182,3 +188,14 @@ class _Dbs:
     pools: lmdb._Database
     folders: lmdb._Database
     fragments: lmdb._Database
+    holdings: lmdb._Database
+
+
+def holding_key(bid: str, cid: bytes) -> bytes:
+    """The holdings index's key of benefactor BID holding (part of) chunk CID. Benefactor
+    ids never hold NUL (checks.check_benefactor_id), so the id's end is unambiguous."""
+    return bid.encode() + b"\0" + cid
+
+
+def holding_prefix(bid: str) -> bytes:
+    return bid.encode() + b"\0"

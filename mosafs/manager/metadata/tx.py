@@ -23,11 +23,26 @@ from mosafs.manager.metadata.schema import (
     ROOT_INODE,
     ChunkEntry,
     _Dbs,
+    holding_key,
     kind_name,
     unpack_blockmap,
 )
 
 log = logging.getLogger("mosafs.manager.metadata")
+
+
+def holders_of(rec: metadata_pb2.ChunkRecord) -> set[str]:
+    """The benefactors chunk record REC names: whole copies and fragment holders."""
+    return set(rec.benefactor_ids) | {h for h in rec.fragment_holders if h}
+
+
+def sync_holdings(txn: lmdb.Transaction[bytes], db: _Dbs, cid: bytes, before: set[str],
+                  after: set[str]) -> None:
+    """Bring the holdings index of chunk CID from benefactors BEFORE to AFTER."""
+    for bid in before - after:
+        txn.delete(holding_key(bid, cid), db=db.holdings)
+    for bid in after - before:
+        txn.put(holding_key(bid, cid), b"", db=db.holdings)
 
 
 class Tx:
@@ -239,7 +254,14 @@ class Tx:
         return None if raw is None else metadata_pb2.ChunkRecord.FromString(raw)
 
     def put_chunk(self, cid: bytes, rec: metadata_pb2.ChunkRecord) -> None:
-        self.txn.put(cid, rec.SerializeToString(), db=self.db.chunks)
+        """Store REC, keeping the holdings index in step with the benefactors it names."""
+        raw = rec.SerializeToString()
+        old = self.txn.get(cid, db=self.db.chunks)
+        if old is not None and old == raw:
+            return
+        before = holders_of(metadata_pb2.ChunkRecord.FromString(old)) if old else set()
+        sync_holdings(self.txn, self.db, cid, before, holders_of(rec))
+        self.txn.put(cid, raw, db=self.db.chunks)
 
     def drop_location(self, cid: bytes, rec: metadata_pb2.ChunkRecord, bid: str) -> bool:
         """Benefactor BID no longer holds a whole copy of chunk CID: out of its record; a
@@ -278,9 +300,13 @@ class Tx:
         return False
 
     def delete_chunk(self, cid: bytes, rec: metadata_pb2.ChunkRecord) -> None:
-        """Delete CID's record and its entries in the fragment index."""
+        """Delete CID's record and its entries in the fragment and holdings indexes."""
         for fid in set(rec.fragment_ids):
             self.txn.delete(bytes(fid) + cid, db=self.db.fragments)
+        old = self.txn.get(cid, db=self.db.chunks)
+        if old is not None:
+            stored = holders_of(metadata_pb2.ChunkRecord.FromString(old))
+            sync_holdings(self.txn, self.db, cid, stored, set())
         self.txn.delete(cid, db=self.db.chunks)
 
     def set_fragments(self, cid: bytes, rec: metadata_pb2.ChunkRecord,

@@ -261,6 +261,15 @@ def _add_metadata_benchmark(sub: Any) -> None:
                         "none")
     m.add_argument("--insecure", action="store_true",
                    help="run the cluster plaintext (default: mutual TLS, as `mosafs up`)")
+    m.add_argument("--scale-chunks", type=bounded_int(0, 100_000_000), default=10_000_000,
+                   help="chunk records of the synthetic manager measured for idle CPU, "
+                        "failure reaction and status latency (default 10000000, the "
+                        "targets'; 0: skip)")
+    m.add_argument("--scale-files", type=bounded_int(0, 10_000_000), default=1_000_000,
+                   help="files of the synthetic manager (default 1000000)")
+    m.add_argument("--scale-idle-s", type=bounded_int(1, 3600), default=30,
+                   help="seconds the synthetic manager's idle CPU is measured over "
+                        "(default 30)")
     _add_run_options(m)
     m.set_defaults(bench_run=_run_metadata)
 
@@ -273,7 +282,9 @@ def _run_metadata(args: argparse.Namespace) -> int:
     options = Options(clients=tuple(sorted(set(args.clients))), files=args.files,
                       dir_entries=args.dir_entries, commit_files=args.commit_files,
                       commit_chunks=args.commit_chunks, peer=args.peer,
-                      tls=not args.insecure, keep=args.keep)
+                      tls=not args.insecure, keep=args.keep,
+                      scale_chunks=args.scale_chunks, scale_files=args.scale_files,
+                      scale_idle_s=args.scale_idle_s)
     result = run_metadata(options, command=" ".join(["mosafs", "bench", *sys.argv[2:]]))
     if args.json:
         json.dump(result, sys.stdout)

@@ -27,6 +27,12 @@ with the caches dropped as above, then again warm; and os.listdir alone, cold an
 The peer (--peer, as `mosafs bench write`): a private MooseFS cluster
 (mosafs.bench.moosefs) and the same create phases with 8 clients on its mount.
 
+The manager at scale (--scale-chunks, --scale-files; mosafs.bench.manager_scale): a
+synthetic store of 10 million chunk records and 1 million files written straight into
+LMDB (mosafs.bench.synthetic), a real manager on it with six stand-in benefactors: its
+idle CPU, GetClusterStatus latency, and the time from a benefactor's death being declared
+to the first copy request.
+
 Per phase: the CPU seconds of every process of the cluster over it (/proc/PID/stat), the
 manager's and the mount's summed, and the clients' own. The issue's targets are judged in
 "targets" ("pass" None where this run cannot judge one); a missed target is a figure, not
@@ -72,6 +78,10 @@ LS_MAX_S = 2.0              # `ls -l` of a 100,000-entry directory
 VS_MOOSEFS_MIN = 1.0        # creates/s, mosafs / MooseFS
 TARGET_CLIENTS = 8
 TARGET_ENTRIES = 100_000
+SCALE_CHUNKS = 10_000_000   # chunk records of the synthetic manager
+IDLE_SHARE_MAX = 0.05       # of one core, idle manager at that size
+REACTION_MAX_S = 1.0        # re-replication starts after a death is detected
+STATUS_MAX_MS = 100.0       # `mosafs status` (GetClusterStatus) at that size
 
 MAX_CLIENTS = 64
 CHUNK_BYTES = 4096          # the cluster's chunker: fixed:4096
@@ -97,6 +107,9 @@ class Options:
     peer: str = "auto"           # auto | moosefs | none
     tls: bool = True
     keep: Path | None = None
+    scale_chunks: int = 10_000_000  # the synthetic manager (0: not run)
+    scale_files: int = 1_000_000
+    scale_idle_s: int = 30
 
     def check(self) -> Options:
         """The options as they are, or ConfigError (exit code 2) naming the bad one."""
@@ -109,6 +122,11 @@ class Options:
                                   ("commit-chunks", self.commit_chunks, 16384)):
             if not 1 <= value <= high:
                 raise ConfigError(f"--{what} must be 1..{high}, got {value}")
+        if not 0 <= self.scale_files <= self.scale_chunks <= 100_000_000:
+            raise ConfigError(f"--scale-files ({self.scale_files}) must be 0..--scale-chunks "
+                              f"({self.scale_chunks}), at most 100000000")
+        if not 1 <= self.scale_idle_s <= 3600:
+            raise ConfigError(f"--scale-idle-s must be 1..3600, got {self.scale_idle_s}")
         if self.peer not in moosefs.PEERS:
             raise ConfigError(f"--peer must be one of {', '.join(moosefs.PEERS)}, "
                               f"got {self.peer!r}")
@@ -257,7 +275,27 @@ def targets(result: dict[str, Any]) -> dict[str, Any]:
             cold["seconds"] * TARGET_ENTRIES / large["entries"], 3),
         note=None if as_issue else f"the target is for {TARGET_ENTRIES} entries, this run "
         f"listed {large['entries']} (--dir-entries): not judged")
+    out.update(_scale_targets(result.get("scale") or {}))
     return out
+
+
+def _scale_targets(scale: dict[str, Any]) -> dict[str, Any]:
+    """The targets of the synthetic manager, judged only at the issue's size."""
+    params = scale.get("params") or {}
+    as_issue = params.get("chunks") == SCALE_CHUNKS
+    note = scale.get("skipped") or (None if as_issue else
+                                    f"the targets are for {SCALE_CHUNKS} chunk records, "
+                                    f"this run had {params.get('chunks')}: not judged")
+    failure = scale.get("failure") or {}
+    return {
+        "scale_idle_cpu_share": judge(scale.get("idle_cpu_share"), "<=", IDLE_SHARE_MAX,
+                                      applies=as_issue, note=note),
+        "scale_rereplication_start_s": judge(failure.get("first_copy_after_detection_s"),
+                                             "<=", REACTION_MAX_S, applies=as_issue,
+                                             note=note),
+        "scale_status_p99_ms": judge((scale.get("status_ms") or {}).get("p99"), "<=",
+                                     STATUS_MAX_MS, applies=as_issue, note=note),
+    }
 
 
 def overall(verdicts: dict[str, Any]) -> bool | None:
@@ -552,6 +590,7 @@ def run_metadata(options: Options, command: str = "mosafs bench metadata") -> di
         logs.mkdir()
         result.update(_mosafs(workdir / "mosafs", options, logs))
         result["moosefs"] = _peer(workdir, options, skipped, logs)
+        result["scale"] = _scale(workdir, options)
         result["targets"] = targets(result)
         result["targets_pass"] = overall(result["targets"])
         result["notes"] = _notes(result)
@@ -561,6 +600,18 @@ def run_metadata(options: Options, command: str = "mosafs bench metadata") -> di
         if options.keep is not None:
             (workdir / "result.json").write_text(json.dumps(result, indent=2) + "\n")
     return result
+
+
+def _scale(workdir: Path, options: Options) -> dict[str, Any]:
+    """The manager on a synthetic store (mosafs.bench.manager_scale), or why not."""
+    if not options.scale_chunks:
+        return {"skipped": "not asked for (--scale-chunks 0)"}
+    from mosafs.bench.manager_scale import run_scale
+
+    progress(f"the manager at scale: {options.scale_chunks} chunk records, "
+             f"{options.scale_files} files")
+    return run_scale(chunks=options.scale_chunks, files=max(1, options.scale_files),
+                     keep=workdir / "scale", idle_s=options.scale_idle_s)
 
 
 def _notes(result: dict[str, Any]) -> list[str]:

@@ -57,7 +57,8 @@ def test_bench_metadata_json_figures_and_clean_up(tmp_path: Path) -> None:
     done = cli("bench", "metadata", "--clients", "1,8", "--files", str(FILES),
                "--dir-entries", str(ENTRIES), "--commit-files", str(COMMIT_FILES),
                "--commit-chunks", str(COMMIT_CHUNKS), "--peer", "none",
-               "--keep", str(run_dir), "--json", timeout=170)
+               "--scale-chunks", "3000", "--scale-files", "300", "--scale-idle-s", "2",
+               "--keep", str(run_dir), "--json", timeout=200)
     assert done.returncode == 0, done.stderr
     result = json.loads(done.stdout)  # exactly one JSON object on stdout
     assert result == json.loads((run_dir / "result.json").read_text())
@@ -100,6 +101,16 @@ def test_bench_metadata_json_figures_and_clean_up(tmp_path: Path) -> None:
         _check_phase(large[name], 1, ENTRIES)
     assert large["ls_l_cold"]["caches_dropped"] is (os.geteuid() == 0)
     assert result["moosefs"] == {"skipped": "not asked for (--peer none)"}
+    # The synthetic manager: generated, served, idle, asked for its status, one benefactor
+    # stopped and its chunks copied from the others.
+    scale = result["scale"]
+    assert (scale["generated"]["chunks"], scale["generated"]["files"]) == (3000, 300)
+    assert scale["chunks_in_status"] == 3000
+    assert 0 <= scale["idle_cpu_share"] < 1
+    assert 0 < scale["status_ms"]["p50"] <= scale["status_ms"]["p99"]
+    failure = scale["failure"]
+    assert failure["detection_s"] > 0 and failure["first_copy_after_detection_s"] >= 0
+    assert failure["chunks_copied_in_window"] == 3000 * 2 // 6  # all the stopped one held
 
     targets = result["targets"]
     assert targets["creates_per_s_own_dirs"]["value"] == \
@@ -110,7 +121,8 @@ def test_bench_metadata_json_figures_and_clean_up(tmp_path: Path) -> None:
                  "stat_cached_per_s", "stat_uncached_per_s"):
         assert isinstance(targets[name]["pass"], bool), name  # judged at 8 clients
     for name in ("creates_shared_dir_vs_moosefs", "creates_own_dirs_vs_moosefs",
-                 "ls_l_100000_entries_s"):
+                 "ls_l_100000_entries_s", "scale_idle_cpu_share",
+                 "scale_rereplication_start_s", "scale_status_p99_ms"):
         assert targets[name]["pass"] is None and targets[name]["note"], name
     assert result["targets_pass"] is all(t["pass"] for t in targets.values()
                                          if t["pass"] is not None)

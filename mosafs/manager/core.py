@@ -370,9 +370,10 @@ class Manager:
             self.replicator.rescan()
 
     def _recheck_holdings(self, bid: str) -> None:
-        """BID's copies may count no more (draining, moved): replication looks at them."""
+        """BID's copies may count no more (draining, moved): replication looks at them, a
+        page of the holdings index at a time."""
         if self.replicator is not None:
-            self.replicator.enqueue(self.store.chunks_on(bid, fragments=True))
+            self.replicator.recheck(bid)
 
     def drain_status(self, bid: str) -> manager_pb2.DrainStatus:
         """How far draining BID is: its referenced chunks, and those still without R

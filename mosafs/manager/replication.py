@@ -291,7 +291,9 @@ class Replicator:
         self._scan_cursor: bytes | None = None  # None: no scan under way
         self._scan_resume = clock()  # the next slice of the scan, not before (SCAN_SHARE)
         self._scan_unlimited = False  # run_once: the whole scan now
-        self._walks: dict[str, bytes] = {}  # dead benefactor -> last chunk id queued
+        # Benefactors whose chunks are being queued from the holdings index: id -> (the
+        # last chunk id queued, whether it is dead: a walk for a death ends if it returns)
+        self._walks: dict[str, tuple[bytes, bool]] = {}
         self._scan_started = 0.0
         self._next_scan = clock()  # the first scan starts at once
         self._next_retry = clock()
@@ -430,27 +432,41 @@ class Replicator:
             self._seen = set(self._store.benefactors())
         gone = self._seen - now_known
         self._seen = now_known
-        for bid in sorted(gone):
-            log.info("benefactor %s is dead: checking the chunks it held", bid)
-            self._walks[bid] = b""
-        for bid in [b for b in self._walks if b in now_known]:
-            del self._walks[bid]  # back: its copies count again
+        with self._lock:
+            for bid in sorted(gone):
+                log.info("benefactor %s is dead: checking the chunks it held", bid)
+                self._walks[bid] = (b"", True)
+            for bid in [b for b, (_, dead) in self._walks.items() if dead and b in now_known]:
+                del self._walks[bid]  # back: its copies count again
         self._walk()
+
+    def recheck(self, bid: str) -> None:
+        """Examine every chunk BID holds (its copies may count no more: draining, moved
+        to another pool), queued a page at a time as a dead benefactor's are."""
+        with self._lock:
+            self._walks[bid] = (b"", False)
+        self.wakeup.set()
 
     def _walk(self) -> None:
         """Queue the next page of what each dead benefactor held, while few chunks are
         queued (the holdings index, WALK_PAGE at a time)."""
-        for bid, after in list(self._walks.items()):
+        with self._lock:
+            walks = list(self._walks.items())
+        for bid, (after, dead) in walks:
             with self._lock:
                 if len(self._queue) >= WALK_BELOW:
                     return
             page = self._store.held_by(bid, after, WALK_PAGE)
             self.enqueue(page.ids)
+            with self._lock:
+                if self._walks.get(bid) != (after, dead):
+                    continue  # started again (another recheck) or ended meanwhile
+                if page.end:
+                    del self._walks[bid]
+                else:
+                    self._walks[bid] = (page.last, dead)
             if page.end:
-                del self._walks[bid]
-                log.info("benefactor %s: every chunk it held is queued", bid)
-            else:
-                self._walks[bid] = page.last
+                log.info("benefactor %s: every chunk it holds is queued", bid)
 
     def _retry_short(self, now: float) -> None:
         """Every retry_s, chunks still short (no live copy, no target, a failed copy) are

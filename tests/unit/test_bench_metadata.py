@@ -135,8 +135,16 @@ def _run(n: int, creates: float = 3000.0, stats: float = 20000.0, close_p99: flo
             "commits": _phase(100.0, close_p99)}
 
 
+def _scale(chunks: int = 10_000_000, idle: float = 0.05, reaction: float = 1.0,
+           status_p99: float = 100.0) -> dict[str, Any]:
+    return {"params": {"chunks": chunks}, "idle_cpu_share": idle,
+            "status_ms": {"p50": 1.0, "p99": status_p99, "max": status_p99},
+            "failure": {"detection_s": 2.0, "first_copy_after_detection_s": reaction}}
+
+
 def _result(runs: list[dict[str, Any]], *, entries: int = 100_000, ls_s: float = 2.0,
-            peer: dict[str, Any] | None = None) -> dict[str, Any]:
+            peer: dict[str, Any] | None = None, scale: dict[str, Any] | None = None
+            ) -> dict[str, Any]:
     listing = {"seconds": ls_s, "ops": entries, "caches_dropped": True}
     return {"benchmark": "mosafs bench metadata",
             "params": {"files": 100, "commit_files": 10, "commit_chunks": 64,
@@ -145,23 +153,26 @@ def _result(runs: list[dict[str, Any]], *, entries: int = 100_000, ls_s: float =
             "large_dir": {"entries": entries, "fill": _phase(120.0),
                           "ls_l_cold": listing, "ls_l_warm": {**listing, "seconds": 0.5},
                           "listdir_cold": listing, "listdir_warm": listing},
-            "moosefs": peer or {"skipped": "not asked for (--peer none)"}}
+            "moosefs": peer or {"skipped": "not asked for (--peer none)"},
+            "scale": scale or {"skipped": "not asked for (--scale-chunks 0)"}}
 
 
 def test_figures_at_the_targets_pass_and_just_short_fail() -> None:
     peer = {"clients": 8, "creates_shared_dir": _phase(3000.0),
             "creates_own_dirs": _phase(3001.0)}
-    ok = md.targets(_result([_run(1, creates=1.0), _run(8)], peer=peer))
+    ok = md.targets(_result([_run(1, creates=1.0), _run(8)], peer=peer, scale=_scale()))
     assert set(ok) == {"creates_per_s_shared_dir", "creates_per_s_own_dirs",
                        "creates_shared_dir_vs_moosefs", "creates_own_dirs_vs_moosefs",
                        "commit_close_p99_ms", "stat_cached_per_s", "stat_uncached_per_s",
-                       "ls_l_100000_entries_s"}
+                       "ls_l_100000_entries_s", "scale_idle_cpu_share",
+                       "scale_rereplication_start_s", "scale_status_p99_ms"}
     assert all(t["pass"] is True for t in ok.values()), ok  # the 1-client run is not judged
     assert ok["creates_shared_dir_vs_moosefs"]["value"] == 1.0
     assert ok["commit_close_p99_ms"]["value"] == 5.0 and md.overall(ok) is True
 
     bad = md.targets(_result([_run(8, creates=2998.0, stats=19999.0, close_p99=5.5)],
-                             ls_s=2.01, peer=peer))
+                             ls_s=2.01, peer=peer, scale=_scale(idle=0.051, reaction=1.01,
+                                                                status_p99=100.5)))
     assert {n for n, t in bad.items() if t["pass"] is False} == set(bad)
     assert bad["creates_own_dirs_vs_moosefs"]["value"] == round(2999 / 3001, 3)
     assert md.overall(bad) is False
@@ -182,6 +193,11 @@ def test_what_the_run_cannot_judge_is_none_with_the_reason() -> None:
     assert skipped["creates_shared_dir_vs_moosefs"]["pass"] is None
     assert skipped["creates_shared_dir_vs_moosefs"]["note"] == "not asked for (--peer none)"
     assert skipped["creates_shared_dir_vs_moosefs"]["mosafs_per_s"] == 3000.0
+
+    small = md.targets(_result([_run(8)], scale=_scale(chunks=3000)))
+    for name in ("scale_idle_cpu_share", "scale_rereplication_start_s", "scale_status_p99_ms"):
+        assert small[name]["pass"] is None and "10000000 chunk records" in small[name]["note"]
+        assert skipped[name]["note"] == "not asked for (--scale-chunks 0)"
 
     undropped = md.targets(_result([_run(8, dropped=False)]))["stat_uncached_per_s"]
     assert undropped["pass"] is True and undropped["caches_dropped"] is False

@@ -49,6 +49,11 @@ class ManagerStub:
                 request_serializer=mosafs_dot_v1_dot_manager__pb2.BatchRequest.SerializeToString,
                 response_deserializer=mosafs_dot_v1_dot_manager__pb2.BatchResponse.FromString,
                 _registered_method=True)
+        self.BatchRead = channel.unary_unary(
+                '/mosafs.v1.Manager/BatchRead',
+                request_serializer=mosafs_dot_v1_dot_manager__pb2.BatchRequest.SerializeToString,
+                response_deserializer=mosafs_dot_v1_dot_manager__pb2.BatchResponse.FromString,
+                _registered_method=True)
         self.SetAttr = channel.unary_unary(
                 '/mosafs.v1.Manager/SetAttr',
                 request_serializer=mosafs_dot_v1_dot_manager__pb2.SetAttrRequest.SerializeToString,
@@ -310,6 +315,14 @@ class ManagerServicer:
     def Batch(self, request, context):
         """Several lookups, stats and creates in one call, each answered on its own as its own
         RPC would have been (docs/client.md, "Batched metadata calls").
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def BatchRead(self, request, context):
+        """The same for batches of lookups and stats alone: it may run twice, so the channel
+        retries it as it retries Lookup and GetAttr (a create in it is INVALID_ARGUMENT).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -652,6 +665,11 @@ def add_ManagerServicer_to_server(servicer, server):
                     request_deserializer=mosafs_dot_v1_dot_manager__pb2.BatchRequest.FromString,
                     response_serializer=mosafs_dot_v1_dot_manager__pb2.BatchResponse.SerializeToString,
             ),
+            'BatchRead': grpc.unary_unary_rpc_method_handler(
+                    servicer.BatchRead,
+                    request_deserializer=mosafs_dot_v1_dot_manager__pb2.BatchRequest.FromString,
+                    response_serializer=mosafs_dot_v1_dot_manager__pb2.BatchResponse.SerializeToString,
+            ),
             'SetAttr': grpc.unary_unary_rpc_method_handler(
                     servicer.SetAttr,
                     request_deserializer=mosafs_dot_v1_dot_manager__pb2.SetAttrRequest.FromString,
@@ -972,6 +990,33 @@ class Manager:
             request,
             target,
             '/mosafs.v1.Manager/Batch',
+            mosafs_dot_v1_dot_manager__pb2.BatchRequest.SerializeToString,
+            mosafs_dot_v1_dot_manager__pb2.BatchResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def BatchRead(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/mosafs.v1.Manager/BatchRead',
             mosafs_dot_v1_dot_manager__pb2.BatchRequest.SerializeToString,
             mosafs_dot_v1_dot_manager__pb2.BatchResponse.FromString,
             options,

@@ -78,12 +78,15 @@ class ManagerClient:
         self._channel.close()
 
     async def _batched(self, name: str, request: Any, op: mpb.BatchOp) -> Any:
-        """NAME(REQUEST) alone, or OP in a Batch call with others (mosafs.client.batching)."""
-        return await self.batcher.call(acting.metadata(), op,
-                                       functools.partial(self._call, name, request))
+        """NAME(REQUEST) alone, or OP in a batch call with others (mosafs.client.batching):
+        reads and writes in separate lanes, so that a batch of reads is a BatchRead, which
+        the channel retries as it retries a lone Lookup or GetAttr."""
+        lane = (acting.metadata(), op.WhichOneof("op") == "create")
+        return await self.batcher.call(lane, op, functools.partial(self._call, name, request))
 
     async def _send_batch(self, ops: Sequence[mpb.BatchOp]) -> list[Any]:
-        reply = await self._call("Batch", mpb.BatchRequest(ops=ops))
+        writes = any(op.WhichOneof("op") == "create" for op in ops)
+        reply = await self._call("Batch" if writes else "BatchRead", mpb.BatchRequest(ops=ops))
         if len(reply.outcomes) != len(ops):
             raise errors.Unavailable(f"the manager answered {len(reply.outcomes)} outcomes "
                                      f"for a batch of {len(ops)}")

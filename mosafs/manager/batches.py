@@ -38,29 +38,33 @@ class Batches:
         self._writes = dict(writes)
         self._pool = ThreadPoolExecutor(threads, thread_name_prefix="batch-write")
 
-    def run(self, ops: Sequence[Any]) -> list[Any]:
+    def run(self, ops: Sequence[Any], *, writes: bool = True) -> list[Any]:
         """Each operation's answer, or the MosafsError that refused it, in order.
-        InvalidArgument for a batch that is empty or too long; a bug in an operation is
-        raised (after the other writes ended)."""
+        InvalidArgument for a batch that is empty or too long; without WRITES (a batch the
+        channel may send twice) a write is refused, alone. A bug in an operation is raised
+        (after the other writes ended)."""
         if not ops:
             raise InvalidArgument("a batch needs at least one operation")
         if len(ops) > MAX_OPS:
             raise InvalidArgument(f"a batch holds at most {MAX_OPS} operations, got {len(ops)}")
         results: list[Any] = [None] * len(ops)
-        writes: list[tuple[int, Future[Any]]] = []
+        running: list[tuple[int, Future[Any]]] = []
         for i, op in enumerate(ops):
             which = op.WhichOneof("op")
-            if which in self._writes:
+            if which in self._writes and not writes:
+                results[i] = InvalidArgument(f"operation {i} ({which}) changes metadata: it "
+                                             f"belongs in a Batch call, not a BatchRead")
+            elif which in self._writes:
                 # The acting caller lives in a context variable: the thread takes a copy.
                 context = contextvars.copy_context()
-                writes.append((i, self._pool.submit(context.run, _attempt, self._writes[which],
-                                                    getattr(op, which))))
+                running.append((i, self._pool.submit(context.run, _attempt, self._writes[which],
+                                                     getattr(op, which))))
             elif which in self._reads:
                 results[i] = _attempt(self._reads[which], getattr(op, which))
             else:
                 results[i] = InvalidArgument(f"operation {i} of the batch is empty or of a "
                                              f"kind this manager does not know")
-        for i, future in writes:
+        for i, future in running:
             results[i] = future.result()
         return results
 

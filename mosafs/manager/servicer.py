@@ -55,14 +55,11 @@ class ManagerServicer(manager_pb2_grpc.ManagerServicer):
         return self._store.getattr(request.inode)
 
     def Batch(self, request: pb.BatchRequest, context: Ctx) -> pb.BatchResponse:
-        out = pb.BatchResponse()
-        for result in self._batch.run(request.ops):
-            if isinstance(result, MosafsError):
-                out.outcomes.add(code=status_code(result).value[0], kind=result.kind,
-                                 error=result.message)
-            else:
-                out.outcomes.add(attr=result)
-        return out
+        return _outcomes(self._batch.run(request.ops))
+
+    def BatchRead(self, request: pb.BatchRequest, context: Ctx) -> pb.BatchResponse:
+        return _outcomes(self._batch.run(request.ops, writes=False))
+
 
     def SetAttr(self, request: pb.SetAttrRequest, context: Ctx) -> pb.Attr:
         self._guard.setattr(
@@ -357,3 +354,16 @@ def add_to_server(manager: Manager) -> Callable[[grpc.Server], None]:
         add_decoding_in_handlers(manager_pb2_grpc.add_ManagerServicer_to_server,
                                  ManagerServicer(manager), server)
     return add
+
+
+def _outcomes(results: list[Any]) -> pb.BatchResponse:
+    """A batch's answers: each operation's Attr, or its error as the status code, kind
+    and message its own RPC would have failed with."""
+    out = pb.BatchResponse()
+    for result in results:
+        if isinstance(result, MosafsError):
+            out.outcomes.add(code=status_code(result).value[0], kind=result.kind,
+                             error=result.message)
+        else:
+            out.outcomes.add(attr=result)
+    return out

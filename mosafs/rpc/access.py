@@ -15,9 +15,9 @@ ADMIN = frozenset({"admin"})
 BENEFACTOR = frozenset({"benefactor"})
 MANAGER = frozenset({"manager", "admin"})
 
-_NAMESPACE = ("Lookup", "GetAttr", "Batch", "SetAttr", "ReadDir", "Mkdir", "Create", "Unlink",
-              "Rmdir", "Rename", "StatFs", "Symlink", "Readlink", "Mknod", "Link", "SetXattr",
-              "GetXattr", "ListXattr", "RemoveXattr")
+_NAMESPACE = ("Lookup", "GetAttr", "Batch", "BatchRead", "SetAttr", "ReadDir", "Mkdir",
+              "Create", "Unlink", "Rmdir", "Rename", "StatFs", "Symlink", "Readlink", "Mknod",
+              "Link", "SetXattr", "GetXattr", "ListXattr", "RemoveXattr")
 _WRITES = ("OpenWrite", "RenewLease", "CommitVersion", "AbortWrite", "FindChunks",
            "LocateChunks", "GetBlockMap", "GetVersionStats", "ListVersions", "RestoreVersion")
 _STATUS = ("ListBenefactors", "GetClusterStatus", "GetFolderSettings", "ListFolderSettings",

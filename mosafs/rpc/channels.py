@@ -61,8 +61,8 @@ _OPTIONS = [
     ("grpc.retry_buffer_size", 8 * MAX_MESSAGE_BYTES),
 ]
 _IDEMPOTENT = {
-    "mosafs.v1.Manager": ("Lookup", "GetAttr", "ReadDir", "StatFs", "Readlink", "GetXattr",
-                          "ListXattr", "FindChunks", "LocateChunks", "GetBlockMap",
+    "mosafs.v1.Manager": ("Lookup", "GetAttr", "BatchRead", "ReadDir", "StatFs", "Readlink",
+                          "GetXattr", "ListXattr", "FindChunks", "LocateChunks", "GetBlockMap",
                           "GetVersionStats", "ListVersions", "ListBenefactors",
                           "GetClusterStatus", "GetFolderSettings", "ListFolderSettings",
                           "GetPool", "ListPools", "GetDrainStatus", "RenewLease"),

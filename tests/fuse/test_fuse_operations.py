@@ -95,6 +95,16 @@ def test_fuse_metrics_logs_and_tls_of_up(start_cluster, tmp_path: Path) -> None:
     assert [len(os.listdir(many / f"t{t}")) for t in range(16)] == [40] * 16
     with pytest.raises(FileExistsError):
         (many / "t3" / "f7").open("xb")
+    # Lookups in flight at once leave as BatchRead calls (retried like a lone Lookup).
+    reads = calls("BatchRead")
+
+    def missing(t: int) -> None:
+        for i in range(40):
+            assert not (many / f"t{t}" / f"none{i}").exists()
+
+    with ThreadPoolExecutor(16) as pool:
+        list(pool.map(missing, range(16)))
+    assert calls("BatchRead") > reads
 
     # Admin commands find the certificates of the mount (user.mosafs.tls): no flags.
     assert cli_json("stats", str(cluster.mountpoint / "ckpt"))["size"] == len(data)

@@ -170,8 +170,23 @@ def test_batch_answers_each_operation_on_its_own(mgr: Mgr) -> None:
     assert again[1].attr == made[1]
 
 
+def test_batch_read_refuses_writes_alone(mgr: Mgr) -> None:
+    """BatchRead is retried by the channel like Lookup: a create in it is refused, alone,
+    and creates nothing."""
+    d = mgr("Mkdir", pb.MkdirRequest(parent=ROOT, name="reads", mode=0o755)).inode
+    out = mgr("BatchRead", pb.BatchRequest(ops=[
+        pb.BatchOp(create=pb.CreateRequest(parent=d, name="no", mode=0o644)),
+        pb.BatchOp(getattr=pb.GetAttrRequest(inode=d)),
+        pb.BatchOp(lookup=pb.LookupRequest(parent=ROOT, name="reads"))])).outcomes
+    assert isinstance(_outcome_error(out[0]), InvalidArgument)
+    assert out[1].attr.inode == out[2].attr.inode == d
+    with pytest.raises(NotFound):
+        mgr("Lookup", pb.LookupRequest(parent=d, name="no"))
+
+
 def test_batch_limits_are_invalid_argument_and_the_server_keeps_serving(mgr: Mgr) -> None:
     assert mgr.code_of("Batch", pb.BatchRequest()) == Code.INVALID_ARGUMENT
+    assert mgr.code_of("BatchRead", pb.BatchRequest()) == Code.INVALID_ARGUMENT
     many = [pb.BatchOp(getattr=pb.GetAttrRequest(inode=ROOT))] * 257
     assert mgr.code_of("Batch", pb.BatchRequest(ops=many)) == Code.INVALID_ARGUMENT
     assert len(mgr("Batch", pb.BatchRequest(ops=many[:256])).outcomes) == 256

@@ -122,7 +122,7 @@ class Options:
                                   ("commit-chunks", self.commit_chunks, 16384)):
             if not 1 <= value <= high:
                 raise ConfigError(f"--{what} must be 1..{high}, got {value}")
-        if not 0 <= self.scale_files <= self.scale_chunks <= 100_000_000:
+        if self.scale_chunks and not 0 <= self.scale_files <= self.scale_chunks <= 100_000_000:
             raise ConfigError(f"--scale-files ({self.scale_files}) must be 0..--scale-chunks "
                               f"({self.scale_chunks}), at most 100000000")
         if not 1 <= self.scale_idle_s <= 3600:

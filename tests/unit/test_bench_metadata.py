@@ -230,7 +230,8 @@ def test_the_table_has_a_row_per_client_count_and_every_verdict() -> None:
     ("clients", (65,), "got 65"), ("files", 0, "--files must be"),
     ("dir_entries", 0, "--dir-entries"), ("commit_files", 0, "--commit-files"),
     ("commit_chunks", 20000, "--commit-chunks must be 1..16384"),
-    ("peer", "nfs", "--peer must be one of auto, moosefs, none")])
+    ("peer", "nfs", "--peer must be one of auto, moosefs, none"),
+    ("scale_files", 20_000_000, "--scale-files"), ("scale_idle_s", 0, "--scale-idle-s")])
 def test_bad_options_are_a_config_error_before_anything_starts(
         field: str, value: Any, message: str) -> None:
     options = md.Options(**{field: value})
@@ -248,6 +249,9 @@ def test_the_defaults_are_the_issues() -> None:
     assert (args.peer, args.insecure, args.json, args.keep) == ("auto", False, False, None)
     assert md.Options().check().clients == (1, 8, 16)
     assert md.TARGET_CLIENTS in args.clients and args.dir_entries == md.TARGET_ENTRIES
+    assert (args.scale_chunks, args.scale_files) == (md.SCALE_CHUNKS, 1_000_000)
+    # --scale-chunks 0 skips the part whatever --scale-files says.
+    assert md.Options(scale_chunks=0).check().scale_files == 1_000_000
 
 
 def test_the_attribute_timeout_waited_out_is_the_mounts() -> None:

@@ -12,6 +12,11 @@ import cachetools
 from mosafs._proto import manager_pb2 as mpb
 
 MAX_ENTRIES = 100_000
+# Entries of one listing whose names and attributes are cached one by one: the kernel has
+# every entry's attributes from the listing (readdirplus) for its entry timeout anyway,
+# and inserting 100,000 of them into the TTL caches was half the mount's CPU of an
+# `ls -l` of that directory (py-spy, docs/benchmarks.md, "Metadata").
+LISTING_ENTRIES = 10_000
 
 
 class AttrCache:
@@ -55,8 +60,10 @@ class AttrCache:
         return self.put(attr)
 
     def put_listing(self, inode: int, entries: list[mpb.DirEntry]) -> None:
+        """The listing of directory INODE, and the names and attributes of its first
+        LISTING_ENTRIES entries."""
         self._listings[inode] = entries
-        for entry in entries:
+        for entry in entries[:LISTING_ENTRIES]:
             self.put_entry(inode, entry.name, entry.attr)
 
     def drop(self, inode: int) -> None:

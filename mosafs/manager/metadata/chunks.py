@@ -18,7 +18,7 @@ from mosafs.manager.metadata.records import (
     _location,
     check_fragments,
 )
-from mosafs.manager.metadata.schema import holding_prefix, unpack_blockmap
+from mosafs.manager.metadata.schema import unpack_blockmap
 
 HELD_PAGE = 50_000  # holdings index entries per read transaction of chunks_on
 
@@ -259,27 +259,23 @@ class ChunkIndexOps(StoreBase):
         """The next ids after chunk id AFTER (b"": from the first) whose records name BID,
         at most LIMIT index entries read (a page of a walk that may span transactions):
         whole copies, and with FRAGMENTS fragment holders."""
-        prefix = holding_prefix(bid)
         ids: list[bytes] = []
         last = after
         read = 0
+        end = True
         with self._read() as tx:
-            cursor = tx.txn.cursor(db=self._db.holdings)
-            found = cursor.set_range(prefix + after)
-            while found and read < limit:
-                key = bytes(cursor.key())
-                if not key.startswith(prefix):
-                    found = False
+            for cid in tx.held(bid, after):
+                if read == limit:
+                    end = False  # more after LAST
                     break
-                cid = key[len(prefix):]
-                if cid != after:
-                    read += 1
-                    last = cid
-                    rec = tx.chunk(cid) if not fragments else None
-                    if fragments or (rec is not None and bid in rec.benefactor_ids):
+                read += 1
+                last = cid
+                if fragments:
+                    ids.append(cid)
+                else:
+                    rec = tx.chunk(cid)
+                    if rec is not None and bid in rec.benefactor_ids:
                         ids.append(cid)
-                found = cursor.next()
-            end = not found or not bytes(cursor.key()).startswith(prefix)
         return HeldPage(ids, last, end)
 
     def fragments_on(self, bid: str) -> list[bytes]:

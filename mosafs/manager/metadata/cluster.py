@@ -11,8 +11,6 @@ from mosafs.errors import AlreadyExists, FailedPrecondition, InvalidArgument, No
 from mosafs.manager import pools
 from mosafs.manager.metadata.base import StoreBase, _rerun_if_grown
 from mosafs.manager.metadata.checks import check_benefactor_id, check_certificate
-from mosafs.manager.metadata.schema import holding_prefix
-from mosafs.manager.metadata.tx import Tx
 
 log = logging.getLogger("mosafs.manager.metadata")
 
@@ -81,7 +79,7 @@ class ClusterOps(StoreBase):
         with self._write() as tx:
             if tx.benefactor(bid) is None:
                 raise NotFound(f"no benefactor {bid!r} (mosafs benefactor list)")
-            for cid in _held(tx, bid):
+            for cid in list(tx.held(bid)):  # a copy: drop_benefactor changes the index
                 rec = tx.chunk(cid)
                 if rec is not None and (bid in rec.benefactor_ids
                                         or bid in rec.fragment_holders):
@@ -178,17 +176,3 @@ class ClusterOps(StoreBase):
                                          f"assign those folders another pool first")
             tx.txn.delete(name.encode(), db=self._db.pools)
 
-
-def _held(tx: Tx, bid: str) -> list[bytes]:
-    """The chunk ids the holdings index lists under benefactor BID."""
-    prefix = holding_prefix(bid)
-    out = []
-    cursor = tx.txn.cursor(db=tx.db.holdings)
-    found = cursor.set_range(prefix)
-    while found:
-        key = bytes(cursor.key())
-        if not key.startswith(prefix):
-            break
-        out.append(key[len(prefix):])
-        found = cursor.next()
-    return out

@@ -24,6 +24,7 @@ from mosafs.manager.metadata.schema import (
     ChunkEntry,
     _Dbs,
     holding_key,
+    holding_prefix,
     kind_name,
     unpack_blockmap,
 )
@@ -57,6 +58,10 @@ class Tx:
         self.txn = txn
         self.db = dbs
         self._inodes: dict[int, metadata_pb2.InodeRecord] = {}
+        # The benefactors each chunk record read or written in this transaction names, as
+        # stored: put_chunk keeps the holdings index in step from them without reading and
+        # decoding the record again (a commit reads each record, then puts it).
+        self._stored_holders: dict[bytes, set[str]] = {}
 
     # inodes
     def find_inode(self, ino: int) -> metadata_pb2.InodeRecord | None:
@@ -251,17 +256,40 @@ class Tx:
     # chunk index
     def chunk(self, cid: bytes) -> metadata_pb2.ChunkRecord | None:
         raw = self.txn.get(cid, db=self.db.chunks)
-        return None if raw is None else metadata_pb2.ChunkRecord.FromString(raw)
+        if raw is None:
+            return None
+        rec = metadata_pb2.ChunkRecord.FromString(raw)
+        self._stored_holders[cid] = holders_of(rec)
+        return rec
+
+    def held(self, bid: str, after: bytes = b"") -> Iterator[bytes]:
+        """The chunk ids the holdings index lists under benefactor BID, in order, after
+        chunk id AFTER (b"": from the first)."""
+        prefix = holding_prefix(bid)
+        cursor = self.txn.cursor(db=self.db.holdings)
+        found = cursor.set_range(prefix + after)
+        while found:
+            key = bytes(cursor.key())
+            if not key.startswith(prefix):
+                return
+            if key[len(prefix):] != after:
+                yield key[len(prefix):]
+            found = cursor.next()
+
+    def _holders_stored(self, cid: bytes) -> set[str]:
+        """The benefactors CID's stored record names (none without a record)."""
+        known = self._stored_holders.get(cid)
+        if known is not None:
+            return known
+        rec = self.chunk(cid)
+        return set() if rec is None else self._stored_holders[cid]
 
     def put_chunk(self, cid: bytes, rec: metadata_pb2.ChunkRecord) -> None:
         """Store REC, keeping the holdings index in step with the benefactors it names."""
-        raw = rec.SerializeToString()
-        old = self.txn.get(cid, db=self.db.chunks)
-        if old is not None and old == raw:
-            return
-        before = holders_of(metadata_pb2.ChunkRecord.FromString(old)) if old else set()
-        sync_holdings(self.txn, self.db, cid, before, holders_of(rec))
-        self.txn.put(cid, raw, db=self.db.chunks)
+        after = holders_of(rec)
+        sync_holdings(self.txn, self.db, cid, self._holders_stored(cid), after)
+        self._stored_holders[cid] = after
+        self.txn.put(cid, rec.SerializeToString(), db=self.db.chunks)
 
     def drop_location(self, cid: bytes, rec: metadata_pb2.ChunkRecord, bid: str) -> bool:
         """Benefactor BID no longer holds a whole copy of chunk CID: out of its record; a
@@ -303,10 +331,8 @@ class Tx:
         """Delete CID's record and its entries in the fragment and holdings indexes."""
         for fid in set(rec.fragment_ids):
             self.txn.delete(bytes(fid) + cid, db=self.db.fragments)
-        old = self.txn.get(cid, db=self.db.chunks)
-        if old is not None:
-            stored = holders_of(metadata_pb2.ChunkRecord.FromString(old))
-            sync_holdings(self.txn, self.db, cid, stored, set())
+        sync_holdings(self.txn, self.db, cid, self._holders_stored(cid), set())
+        self._stored_holders[cid] = set()
         self.txn.delete(cid, db=self.db.chunks)
 
     def set_fragments(self, cid: bytes, rec: metadata_pb2.ChunkRecord,

@@ -126,6 +126,22 @@ class GarbageRound(_message.Message):
     waiting_chunks: int
     def __init__(self, reported: _Optional[int] = ..., deleted_chunks: _Optional[int] = ..., freed_bytes: _Optional[int] = ..., waiting_chunks: _Optional[int] = ...) -> None: ...
 
+class DeleteChunksRequest(_message.Message):
+    __slots__ = ("ids", "put_before_ns")
+    IDS_FIELD_NUMBER: _ClassVar[int]
+    PUT_BEFORE_NS_FIELD_NUMBER: _ClassVar[int]
+    ids: _containers.RepeatedScalarFieldContainer[bytes]
+    put_before_ns: int
+    def __init__(self, ids: _Optional[_Iterable[bytes]] = ..., put_before_ns: _Optional[int] = ...) -> None: ...
+
+class DeleteChunksResponse(_message.Message):
+    __slots__ = ("deleted_chunks", "freed_bytes")
+    DELETED_CHUNKS_FIELD_NUMBER: _ClassVar[int]
+    FREED_BYTES_FIELD_NUMBER: _ClassVar[int]
+    deleted_chunks: int
+    freed_bytes: int
+    def __init__(self, deleted_chunks: _Optional[int] = ..., freed_bytes: _Optional[int] = ...) -> None: ...
+
 class ScrubRequest(_message.Message):
     __slots__ = ()
     def __init__(self) -> None: ...

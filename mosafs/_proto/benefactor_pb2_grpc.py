@@ -69,6 +69,11 @@ class BenefactorStub:
                 request_serializer=mosafs_dot_v1_dot_benefactor__pb2.GarbageRoundRequest.SerializeToString,
                 response_deserializer=mosafs_dot_v1_dot_benefactor__pb2.GarbageRound.FromString,
                 _registered_method=True)
+        self.DeleteChunks = channel.unary_unary(
+                '/mosafs.v1.Benefactor/DeleteChunks',
+                request_serializer=mosafs_dot_v1_dot_benefactor__pb2.DeleteChunksRequest.SerializeToString,
+                response_deserializer=mosafs_dot_v1_dot_benefactor__pb2.DeleteChunksResponse.FromString,
+                _registered_method=True)
         self.Scrub = channel.unary_stream(
                 '/mosafs.v1.Benefactor/Scrub',
                 request_serializer=mosafs_dot_v1_dot_benefactor__pb2.ScrubRequest.SerializeToString,
@@ -147,6 +152,15 @@ class BenefactorServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def DeleteChunks(self, request, context):
+        """Delete blobs the manager's collector released (chunks whose last reference went more
+        than the grace period ago), each only if it was not put at or after put_before_ns
+        (a put of a stored blob refreshes it: a writer may be about to reference it).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def Scrub(self, request, context):
         """Scrub now (`mosafs scrub`): read and verify every stored chunk at full speed. Corrupt
         copies are deleted (the manager is told, and replication puts a good copy back).
@@ -217,6 +231,11 @@ def add_BenefactorServicer_to_server(servicer, server):
                     servicer.RunGarbageRound,
                     request_deserializer=mosafs_dot_v1_dot_benefactor__pb2.GarbageRoundRequest.FromString,
                     response_serializer=mosafs_dot_v1_dot_benefactor__pb2.GarbageRound.SerializeToString,
+            ),
+            'DeleteChunks': grpc.unary_unary_rpc_method_handler(
+                    servicer.DeleteChunks,
+                    request_deserializer=mosafs_dot_v1_dot_benefactor__pb2.DeleteChunksRequest.FromString,
+                    response_serializer=mosafs_dot_v1_dot_benefactor__pb2.DeleteChunksResponse.SerializeToString,
             ),
             'Scrub': grpc.unary_stream_rpc_method_handler(
                     servicer.Scrub,
@@ -423,6 +442,33 @@ class Benefactor:
             '/mosafs.v1.Benefactor/RunGarbageRound',
             mosafs_dot_v1_dot_benefactor__pb2.GarbageRoundRequest.SerializeToString,
             mosafs_dot_v1_dot_benefactor__pb2.GarbageRound.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DeleteChunks(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/mosafs.v1.Benefactor/DeleteChunks',
+            mosafs_dot_v1_dot_benefactor__pb2.DeleteChunksRequest.SerializeToString,
+            mosafs_dot_v1_dot_benefactor__pb2.DeleteChunksResponse.FromString,
             options,
             channel_credentials,
             insecure,

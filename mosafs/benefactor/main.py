@@ -68,10 +68,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="pool to join at registration (default: the pool it is in, "
                              "which `mosafs benefactor move` may have changed; 'default' for "
                              "a new benefactor)")
-    parser.add_argument("--inventory-interval", type=float, default=300.0, metavar="SECONDS",
-                        help="how often to report the stored chunks to the manager for "
-                             "garbage collection (default 300; also after every "
-                             "registration and on `mosafs gc`)")
+    parser.add_argument("--inventory-interval", type=float, default=3600.0, metavar="SECONDS",
+                        help="how often to report every stored chunk to the manager, the "
+                             "safety net of garbage collection for uploads that no commit "
+                             "named (default 3600; also after every registration and on "
+                             "`mosafs gc`; chunks whose files went are deleted when the "
+                             "manager asks, without waiting for it)")
+    parser.add_argument("--inventory-rate", type=float, default=2000.0, metavar="IDS_PER_S",
+                        help="pace of the periodic inventory, in chunk ids a second "
+                             "(default 2000: a million chunks in about 8 minutes; rounds "
+                             "after a registration and on `mosafs gc` go at full speed)")
     parser.add_argument("--scrub-rate", type=byte_size(0), default=DEFAULT_SCRUB_RATE,
                         metavar="BYTES_PER_S",
                         help="re-verify stored chunks in the background at this many bytes "
@@ -131,6 +137,8 @@ def run(args: argparse.Namespace) -> int:
 
     if not 0 < args.inventory_interval < 1e7:
         raise ConfigError("--inventory-interval must be a positive number of seconds")
+    if not 0 < args.inventory_rate < 1e9:
+        raise ConfigError("--inventory-rate must be a positive number of ids a second")
     data_dir = os.path.abspath(args.data_dir)  # the ready file is read from other cwds
     with FileChunkStore(data_dir, capacity=args.capacity) as store:
         info = InfoSource(store, load_or_create_identity(store.data_dir), args.pool)
@@ -148,13 +156,14 @@ def run(args: argparse.Namespace) -> int:
         local = LocalReads(store.path_of, put=_local_put(puts, ingest)) \
             if args.local_io == "on" else None
         _register_metrics(store)
-        srv, port = listen(lambda srv: add_to_server(srv, store, info, replicator, rounds.run,
+        srv, port = listen(lambda srv: add_to_server(srv, store, info, replicator, rounds,
                                                      scrubber, ingest, tokens, recoder, puts,
                                                      local),
                            args.listen,
                            label="benefactor", max_concurrent_rpcs=args.max_concurrent_rpcs)
         info.address = advertised_address(listen_host, port, args.advertise)
-        inventory = InventoryLoop(registrar, rounds, args.inventory_interval) if registrar else None
+        inventory = (InventoryLoop(registrar, rounds, args.inventory_interval,
+                                   args.inventory_rate) if registrar else None)
         try:
             if registrar and inventory:
                 registrar.start()
@@ -243,12 +252,17 @@ def _corrupt_reporter(registrar: Registrar, info: InfoSource) -> Any:
 
 
 class InventoryLoop:
-    """Runs a garbage round after every registration and every INTERVAL seconds."""
+    """Runs an inventory round after every registration (at full speed: a returning
+    benefactor's copies count again at once) and every INTERVAL seconds (RATE ids a
+    second: the safety net, which must not cost the manager more than a small share of a
+    core on a large store)."""
 
-    def __init__(self, registrar: Registrar, rounds: Any, interval: float) -> None:
+    def __init__(self, registrar: Registrar, rounds: Any, interval: float,
+                 rate: float) -> None:
         self._registrar = registrar
         self._rounds = rounds
         self._interval = interval
+        self._rate = rate
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="inventory", daemon=True)
 
@@ -265,11 +279,12 @@ class InventoryLoop:
             self._registrar.registered.wait(self._interval)
             if self._stop.is_set():
                 return
-            if not self._registrar.registered.is_set() and not self._registrar.contacted:
+            registered = self._registrar.registered.is_set()
+            if not registered and not self._registrar.contacted:
                 continue  # never registered yet: nothing to report to
             self._registrar.registered.clear()
             try:
-                self._rounds.run()
+                self._rounds.run(0.0 if registered else self._rate)
             except MosafsError as exc:
                 log.info("inventory round skipped: %s", exc.message)
             except Exception:

@@ -22,7 +22,7 @@ from mosafs import metrics
 from mosafs._proto import benefactor_pb2 as pb
 from mosafs._proto import benefactor_pb2_grpc as pb_grpc
 from mosafs.benefactor.chunkstore import CORRUPT, ChunkStore
-from mosafs.benefactor.garbage import RoundResult
+from mosafs.benefactor.garbage import GarbageRounds
 from mosafs.benefactor.ingest import IngestLimiter
 from mosafs.benefactor.localreads import MAX_IDS as MAX_LOCAL_IDS
 from mosafs.benefactor.localreads import TICKET_TTL_S, LocalReads
@@ -72,7 +72,7 @@ def info_message(identity: Identity, store: ChunkStore) -> pb.BenefactorInfo:
 @servicer
 class BenefactorServicer(pb_grpc.BenefactorServicer):
     def __init__(self, store: ChunkStore, info: Callable[[], pb.BenefactorInfo],
-                 replicator: ChunkReplicator, garbage_round: Callable[[], RoundResult],
+                 replicator: ChunkReplicator, garbage: GarbageRounds,
                  scrubber: Scrubber, ingest: IngestLimiter | None = None,
                  tokens: TokenChecker | None = None, recoder: Recoder | None = None,
                  puts: Puts | None = None, local: LocalReads | None = None) -> None:
@@ -84,7 +84,7 @@ class BenefactorServicer(pb_grpc.BenefactorServicer):
         self._puts = puts or Puts(store)
         self._info = info
         self._replicator = replicator
-        self._garbage_round = garbage_round
+        self._garbage = garbage
         self._scrubber = scrubber
         self._recoder = recoder
         self._local = local
@@ -170,10 +170,15 @@ class BenefactorServicer(pb_grpc.BenefactorServicer):
 
     def RunGarbageRound(self, request: pb.GarbageRoundRequest,
                         context: grpc.ServicerContext) -> pb.GarbageRound:
-        result = self._garbage_round()
+        result = self._garbage.run()
         return pb.GarbageRound(reported=result.reported, deleted_chunks=result.deleted_chunks,
                                freed_bytes=result.freed_bytes,
                                waiting_chunks=result.waiting_chunks)
+
+    def DeleteChunks(self, request: pb.DeleteChunksRequest,
+                     context: grpc.ServicerContext) -> pb.DeleteChunksResponse:
+        deleted, freed = self._garbage.delete(list(request.ids), request.put_before_ns)
+        return pb.DeleteChunksResponse(deleted_chunks=deleted, freed_bytes=freed)
 
     def Scrub(self, request: pb.ScrubRequest,
               context: grpc.ServicerContext) -> Iterator[pb.ScrubProgress]:
@@ -212,13 +217,13 @@ def _refused(method: str, name: str, exc: TokenRefused) -> TokenRefused:
 
 def add_to_server(server: grpc.Server, store: ChunkStore,
                   info: Callable[[], pb.BenefactorInfo], replicator: ChunkReplicator,
-                  garbage_round: Callable[[], RoundResult], scrubber: Scrubber,
+                  garbage: GarbageRounds, scrubber: Scrubber,
                   ingest: IngestLimiter | None = None,
                   tokens: TokenChecker | None = None, recoder: Recoder | None = None,
                   puts: Puts | None = None, local: LocalReads | None = None) -> None:
     add_decoding_in_handlers(
         pb_grpc.add_BenefactorServicer_to_server,
-        BenefactorServicer(store, info, replicator, garbage_round, scrubber, ingest, tokens,
+        BenefactorServicer(store, info, replicator, garbage, scrubber, ingest, tokens,
                            recoder, puts, local),
         server,
         codecs={"PutChunk": (chunkwire.decode_put, None),

@@ -9,7 +9,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from mosafs import metrics
@@ -26,7 +26,7 @@ from mosafs.manager import pools, pruning
 from mosafs.manager.ec_repair import FragmentRepairer, RecodeFn
 from mosafs.manager.folders import Folders, PruneResult
 from mosafs.manager.fsck import FsckResult, fsck
-from mosafs.manager.garbage import GarbageCollector, check_report
+from mosafs.manager.garbage import DeleteFn, GarbageCollector, check_report
 from mosafs.manager.leases import Committed, LeaseTable, content_key
 from mosafs.manager.metadata import (
     FINAL_COMMIT,
@@ -48,6 +48,7 @@ MAX_FIND_CHUNKS = 65_536  # ids per FindChunks call: ~2.2 MiB of request
 MAX_CLIENT_ID = 256
 # run_round(benefactor address) -> (deleted chunks, freed bytes, chunks waiting)
 RoundFn = Callable[[str], tuple[int, int, int]]
+MAX_GC_STEPS = 64  # collection steps `mosafs gc` runs before its inventory rounds
 # scrub(benefactor address) -> its progress messages (benefactor_pb2.ScrubProgress), the
 # last with done=True and the corrupt ids
 ScrubFn = Callable[[str], Iterator[Any]]
@@ -73,14 +74,16 @@ class Manager:
                  clock: Clock = time.monotonic, copy: CopyFn | None = None,
                  run_round: RoundFn | None = None, scrub: ScrubFn | None = None,
                  has: HasFn | None = None, tokens: TokenAuthority | None = None,
-                 recode: RecodeFn | None = None) -> None:
+                 recode: RecodeFn | None = None, delete: DeleteFn | None = None) -> None:
         """COPY asks one benefactor to copy chunks to another (replication); RUN_ROUND asks
         one to run a garbage-collection round now (`mosafs gc`). Without them nothing is
         replicated or collected on demand (unit tests of the metadata protocol). SCRUB asks
         one to verify every chunk now, HAS which ids it holds (`mosafs scrub`). TOKENS
         signs chunk access tokens (None: none are issued: plaintext, or turned off).
         RECODE asks one to rebuild fragments or convert a chunk (with COPY: the fragment
-        repairer, docs/erasure_pools.md; without, coded chunks stay short)."""
+        repairer, docs/erasure_pools.md; without, coded chunks stay short). DELETE asks
+        one to delete the blobs of collected records (without it, only inventory rounds
+        delete)."""
         self.config = config or ManagerConfig()
         self.tokens = tokens
         self.store = store
@@ -90,6 +93,9 @@ class Manager:
                                       scan_interval_s=self.config.scan_interval_s)
                            if copy is not None else None)
         self.garbage = GarbageCollector(store, self.leases, grace_s=self.config.gc_grace_s)
+        store.on_unreferenced = self.garbage.unreferenced
+        if self.replicator is not None:
+            self.replicator.unreferenced_found = self.garbage.found
         self.repairer = (FragmentRepairer(store, self.registry, recode, copy, tokens=tokens,
                                           clock=clock)
                          if recode is not None and copy is not None else None)
@@ -102,6 +108,7 @@ class Manager:
         # Set when a policy changes or a commit may have made work: the pruning loop wakes.
         self.prune_wakeup = threading.Event()
         self._run_round = run_round
+        self._delete = delete
         self._scrub = scrub
         self._has = has
 
@@ -484,11 +491,26 @@ class Manager:
                          entries: Sequence[tuple[bytes, int]]) -> tuple[list[bytes], int]:
         return self.garbage.review(bid, entries)
 
+    def collect_step(self) -> float:
+        """One step of collection of what became garbage (GarbageCollector.collect);
+        seconds until the next."""
+        if self._delete is None:
+            return 3600.0
+        live = {b.id: b.address for b in self.registry.live()}
+        return self.garbage.collect(live, self._delete)
+
     def collect_garbage(self) -> manager_pb2.GarbageReport:
-        """Every live benefactor runs a round now; failures are reported, not raised."""
+        """What is due of the unreferenced records is collected, then every live
+        benefactor runs an inventory round; failures are reported, not raised."""
         out = manager_pb2.GarbageReport()
         if self._run_round is None:
             return out
+        before = replace(self.garbage.collected)
+        for _ in range(MAX_GC_STEPS):
+            if self.collect_step():
+                break
+        out.deleted_chunks += self.garbage.collected.deleted_chunks - before.deleted_chunks
+        out.freed_bytes += self.garbage.collected.freed_bytes - before.freed_bytes
         for b in self.registry.live():
             try:
                 deleted, freed, waiting = self._run_round(b.address)

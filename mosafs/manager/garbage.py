@@ -1,7 +1,28 @@
 """Garbage collection and reconciliation on the manager's side (DESIGN §8).
 
-Benefactors report their inventories in pages (periodically, after every registration, and
-on `mosafs gc`); `GarbageCollector.review` answers each page:
+Chunks that lose their last reference (a file removed, a version pruned) are collected as
+they become garbage: the store tells the collector the ids a committed transaction left
+with refcount 0 (`MetadataStore.on_unreferenced`), which queues them in memory in the
+order they became garbage, and `GarbageCollector.collect` takes them from the front, so
+its work follows what became garbage, not the size of the chunk index. Records left
+unreferenced before a restart (the queue is soft state) are queued as the replication's
+paced safety-net scan comes across them (`found`), with the time they are found: later,
+never earlier. A record is collected once BOTH hold:
+  1. its last reference went at least the grace period (`--gc-grace`) ago, and
+  2. no write lease still open (nor a repair or conversion in flight) was opened before
+     that moment: such a write may have the chunk in its base version and reference it
+     at commit without storing it again.
+Then, for each benefactor the record names, one transaction re-checks that its blobs are
+still unneeded and takes the benefactor out of the record (`release_unreferenced`), and
+the benefactor is asked to delete them (DeleteChunks), each only if it was not put since
+the oldest write still open began (less a clock-skew allowance): a writer that stored the
+chunk again after its lease opened keeps it. A benefactor that is down, or a request that
+fails, leaves its blobs behind as orphans for the inventory rounds below.
+
+Inventory rounds are the safety net for blobs the index never named (the uploads of a write
+that never committed) or names no more (deletions that did not reach their benefactor).
+Benefactors report their inventories in pages (periodically, paced, after every
+registration, and on `mosafs gc`); `GarbageCollector.review` answers each page:
 
 - an id the index references (refcount > 0) is a copy: if the record does not name the
   reporting benefactor (it came back after its copies were written off, or the index lost
@@ -37,11 +58,14 @@ again (safe: later, never earlier).
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections import deque
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 
-from mosafs.errors import InvalidArgument, NotFound
+from mosafs.errors import InvalidArgument, MosafsError, NotFound
 from mosafs.manager.leases import LeaseTable
 from mosafs.manager.metadata import (
     MetadataStore,
@@ -52,8 +76,25 @@ from mosafs.manager.metadata import (
     wants_whole_copy,
 )
 
+log = logging.getLogger(__name__)
+
 MAX_INVENTORY_PAGE = 16_384
 CLOCK_SKEW_NS = 1_000_000_000  # benefactor and manager wall clocks may differ this much
+COLLECT_PAGE = 4096  # unreferenced records per collection step
+COLLECT_TICK_S = 2.0  # between steps while nothing is due
+# Ids queued at most (about 150 bytes each): past it, new ones wait for the safety net
+MAX_QUEUED = 2_000_000
+# delete(benefactor address, blob ids, put_before_ns) -> (chunks deleted, bytes freed)
+DeleteFn = Callable[[str, list[bytes], int], tuple[int, int]]
+
+
+@dataclass
+class Collected:
+    """What collection steps did: records collected, blobs deleted, bytes freed."""
+
+    records: int = 0
+    deleted_chunks: int = 0
+    freed_bytes: int = 0
 
 
 def check_report(store: MetadataStore, bid: str, count: int, what: str) -> None:
@@ -78,6 +119,100 @@ class GarbageCollector:
         self._lock = threading.Lock()
         self._first_seen: dict[bytes, int] = {}
         self._next_prune = 0
+        self._collect_lock = threading.Lock()
+        # What became garbage, in the order it did: (wall ns, id), and the latest time of
+        # each id (an entry whose time is not its id's latest is stale: skipped).
+        self._queued: deque[tuple[int, bytes]] = deque()
+        self._since: dict[bytes, int] = {}
+        self._overflowed = False
+        self.collected = Collected()  # since start, for status and tests
+
+    def unreferenced(self, ids: Sequence[bytes]) -> None:
+        """IDS lost their last reference now (a committed transaction)."""
+        self._queue(ids, self._wall_ns(), again=True)
+
+    def found(self, ids: Sequence[bytes]) -> None:
+        """IDS have refcount 0 in the index (the safety-net scan): queued now unless they
+        are queued already."""
+        self._queue(ids, self._wall_ns(), again=False)
+
+    def _queue(self, ids: Sequence[bytes], now: int, *, again: bool) -> None:
+        with self._lock:
+            for cid in ids:
+                if not again and cid in self._since:
+                    continue
+                if len(self._queued) >= MAX_QUEUED:
+                    if not self._overflowed:
+                        self._overflowed = True
+                        log.warning("garbage collection: %d chunks wait already; more are "
+                                    "collected as the safety-net scan finds them", MAX_QUEUED)
+                    return
+                self._since[cid] = now
+                self._queued.append((now, cid))
+
+    def waiting(self) -> int:
+        """Unreferenced chunks queued for collection."""
+        with self._lock:
+            return len(self._since)
+
+    def collect(self, live: Mapping[str, str], delete: DeleteFn) -> float:
+        """One step of collection of what became garbage: up to COLLECT_PAGE records due
+        (above), released and deleted on the benefactors of LIVE (id -> address). Seconds
+        until the next step (0: more is due now)."""
+        with self._collect_lock:
+            now = self._wall_ns()
+            opened = [self._leases.oldest_opened_ns(), self.oldest_work_ns()]
+            oldest = min((o for o in opened if o is not None), default=None)
+            due_before = now - self._grace_ns if oldest is None else \
+                min(now - self._grace_ns, oldest)
+            due = self._take_due(due_before)
+            if not due:
+                return COLLECT_TICK_S
+            by_holder: dict[str, list[bytes]] = {}
+            for cid, rec in zip(due, self._store.chunk_records(due), strict=True):
+                if rec is None or rec.refcount:
+                    continue  # collected already, or referenced again
+                for bid in rec.benefactor_ids:
+                    by_holder.setdefault(bid, []).append(cid)
+                for fid, bid in zip(rec.fragment_ids, rec.fragment_holders, strict=True):
+                    if bid:
+                        by_holder.setdefault(bid, []).append(bytes(fid))
+                self.collected.records += 1
+            put_before = (now if oldest is None else oldest) - CLOCK_SKEW_NS
+            for bid, blobs in by_holder.items():
+                released, _ = self._store.release_unreferenced(blobs, bid)
+                if released and bid in live:
+                    self._delete(bid, live[bid], released, put_before, delete)
+            return 0.0 if len(due) == COLLECT_PAGE else COLLECT_TICK_S
+
+    def _take_due(self, due_before: int) -> list[bytes]:
+        """Up to COLLECT_PAGE ids that became garbage before DUE_BEFORE, off the queue."""
+        due: list[bytes] = []
+        with self._lock:
+            self._overflowed = self._overflowed and len(self._queued) >= MAX_QUEUED
+            while self._queued and len(due) < COLLECT_PAGE:
+                since, cid = self._queued[0]
+                if since >= due_before:
+                    break
+                self._queued.popleft()
+                if self._since.get(cid) == since:
+                    del self._since[cid]
+                    due.append(cid)
+        return due
+
+    def _delete(self, bid: str, address: str, blobs: list[bytes], put_before: int,
+                delete: DeleteFn) -> None:
+        for start in range(0, len(blobs), MAX_INVENTORY_PAGE):
+            try:
+                deleted, freed = delete(address, blobs[start:start + MAX_INVENTORY_PAGE],
+                                        put_before)
+            except MosafsError as exc:
+                log.info("garbage collection: benefactor %s (%s) did not delete %d chunks "
+                         "(its next inventory round will): %s", bid, address,
+                         len(blobs), exc.message)
+                return
+            self.collected.deleted_chunks += deleted
+            self.collected.freed_bytes += freed
 
     def review(self, bid: str, entries: Sequence[tuple[bytes, int]]) -> tuple[list[bytes], int]:
         """ENTRIES: (id, last put ns) stored on BID. Returns (ids BID may delete, how many

@@ -163,7 +163,7 @@ def run(args: argparse.Namespace) -> int:
         manager = Manager(store, config, copy=peers.replicate,
                           run_round=peers.run_garbage_round, scrub=peers.scrub,
                           has=peers.has, tokens=_token_authority(args, data_dir),
-                          recode=peers.recode)
+                          recode=peers.recode, delete=peers.delete_chunks)
         _register_metrics(manager)
         srv, port = listen(add_to_server(manager), args.listen, label="manager")
         replicator, repairer = manager.replicator, manager.repairer
@@ -172,6 +172,7 @@ def run(args: argparse.Namespace) -> int:
             BackgroundLoop("replication", replicator.step, wakeup=replicator.wakeup),
             BackgroundLoop("fragment repair", repairer.step, wakeup=repairer.wakeup),
             BackgroundLoop("pruning", manager.prune_pass, wakeup=manager.prune_wakeup),
+            BackgroundLoop("garbage collection", manager.collect_step),
         ]
         try:
             for loop in background:

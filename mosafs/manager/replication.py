@@ -40,7 +40,10 @@ source and `max_inflight_bytes` in all, so client puts keep most of every benefa
 (new writes have priority). Every copy request has a deadline that grows with its bytes;
 a target that could not be reached is avoided for a lease, one that is full is no target
 until a heartbeat says it has room again. Chunks that stay short (no live copy: lost for
-now; no target with room) are examined again every `retry_s`.
+now; no target with room; a failed copy) are examined again after `retry_s`, then after
+twice as long at each try, up to RETRY_MAX_S, so that a store with many chunks lost for
+now does not re-read them all every few seconds; a benefactor that joins or comes back
+(the event that can make them whole again) starts every short chunk's tries again at once.
 
 The figures (`figures`) are those of the known short chunks, current as of the last
 step that examined everything queued before it; the copy rate is measured over the last
@@ -79,6 +82,7 @@ SCAN_PAGE = 4096
 SCAN_SHARE = 0.02     # of one core, at most, for the safety-net scan
 WALK_PAGE = 4096      # ids of a dead benefactor queued at a time
 WALK_BELOW = 2 * EXAMINE_BATCH  # ... while fewer than this are queued
+RETRY_MAX_S = 60.0    # the longest wait between two examinations of a chunk still short
 RATE_WINDOW_S = 10.0
 
 
@@ -297,6 +301,10 @@ class Replicator:
         self._scan_started = 0.0
         self._next_scan = clock()  # the first scan starts at once
         self._next_retry = clock()
+        # Short chunks examined again on a timer: id -> (tries so far, not before), and
+        # whether a benefactor joined or came back since the last step.
+        self._backoff: dict[bytes, tuple[int, float]] = {}
+        self._joined = False
         self._figures = ReplicationFigures()
         self._done = RateWindow(clock)  # finished copies
         self._copied_total = 0
@@ -308,6 +316,9 @@ class Replicator:
         # (ids, of which (id, pool, length) to convert)
         self.handoff: Callable[[list[bytes], list[tuple[bytes, str, int]]], None] | None = None
         self.other_rate: Callable[[], float] = lambda: 0.0  # the repairer's bytes/s
+        # Told the records with refcount 0 the safety-net scan comes across (garbage
+        # collection's queue is soft state: this is how it learns of older garbage).
+        self.unreferenced_found: Callable[[list[bytes]], None] | None = None
 
     # -- events ----------------------------------------------------------------------------
 
@@ -431,6 +442,8 @@ class Replicator:
             # already (a restart after their lease ran out).
             self._seen = set(self._store.benefactors())
         gone = self._seen - now_known
+        if now_known - self._seen:
+            self._joined = True
         self._seen = now_known
         with self._lock:
             for bid in sorted(gone):
@@ -469,13 +482,26 @@ class Replicator:
                 log.info("benefactor %s: every chunk it holds is queued", bid)
 
     def _retry_short(self, now: float) -> None:
-        """Every retry_s, chunks still short (no live copy, no target, a failed copy) are
-        examined again: a benefactor may have come back, or have room again."""
-        if now < self._next_retry:
+        """Chunks still short (no live copy, no target, a failed copy) are examined again:
+        each after its backoff (a benefactor may have room again, a copy may work now),
+        every one at once after a benefactor joined or came back."""
+        if now < self._next_retry and not self._joined:
             return
         self._next_retry = now + self._retry_s
         with self._lock:
-            again = [cid for cid in self._short if cid not in self._inflight]
+            if self._joined:
+                self._joined = False
+                self._backoff.clear()
+            again = []
+            for cid in self._short:
+                if cid in self._inflight:
+                    continue
+                tries, not_before = self._backoff.get(cid, (0, 0.0))
+                if now < not_before:
+                    continue
+                again.append(cid)
+                wait = min(self._retry_s * 2 ** min(tries, 16), RETRY_MAX_S)
+                self._backoff[cid] = (tries + 1, now + wait)
         if again:
             self.enqueue(again)
 
@@ -551,6 +577,7 @@ class Replicator:
     def _settle(self, cid: bytes) -> None:
         """CID has its R copies (or is no longer referenced): off the books. Holds _lock."""
         self._short.pop(cid, None)
+        self._backoff.pop(cid, None)
         for key in self._debts_of.pop(cid, ()):
             debt = self._debts.get(key)
             if debt is None:
@@ -669,6 +696,9 @@ class Replicator:
                 self._next_scan = self._scan_started + self._scan_interval_s
                 return
             self._scan_cursor = page[-1][0]
+            unreferenced = [cid for cid, rec in page if not rec.refcount]
+            if unreferenced and self.unreferenced_found is not None:
+                self.unreferenced_found(unreferenced)
             short = [cid for cid, rec in page
                      if rec.refcount and (view.missing(rec) or view.converts(rec))]
             if short:

@@ -45,6 +45,7 @@ BENEFACTOR_ACCESS: dict[str, frozenset[str]] = {
     # Maintenance the manager runs (and an administrator may).
     "ReplicateChunks": MANAGER,
     "RunGarbageRound": MANAGER,
+    "DeleteChunks": MANAGER,
     "Scrub": MANAGER,
     "RecodeChunk": MANAGER,
 }

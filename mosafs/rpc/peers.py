@@ -94,6 +94,15 @@ class BenefactorPeers:
                      timeout=REPLICATE_TIMEOUT_S)
         return reply.deleted_chunks, reply.freed_bytes, reply.waiting_chunks
 
+    def delete_chunks(self, address: str, ids: Sequence[bytes],
+                      put_before_ns: int) -> tuple[int, int]:
+        """Ask the benefactor at ADDRESS to delete IDS unless put at or after
+        PUT_BEFORE_NS: (chunks deleted, bytes freed)."""
+        reply = call(self._stub(address).DeleteChunks,
+                     bpb.DeleteChunksRequest(ids=ids, put_before_ns=put_before_ns),
+                     timeout=REPLICATE_TIMEOUT_S)
+        return reply.deleted_chunks, reply.freed_bytes
+
     def scrub(self, address: str) -> Iterator[bpb.ScrubProgress]:
         """Ask the benefactor at ADDRESS to verify every chunk now; its progress."""
         yield from stream(self._stub(address).Scrub, bpb.ScrubRequest(),

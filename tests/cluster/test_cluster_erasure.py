@@ -240,11 +240,10 @@ def test_cluster_erasure_damaged_fragments_and_gc(cluster_factory: list[Cluster]
     kept_before, gone_before = on_disk(kept_coded), on_disk(gone_coded)
     assert gone_before == 6 * len(gone_coded)
     (mnt / "gone").unlink()
-    cli_json("gc", "--manager", cluster.manager.address)  # sightings start
-    time.sleep(GRACE_S + 0.2)
-    report = cli_json("gc", "--manager", cluster.manager.address)
-    assert report["deleted_chunks"] >= gone_before
-    assert on_disk(gone_coded) == 0, "fragments of a removed file were kept"
+    deadline = time.monotonic() + 30
+    while on_disk(gone_coded):  # the manager collects them once the grace period is over
+        assert time.monotonic() < deadline, "fragments of a removed file were kept"
+        time.sleep(0.1)
     # (At least: the corrupt fragment the reader reported is being rebuilt meanwhile,
     # possibly on the benefactor that lost it, docs/erasure_pools.md "Repair".)
     assert on_disk(kept_coded) >= kept_before, "fragments of a kept file were deleted"

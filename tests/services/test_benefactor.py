@@ -187,6 +187,8 @@ def test_services_benefactor_invalid_ids_refused_and_still_serving(
         (stub.PutChunk, pb.PutChunkRequest(id=bad_id, data=b"x")),
         (stub.GetChunk, pb.GetChunkRequest(id=bad_id)),
         (stub.HasChunks, pb.HasChunksRequest(ids=[chunk_id(b"ok"), bad_id])),
+        (stub.DeleteChunks, pb.DeleteChunksRequest(ids=[chunk_id(b"ok"), bad_id],
+                                                   put_before_ns=time.time_ns())),
     ]
     for method, request in calls:
         code, details = code_of(method, request)
@@ -194,6 +196,31 @@ def test_services_benefactor_invalid_ids_refused_and_still_serving(
         assert "32 bytes" in details
     assert_serving(stub)
     assert benefactor.alive()
+
+
+def test_services_benefactor_deletes_what_was_not_put_since(benefactor: Proc,
+                                                              stub: Stub) -> None:
+    """DeleteChunks (the manager's collector): a chunk put at or after put_before_ns
+    stays (a writer may be about to reference it), the others go; a malformed request
+    deletes nothing."""
+    old, fresh = blob("old", 4096), blob("fresh", 8192)
+    put(stub, old)
+    put(stub, fresh)
+    cutoff = time.time_ns()
+    time.sleep(0.02)
+    put(stub, fresh)  # put again: its mtime moves past the cutoff
+    ids = [chunk_id(old), chunk_id(fresh), chunk_id(b"never stored")]
+    code, details = code_of(stub.DeleteChunks, pb.DeleteChunksRequest(ids=[ids[0], b"x"]))
+    assert code == grpc.StatusCode.INVALID_ARGUMENT and "32 bytes" in details
+    assert stub.GetInfo(pb.GetInfoRequest(), timeout=TIMEOUT).chunks == 2
+    reply = stub.DeleteChunks(pb.DeleteChunksRequest(ids=ids, put_before_ns=cutoff),
+                              timeout=TIMEOUT)
+    assert (reply.deleted_chunks, reply.freed_bytes) == (1, 4096)
+    has = stub.HasChunks(pb.HasChunksRequest(ids=ids[:2]), timeout=TIMEOUT)
+    assert list(has.present) == [False, True]
+    too_many = pb.DeleteChunksRequest(ids=[chunk_id(b"x")] * 16_385, put_before_ns=cutoff)
+    assert code_of(stub.DeleteChunks, too_many)[0] == grpc.StatusCode.INVALID_ARGUMENT
+    assert_serving(stub)
 
 
 def test_services_benefactor_oversized_batch_refused(benefactor: Proc, stub: Stub) -> None:

@@ -133,6 +133,9 @@ def test_services_roles_decide_what_a_certificate_may_call(cluster, tls: Path) -
                              metadata=read).data == data
         assert code_of(lambda: stub.RunGarbageRound(bpb.GarbageRoundRequest(), timeout=10)) \
             == Code.PERMISSION_DENIED
+        assert code_of(lambda: stub.DeleteChunks(bpb.DeleteChunksRequest(
+            ids=[chunk_id(data)], put_before_ns=time.time_ns()), timeout=10)) \
+            == Code.PERMISSION_DENIED
     # The admin commands: an ordinary client certificate is refused with exit code 77.
     done = cli("gc", "--manager", manager, "--tls-dir", str(tls), "--tls-name", "client")
     assert done.returncode == 77 and "needs a certificate of role admin" in done.stderr

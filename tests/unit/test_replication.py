@@ -201,3 +201,45 @@ def test_unit_a_dead_benefactors_chunks_are_walked_a_page_at_a_time(
     assert {t for _, t, _ in copies.asked} == {"b3"}
     assert all(sorted(store.chunk(c).benefactor_ids) in (["b1", "b2", "b3"], ["b1", "b3"])
                for c in ids[:: replication.WALK_PAGE // 2])  # type: ignore[union-attr]
+
+
+def test_unit_lost_chunks_are_examined_with_backoff_and_at_once_on_a_return(
+        store: MetadataStore, clock: Clock) -> None:
+    """A chunk with no live copy is examined again after 2 s, then twice as long at each
+    try up to a minute (not every 2 s: a store with many lost chunks re-read them all),
+    and at once when a benefactor comes back (which can make it whole)."""
+    from mosafs.manager import replication
+
+    copies = Copies()
+    mgr = manager(store, clock, copies)
+    join(mgr, "b1", "b2")
+    lost = cid(1)
+    commit(mgr, new_file(store, "f"), [(lost, MiB)], place_on="b1")
+    copies.target_problem["b2"] = "unreachable"  # the one copy is never made
+    settle(mgr)
+    clock.now += 6  # b1's lease runs out: its copy is the only one
+    join(mgr, "b2")
+    settle(mgr)
+    assert mgr.cluster_status().lost_chunks == 1
+    read: list[bytes] = []
+    real = store.chunk_records
+
+    def counting(ids: Sequence[bytes]) -> list:  # type: ignore[type-arg]
+        read.extend(ids)
+        return real(ids)
+
+    store.chunk_records = counting  # type: ignore[method-assign]
+    for _ in range(120):  # four minutes, a step every 2 s
+        clock.now += 2
+        join(mgr, "b2")
+        settle(mgr)
+    examined = read.count(lost)
+    assert 4 <= examined <= 240 / replication.RETRY_MAX_S + 6, examined
+    copies.target_problem.clear()
+    clock.now += 1
+    join(mgr, "b1", "b2")  # back: the chunk is examined and copied at once
+    settle(mgr)
+    # examined at once, copied, and examined once more when the copy ended
+    assert examined < read.count(lost) <= examined + 2
+    assert ("b1", "b2", 1) in copies.asked
+    assert mgr.cluster_status().lost_chunks == 0

@@ -82,6 +82,9 @@ class StoreBase:
                              self.path, map_size)
         self._writes = 0
         self._count_lock = threading.Lock()
+        # Told the ids of chunks a committed write transaction left with refcount 0
+        # (mosafs.manager.garbage queues them for collection); None: nobody.
+        self.on_unreferenced: Callable[[list[bytes]], None] | None = None
         # The operations clients wait on share commits (docs/metadata.md, "Group commit").
         self._committer = GroupCommitter(env, gate=self._map.gate.shared)
         self._initialise()
@@ -122,11 +125,18 @@ class StoreBase:
         seen = self._map.map_size
         try:
             with self._map.gate.shared(), self._env.begin(write=True) as txn:
-                yield Tx(txn, self._db)
+                tx = Tx(txn, self._db)
+                yield tx
             with self._count_lock:
                 self._writes += 1
         except lmdb.MapFullError:
             raise self._map.full(seen, grows=grows) from None
+        self._committed(tx)
+
+    def _committed(self, tx: Tx) -> None:
+        """After TX committed: chunks it left unreferenced go to on_unreferenced."""
+        if tx.unreferenced and self.on_unreferenced is not None:
+            self.on_unreferenced(tx.unreferenced)
 
     def _grouped(self, body: Callable[[Tx], _T], *, grows: bool = False) -> _T:
         """BODY(tx) as one operation of a group commit: its result once the commit that
@@ -135,12 +145,19 @@ class StoreBase:
         apart."""
         self._map.prepare(grows=grows)
         seen = self._map.map_size
+        made: list[Tx] = []
+
+        def run(txn: lmdb.Transaction[bytes]) -> _T:
+            made.append(Tx(txn, self._db))  # a retry of the operation makes another
+            return body(made[-1])
+
         try:
-            result = self._committer.run(lambda txn: body(Tx(txn, self._db)))
+            result = self._committer.run(run)
         except lmdb.MapFullError:
             raise self._map.full(seen, grows=grows) from None
         with self._count_lock:
             self._writes += 1
+        self._committed(made[-1])
         return result
 
     @contextmanager

@@ -62,6 +62,9 @@ class Tx:
         # stored: put_chunk keeps the holdings index in step from them without reading and
         # decoding the record again (a commit reads each record, then puts it).
         self._stored_holders: dict[bytes, set[str]] = {}
+        # Chunks whose refcount this transaction brought to 0: told to the store's
+        # `on_unreferenced` once it has committed (garbage collection's queue).
+        self.unreferenced: list[bytes] = []
 
     # inodes
     def find_inode(self, ino: int) -> metadata_pb2.InodeRecord | None:
@@ -397,6 +400,8 @@ class Tx:
                 return
         rec.refcount = max(0, rec.refcount - count)
         self.put_chunk(cid, rec)
+        if rec.refcount == 0:
+            self.unreferenced.append(cid)
 
     # registrations
     def benefactor(self, bid: str) -> metadata_pb2.BenefactorRecord | None:

@@ -25,6 +25,7 @@ from mosafs import errors
 from mosafs._proto import manager_pb2 as mpb
 from mosafs.client import acting
 from mosafs.client.files import FileSystem
+from mosafs.client.files.listing import Listing
 
 log = logging.getLogger(__name__)
 
@@ -106,7 +107,7 @@ class Operations(pyfuse3.Operations):
         self.enable_writeback_cache = writeback_cache
         self.fs = fs
         self.attr_timeout = attr_timeout
-        self._dirs: dict[int, tuple[int, list[mpb.DirEntry]]] = {}  # fh -> (inode, entries)
+        self._dirs: dict[int, tuple[int, Listing]] = {}  # fh -> (inode, entries)
         self._next_dir = 1
         # inode -> the file version whose attributes the kernel was last given
         self._told: cachetools.LRUCache[int, int] = cachetools.LRUCache(100_000)
@@ -242,26 +243,28 @@ class Operations(pyfuse3.Operations):
 
     @_errno_mapped
     async def opendir(self, inode: int, ctx: Any) -> int:
-        entries = await self.fs.readdir(inode)  # a snapshot for this handle's readdir calls
+        listing = await self.fs.readdir(inode)  # a snapshot for this handle's readdir calls
         fh = self._next_dir
         self._next_dir += 1
-        self._dirs[fh] = (inode, entries)
+        self._dirs[fh] = (inode, listing)
         self.dir_acting[fh] = acting.ACTING.get()
         return fh
 
     @_errno_mapped
     async def readdir(self, fh: int, start_id: int, token: Any) -> None:
-        _, entries = self._dirs.get(fh, (0, []))
-        for index in range(start_id, len(entries)):
-            entry = entries[index]
+        _, listing = self._dirs.get(fh, (0, Listing()))
+        index = start_id
+        while (entry := await listing.entry(index)) is not None:
             if not pyfuse3.readdir_reply(token, os.fsencode(entry.name),
-                                         self._entry(entry.attr), index + 1):
+                                         self._entry(self.fs.listed(entry)), index + 1):
                 break
             self.fs.entry_handed(entry.attr.inode)  # readdirplus counts as a lookup
+            index += 1
 
     @_errno_mapped
     async def releasedir(self, fh: int) -> None:
-        inode, _ = self._dirs.pop(fh, (0, []))
+        inode, listing = self._dirs.pop(fh, (0, Listing()))
+        listing.abandoned = True
         self.dir_acting.pop(fh, None)
         self.fs.release_listing(inode)
 

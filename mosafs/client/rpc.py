@@ -11,7 +11,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import AsyncGenerator, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
@@ -120,15 +120,21 @@ class ManagerClient:
         return await self._call("SetAttr", mpb.SetAttrRequest(inode=inode, **fields))
 
     async def readdir(self, inode: int) -> list[mpb.DirEntry]:
-        """Every entry of a directory, page by page."""
+        """Every entry of a directory."""
         entries: list[mpb.DirEntry] = []
-        start_after = ""
+        async for page in self.readdir_pages(inode):
+            entries.extend(page)
+        return entries
+
+    async def readdir_pages(self, inode: int, start_after: str = ""
+                            ) -> AsyncGenerator[list[mpb.DirEntry], None]:
+        """The entries of a directory after START_AFTER, a page at a time."""
         while True:
             page = await self._call(
                 "ReadDir", mpb.ReadDirRequest(inode=inode, start_after=start_after))
-            entries.extend(page.entries)
+            yield list(page.entries)
             if not page.more or not page.entries:
-                return entries
+                return
             start_after = page.entries[-1].name
 
     async def mkdir(self, parent: int, name: str, mode: int, uid: int, gid: int) -> mpb.Attr:

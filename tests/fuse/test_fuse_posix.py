@@ -874,3 +874,17 @@ def test_fuse_posix_statfs(d: Path) -> None:
     raises_errno(errno.ENAMETOOLONG, os.open, d / ("n" * 256), os.O_CREAT | os.O_WRONLY)
     (d / ("n" * 255)).write_bytes(b"longest name")
     assert (d / ("n" * 255)).read_bytes() == b"longest name"
+
+
+def test_fuse_posix_listing_of_many_pages_is_whole_and_in_order(d: Path) -> None:
+    """The manager answers a listing 1,000 entries a page and the mount hands the kernel
+    the first page while the others arrive: every entry comes once, in order, with its
+    attributes, in a listing started cold and in one started again at once (cached)."""
+    names = [f"f{i:05d}" for i in range(2500)]
+    for i, name in enumerate(names):
+        fd = os.open(d / name, os.O_CREAT | os.O_WRONLY, 0o600 | (i % 2) * 0o044)
+        os.close(fd)
+    for _ in range(2):
+        listed = [(e.name, stat.S_IMODE(e.stat(follow_symlinks=False).st_mode))
+                  for e in os.scandir(d)]
+        assert listed == [(n, 0o600 | (i % 2) * 0o044) for i, n in enumerate(names)]

@@ -16,6 +16,7 @@ from mosafs._proto import manager_pb2 as mpb
 from mosafs.client.files.attrcache import AttrCache
 from mosafs.client.files.blockmap import BlockMapView, coded_of
 from mosafs.client.files.context import ClientContext
+from mosafs.client.files.listing import Listing
 from mosafs.client.files.readahead import MINIMUM, ReadAhead
 from mosafs.client.files.versions import VERSIONS, VersionView, is_virtual
 from mosafs.client.files.writer import WriteSession, check_size
@@ -143,22 +144,25 @@ class FileSystem:
                 return self._overlay(self._cache.put(orphan))
         return await self.getattr(inode)
 
-    async def readdir(self, inode: int) -> list[DirEntry]:
-        """The entries of a directory; release_listing(inode) when its handle goes."""
+    async def readdir(self, inode: int) -> Listing:
+        """The entries of a directory, the first page at once and the rest as it comes
+        (mosafs.client.files.listing); release_listing(inode) when its handle goes."""
         if is_virtual(inode):
-            return await self.versions.listing(inode)
-        entries = self._cache.listing(inode)
-        if entries is None:
-            entries = await self.manager.readdir(inode)
-            self._cache.put_listing(inode, entries)
-        out = []
-        for entry in entries:
-            # The attribute cache may hold a newer state than the listing (a setattr since):
-            # never hand the kernel the older one.
-            overlaid = self._overlay(self._cache.attr(entry.attr.inode) or entry.attr)
-            out.append(entry if overlaid is entry.attr else DirEntry(name=entry.name,
-                                                                      attr=overlaid))
-        return out
+            return Listing(await self.versions.listing(inode))
+        cached = self._cache.listing(inode)
+        if cached is not None:
+            return Listing(cached)
+        pages = self.manager.readdir_pages(inode)
+        first = await anext(pages)  # errors (not a directory, refused) come at opendir
+        listing = Listing(first, done=False)
+        self.ctx.spawn(listing.fill, pages,
+                       lambda entries: self._cache.put_listing(inode, entries))
+        return listing
+
+    def listed(self, entry: DirEntry) -> Attr:
+        """ENTRY's attributes to hand the kernel: the attribute cache may hold a newer state
+        than the listing (a setattr since), and never the older one is given."""
+        return self._overlay(self._cache.attr(entry.attr.inode) or entry.attr)
 
     def release_listing(self, inode: int) -> None:
         if is_virtual(inode):

@@ -240,6 +240,7 @@ class FileChunkStore(ChunkStore):
             self.data_dir.mkdir(parents=True, exist_ok=True)
             self._lock_fd = self._take_lock()
             self._chunks_dir.mkdir(exist_ok=True)
+            self._make_top_dirs()
             self._tmp_dir.mkdir(exist_ok=True)
             self._clean_tmp()
             self._scan()
@@ -249,6 +250,20 @@ class FileChunkStore(ChunkStore):
         except BaseException:
             self.close()
             raise
+
+    def _make_top_dirs(self) -> None:
+        """The 256 top fan-out directories (chunks/00 .. chunks/ff), made once and kept:
+        the first put into each otherwise made it and fsynced chunks/ under the stripe
+        lock, 256 directory syncs of one directory that the first large write of a new
+        store paid (docs/benchmarks.md, "GPU-native checkpoints")."""
+        made = 0
+        for byte in range(256):
+            top = self._chunks_dir / f"{byte:02x}"
+            if not top.is_dir():
+                top.mkdir()
+                made += 1
+        if made:
+            fsync_dir(self._chunks_dir)
 
     def _take_lock(self) -> int:
         """Two processes on one data dir would share an id and race on files: refuse."""
@@ -497,18 +512,17 @@ class FileChunkStore(ChunkStore):
 
     @staticmethod
     def _remove_empty_dirs(leaf_dir: Path) -> None:
-        """Remove LEAF_DIR, then its parent, while empty: without it a store that once held
-        many chunks keeps up to 65,792 empty directories for every walk to read. Not fsynced:
-        an empty directory back after a crash is harmless."""
-        for d in (leaf_dir, leaf_dir.parent):
-            try:
-                d.rmdir()
-            except FileNotFoundError:
-                continue  # removed by someone else: its parent may be empty now
-            except OSError as exc:
-                if exc.errno in (errno.ENOTEMPTY, errno.EEXIST):
-                    return  # other chunks live here
-                raise
+        """Remove LEAF_DIR while empty: without it a store that once held many chunks
+        keeps up to 65,536 empty directories for every walk to read (the 256 top ones
+        stay: _make_top_dirs). Not fsynced: an empty directory back after a crash is
+        harmless."""
+        try:
+            leaf_dir.rmdir()
+        except FileNotFoundError:
+            return  # removed by someone else
+        except OSError as exc:
+            if exc.errno not in (errno.ENOTEMPTY, errno.EEXIST):
+                raise  # else other chunks live here
 
     def _forget_size(self, size: int) -> None:
         """The counters after a chunk file of SIZE bytes was removed."""

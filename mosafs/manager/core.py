@@ -19,6 +19,7 @@ from mosafs.errors import (
     InvalidArgument,
     MosafsError,
     NoSpace,
+    NotADirectory,
     NotFound,
     Unavailable,
 )
@@ -57,7 +58,7 @@ HasFn = Callable[[str, Sequence[bytes]], list[bool]]
 HAS_BATCH = 65_536  # ids per HasChunks call while looking for missing copies
 REPAIR_TIMEOUT_S = 120.0  # how long `mosafs scrub` waits for replication to repair
 MAX_UNREPAIRED_IDS = 1000  # listed in a scrub report
-PRUNE_INTERVAL_S = 60.0  # background pruning, at the latest; purge-after wakes it sooner
+PRUNE_INTERVAL_S = 3600.0  # the background pass over every folder with a policy
 
 
 @dataclass(frozen=True)
@@ -107,6 +108,11 @@ class Manager:
         self.folders = Folders(store)
         # Set when a policy changes or a commit may have made work: the pruning loop wakes.
         self.prune_wakeup = threading.Event()
+        # Folder -> the soonest purge-after expiry of an image in it (soft state: the pass
+        # over every folder, at start and then every PRUNE_INTERVAL_S, finds them all).
+        self._expiries: dict[int, int] = {}
+        self._expiries_lock = threading.Lock()
+        self._next_full_prune = 0.0
         self._run_round = run_round
         self._delete = delete
         self._scrub = scrub
@@ -259,7 +265,7 @@ class Manager:
             log.exception("bug in pruning folder %d after a commit", folder)
             return
         self._log_pruned(result)
-        if result.next_expiry_ns is not None:
+        if self._note_expiries(result):
             self.prune_wakeup.set()  # the loop reschedules for the new image's expiry
 
     def abort_write(self, lease_id: int) -> None:
@@ -332,15 +338,42 @@ class Manager:
                                     policy=policy)
         if not dry_run:
             self._log_pruned(result)
+            self._note_expiries(result)
         return result
 
+    def _note_expiries(self, result: PruneResult) -> bool:
+        """Keep the expiries of the folders RESULT pruned; whether one has any."""
+        with self._expiries_lock:
+            for directory in result.examined:
+                self._expiries.pop(directory, None)
+            self._expiries.update(result.expiries)
+        return bool(result.expiries)
+
     def prune_pass(self) -> float:
-        """One background pass over every folder with a policy; returns the seconds until
-        the next one (the soonest purge-after expiry, at most PRUNE_INTERVAL_S)."""
-        result = self.prune()
-        if result.next_expiry_ns is None:
-            return PRUNE_INTERVAL_S
-        wait = (result.next_expiry_ns - time.time_ns()) / 1e9
+        """A background pass: every folder with a policy at start and every
+        PRUNE_INTERVAL_S (the safety net), otherwise only the folders where a purge-after
+        rule has an image due (commits and policy changes prune their own folders at
+        once), so that a pass costs what expired, not every file under a policy. Returns
+        the seconds until the next one."""
+        now = time.monotonic()
+        if now >= self._next_full_prune:
+            self._next_full_prune = now + PRUNE_INTERVAL_S
+            self.prune()
+        else:
+            wall = time.time_ns()
+            with self._expiries_lock:
+                due = [f for f, expiry in self._expiries.items() if expiry <= wall]
+            for folder in due:
+                try:
+                    self.prune(folder)
+                except (NotFound, NotADirectory):
+                    with self._expiries_lock:
+                        self._expiries.pop(folder, None)  # the folder went
+        with self._expiries_lock:
+            soonest = min(self._expiries.values(), default=None)
+        wait = self._next_full_prune - time.monotonic()
+        if soonest is not None:
+            wait = min(wait, (soonest - time.time_ns()) / 1e9)
         return min(PRUNE_INTERVAL_S, max(0.05, wait))
 
     @staticmethod

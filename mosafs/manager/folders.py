@@ -59,6 +59,9 @@ class PruneResult:
     pruned: list[manager_pb2.PrunedImage] = field(default_factory=list)
     skipped: list[str] = field(default_factory=list)
     next_expiry_ns: int | None = None  # the soonest a purge-after rule removes another image
+    # The directories pruned, and of those the soonest expiry of each that has one.
+    examined: list[int] = field(default_factory=list)
+    expiries: dict[int, int] = field(default_factory=dict)
     # Chunks left without a reference (what `mosafs gc` deletes): count, bytes (one copy),
     # bytes on the benefactors (every copy).
     chunks_unreferenced: int = 0
@@ -333,6 +336,7 @@ class Folders:
                     continue  # removed since the targets were listed
                 self._prune_folder(tx, directory, result, dry_run=dry_run, busy=busy,
                                    policy=policy)
+            result.examined.append(directory)
         return result
 
     def _targets(self, folder: int) -> list[int]:
@@ -378,7 +382,7 @@ class Folders:
         for images in listing.groups.values():
             chosen = pruning.select(images, rules, now)
             removed.extend(listing.spare_protected(chosen, result))
-            self._note_expiry(images, chosen, rules, result)
+            self._note_expiry(folder, images, chosen, rules, result)
         result.count_unreferenced(tx, listing.released(tx, removed), dry_run=dry_run)
         for image, reason in removed:
             self._remove(tx, folder, listing, image, reason, result, dry_run=dry_run, now=now)
@@ -401,8 +405,9 @@ class Folders:
             MetadataStore.remove_name(tx, folder, listing.names[image.inode], image.inode, now)
 
     @staticmethod
-    def _note_expiry(images: list[pruning.Image], chosen: list[tuple[pruning.Image, str]],
-                     policy: pruning.Policy, result: PruneResult) -> None:
+    def _note_expiry(folder: int, images: list[pruning.Image],
+                     chosen: list[tuple[pruning.Image, str]], policy: pruning.Policy,
+                     result: PruneResult) -> None:
         if not policy.purge_after_ms:
             return
         gone = {(i.inode, i.version) for i, _ in chosen}
@@ -411,3 +416,4 @@ class Folders:
             expiry = min(left) + policy.purge_after_ms * 1_000_000
             if result.next_expiry_ns is None or expiry < result.next_expiry_ns:
                 result.next_expiry_ns = expiry
+            result.expiries[folder] = min(expiry, result.expiries.get(folder, expiry))

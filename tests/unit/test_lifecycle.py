@@ -376,7 +376,36 @@ def test_unit_purge_after_reports_the_next_expiry(mgr: Manager) -> None:
     assert 25 < mgr.prune_pass() <= 30  # the loop sleeps until the oldest image expires
     mgr.set_folder(d, pool=None, series_pattern=None, policy=Policy(purge_after_ms=3_600_000),
                    clear_policy=False)
-    assert mgr.prune_pass() == 60.0  # at most the interval
+    assert 3500 < mgr.prune_pass() <= 3600  # the expiry, and at most the interval
+
+
+def test_unit_background_pass_prunes_only_the_folders_with_an_image_due(
+        mgr: Manager) -> None:
+    """After the first pass over every folder with a policy, a pass prunes the folders
+    where a purge-after rule has an image due, not every folder under a policy: its cost
+    follows what expired."""
+    import time
+
+    register(mgr, "b1")
+    store = mgr.store
+    for i in range(20):
+        other = store.mkdir(ROOT_INODE, f"kept{i}", 0o755).inode
+        mgr.set_folder(other, pool=None, series_pattern=None, policy=Policy(keep_last=1),
+                       clear_policy=False)
+        commit(mgr, new_file(store, "app.n0.1", other), [(cid(100 + i), 10)])
+    d = store.mkdir(ROOT_INODE, "short", 0o755).inode
+    mgr.set_folder(d, pool=None, series_pattern=None, policy=Policy(purge_after_ms=400),
+                   clear_policy=False)
+    commit(mgr, new_file(store, "app.n0.1", d), [(cid(1), 10)])
+    before = store.write_transactions
+    assert mgr.prune_pass() <= 0.4  # the first pass: every folder, and the expiry found
+    assert store.write_transactions - before == 21
+    time.sleep(0.5)
+    before = store.write_transactions
+    mgr.prune_pass()
+    assert store.write_transactions - before == 1  # the one folder with an image due
+    assert names(store, d) == []
+    assert mgr.prune_pass() > 3000  # nothing due any more: the next full pass
 
 
 def test_unit_pruned_subfolders_inherit_unless_they_set_their_own(mgr: Manager) -> None:

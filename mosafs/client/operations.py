@@ -12,12 +12,12 @@ import errno
 import functools
 import inspect
 import logging
+import math
 import os
 import stat
 from collections.abc import Callable, Coroutine
 from typing import Any, TypeVar
 
-import cachetools
 import pyfuse3
 import trio
 
@@ -25,6 +25,7 @@ from mosafs import errors
 from mosafs._proto import manager_pb2 as mpb
 from mosafs.client import acting
 from mosafs.client.files import FileSystem
+from mosafs.client.files.attrcache import TtlDict
 from mosafs.client.files.listing import Listing
 
 log = logging.getLogger(__name__)
@@ -110,10 +111,14 @@ class Operations(pyfuse3.Operations):
         self._dirs: dict[int, tuple[int, Listing]] = {}  # fh -> (inode, entries)
         self._next_dir = 1
         # inode -> the file version whose attributes the kernel was last given
-        self._told: cachetools.LRUCache[int, int] = cachetools.LRUCache(100_000)
+        # (Plain dicts emptied when full, not LRU caches: set for every entry of every
+        # listing, an LRU's ordering was a tenth of the mount's CPU of an `ls -l`; an
+        # entry lost that way only forgoes an invalidation the kernel's attribute timeout
+        # makes anyway.)
+        self._told: TtlDict[int, int] = TtlDict(100_000, math.inf)
         # inode -> the version whose pages the kernel's page cache may hold: the version the
         # last open handed out (pages of an older one were dropped at that open).
-        self._paged: cachetools.LRUCache[int, int] = cachetools.LRUCache(100_000)
+        self._paged: TtlDict[int, int] = TtlDict(100_000, math.inf)
         # fh -> inode of every handle open for writing: what a stopping mount waits for
         # (their applications close them, and so commit them).
         self._writing: dict[int, int] = {}

@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import logging
 import stat
-from collections.abc import Iterable
 from typing import TypeVar
 
 from mosafs import metrics
@@ -258,11 +257,3 @@ class Guard:
 
 def _bits(want: int) -> str:
     return "".join(c for bit, c in ((R, "r"), (W, "w"), (X, "x")) if want & bit)
-
-
-def filtered(entries: Iterable[tuple[str, _A]], names: set[bytes] | None,
-             ) -> list[tuple[str, _A]]:
-    """ReadDir's entries, less those a directory above a subtree hides."""
-    if names is None:
-        return list(entries)
-    return [(name, attr) for name, attr in entries if name.encode() in names]

@@ -16,7 +16,7 @@ from mosafs.manager.batches import Batches
 from mosafs.manager.core import Manager
 from mosafs.manager.folders import policy_of
 from mosafs.manager.metadata import Fragments, SessionCommit
-from mosafs.manager.permissions import Guard, filtered
+from mosafs.manager.permissions import Guard
 from mosafs.rpc.errors import servicer, status_code
 from mosafs.rpc.handlers import add_decoding_in_handlers
 from mosafs.rpc.security import current_caller, revocations
@@ -73,11 +73,8 @@ class ManagerServicer(manager_pb2_grpc.ManagerServicer):
 
     def ReadDir(self, request: pb.ReadDirRequest, context: Ctx) -> pb.ReadDirResponse:
         names = self._guard.visible(current_caller(), request.inode)
-        entries, more = self._store.readdir(request.inode, request.start_after, request.limit)
-        out = pb.ReadDirResponse(more=more)
-        out.entries.extend(pb.DirEntry(name=name, attr=attr)
-                           for name, attr in filtered(entries, names))
-        return out
+        return self._store.readdir_page(request.inode, request.start_after, request.limit,
+                                        names)
 
     def Mkdir(self, request: pb.MkdirRequest, context: Ctx) -> pb.Attr:
         self._guard.create(current_caller(), request.parent, request.uid, request.gid,

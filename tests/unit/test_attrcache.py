@@ -30,3 +30,23 @@ def test_a_small_listing_caches_every_entry() -> None:
     cache = AttrCache(60.0)
     cache.put_listing(7, _entries(3))
     assert [cache.child(7, f"f{i}") for i in range(3)] == [100, 101, 102]
+
+
+def test_ttl_dict_expires_entries_and_empties_itself_when_full() -> None:
+    from mosafs.client.files.attrcache import TtlDict
+
+    now = [100.0]
+    d: TtlDict[str, int] = TtlDict(3, 1.0, timer=lambda: now[0])
+    d["a"] = 1
+    now[0] += 0.5
+    d["b"] = 2
+    assert (d.get("a"), d.get("b")) == (1, 2)
+    now[0] += 0.6  # a is 1.1 s old, b 0.6 s
+    assert (d.get("a"), d.get("b")) == (None, 2)
+    assert d.pop("b") == 2 and d.pop("b") is None and d.pop("x", 7) == 7
+    for i, key in enumerate("cde"):
+        d[key] = i
+    d["c"] = 9  # a key it holds: no room needed
+    assert len(d) == 3 and d.get("c") == 9
+    d["f"] = 5  # full: emptied, then F
+    assert len(d) == 1 and d.get("f") == 5 and d.get("c") is None

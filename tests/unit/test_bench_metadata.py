@@ -127,12 +127,13 @@ def _phase(per_s: float, p99_ms: float = 1.0, **extra: Any) -> dict[str, Any]:
 
 
 def _run(n: int, creates: float = 3000.0, stats: float = 20000.0, close_p99: float = 5.0,
-         dropped: bool = True) -> dict[str, Any]:
+         dropped: bool = True, commit_p99_s: float | None = 0.005) -> dict[str, Any]:
+    rpc = {"calls": 80, "p50_at_most_s": 0.001, "p99_at_most_s": commit_p99_s}
     return {"clients": n, "creates_shared_dir": _phase(creates),
             "creates_own_dirs": _phase(creates + 1), "stat_cached": _phase(stats),
             "lookups_missing": _phase(stats), "stat_uncached": _phase(
                 stats, caches_dropped=dropped, waited_s=1.5),
-            "commits": _phase(100.0, close_p99)}
+            "commits": _phase(100.0, close_p99, commit_rpc=rpc)}
 
 
 def _scale(chunks: int = 10_000_000, idle: float = 0.05, reaction: float = 1.0,
@@ -163,14 +164,16 @@ def test_figures_at_the_targets_pass_and_just_short_fail() -> None:
     ok = md.targets(_result([_run(1, creates=1.0), _run(8)], peer=peer, scale=_scale()))
     assert set(ok) == {"creates_per_s_shared_dir", "creates_per_s_own_dirs",
                        "creates_shared_dir_vs_moosefs", "creates_own_dirs_vs_moosefs",
-                       "commit_close_p99_ms", "stat_cached_per_s", "stat_uncached_per_s",
-                       "ls_l_100000_entries_s", "scale_idle_cpu_share",
+                       "commit_close_p99_ms", "commit_rpc_p99_ms", "stat_cached_per_s",
+                       "stat_uncached_per_s", "ls_l_100000_entries_s", "scale_idle_cpu_share",
                        "scale_rereplication_start_s", "scale_status_p99_ms"}
     assert all(t["pass"] is True for t in ok.values()), ok  # the 1-client run is not judged
     assert ok["creates_shared_dir_vs_moosefs"]["value"] == 1.0
     assert ok["commit_close_p99_ms"]["value"] == 5.0 and md.overall(ok) is True
+    assert ok["commit_rpc_p99_ms"]["value"] == 5.0 and ok["commit_rpc_p99_ms"]["calls"] == 80
 
-    bad = md.targets(_result([_run(8, creates=2998.0, stats=19999.0, close_p99=5.5)],
+    bad = md.targets(_result([_run(8, creates=2998.0, stats=19999.0, close_p99=5.5,
+                                   commit_p99_s=0.01)],
                              ls_s=2.01, peer=peer, scale=_scale(idle=0.051, reaction=1.01,
                                                                 status_p99=100.5)))
     assert {n for n, t in bad.items() if t["pass"] is False} == set(bad)

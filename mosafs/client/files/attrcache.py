@@ -7,9 +7,14 @@ revalidated on every open (close-to-open), see FileSystem.open.
 
 from __future__ import annotations
 
-import cachetools
+import time
+from collections.abc import Callable
+from typing import Generic, TypeVar
 
 from mosafs._proto import manager_pb2 as mpb
+
+K = TypeVar("K")
+V = TypeVar("V")
 
 MAX_ENTRIES = 100_000
 # Entries of one listing whose names and attributes are cached one by one: the kernel has
@@ -19,13 +24,47 @@ MAX_ENTRIES = 100_000
 LISTING_ENTRIES = 10_000
 
 
+class TtlDict(Generic[K, V]):
+    """A dict whose entries live TTL seconds, holding at most MAXSIZE: past it, it is
+    emptied (entries live about a second, so it refills at once). cachetools' TTLCache
+    kept a time-ordered link and an LRU order per entry: a get cost about 1 us and a put
+    several, a sixth of the mount's CPU in a listing of 100,000 entries (py-spy,
+    docs/benchmarks.md "Metadata"). Single-threaded, as the mount's trio loop is."""
+
+    def __init__(self, maxsize: int, ttl: float,
+                 timer: Callable[[], float] = time.monotonic) -> None:
+        self._data: dict[K, tuple[V, float]] = {}
+        self._maxsize = maxsize
+        self._ttl = ttl
+        self._timer = timer
+
+    def get(self, key: K) -> V | None:
+        item = self._data.get(key)
+        if item is None:
+            return None
+        if self._timer() >= item[1]:
+            del self._data[key]
+            return None
+        return item[0]
+
+    def __setitem__(self, key: K, value: V) -> None:
+        if len(self._data) >= self._maxsize and key not in self._data:
+            self._data.clear()
+        self._data[key] = (value, self._timer() + self._ttl)
+
+    def pop(self, key: K, default: V | None = None) -> V | None:
+        item = self._data.pop(key, None)
+        return default if item is None else item[0]
+
+    def __len__(self) -> int:
+        return len(self._data)
+
+
 class AttrCache:
     def __init__(self, ttl: float) -> None:
-        self._attrs: cachetools.TTLCache[int, mpb.Attr] = cachetools.TTLCache(MAX_ENTRIES, ttl)
-        self._names: cachetools.TTLCache[tuple[int, str], int] = cachetools.TTLCache(
-            MAX_ENTRIES, ttl)
-        self._listings: cachetools.TTLCache[int, list[mpb.DirEntry]] = cachetools.TTLCache(
-            MAX_ENTRIES // 10, ttl)
+        self._attrs: TtlDict[int, mpb.Attr] = TtlDict(MAX_ENTRIES, ttl)
+        self._names: TtlDict[tuple[int, str], int] = TtlDict(MAX_ENTRIES, ttl)
+        self._listings: TtlDict[int, list[mpb.DirEntry]] = TtlDict(MAX_ENTRIES // 10, ttl)
         # Inodes with open handles keep their newest attributes without expiry: a file
         # unlinked while open still has attributes until its last close.
         self._pinned: dict[int, mpb.Attr] = {}

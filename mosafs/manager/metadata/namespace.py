@@ -29,7 +29,7 @@ from mosafs.manager.metadata.checks import (
     check_new_name,
     check_symlink_target,
 )
-from mosafs.manager.metadata.records import _attr
+from mosafs.manager.metadata.records import _attr, fill_attr
 from mosafs.manager.metadata.schema import (
     _MAX_U32,
     _U64,
@@ -134,13 +134,7 @@ class NamespaceOps(StoreBase):
         self, inode: int, start_after: str = "", limit: int = 0,
     ) -> tuple[list[tuple[str, manager_pb2.Attr]], bool]:
         """One page of a directory, in bytewise name order: (entries, more)."""
-        try:
-            after = start_after.encode("utf-8")
-        except UnicodeEncodeError:
-            raise InvalidArgument("start_after is not valid Unicode") from None
-        if len(after) > MAX_NAME_BYTES:
-            raise InvalidArgument(f"start_after is {len(after)} bytes; names have at most "
-                                  f"{MAX_NAME_BYTES}")
+        after = _start_after(start_after)
         limit = min(limit or READDIR_DEFAULT, READDIR_MAX)
         out: list[tuple[str, manager_pb2.Attr]] = []
         with self._read() as tx:
@@ -150,6 +144,31 @@ class NamespaceOps(StoreBase):
                     return out, True
                 out.append((name.decode("utf-8"), _attr(child, tx.inode(child))))
         return out, False
+
+    def readdir_page(self, inode: int, start_after: str = "", limit: int = 0,
+                     names: set[bytes] | None = None) -> manager_pb2.ReadDirResponse:
+        """One page of a directory as ReadDir answers it (readdir's entries, built in
+        place), leaving out the entries whose names are not in NAMES (None: none left
+        out)."""
+        after = _start_after(start_after)
+        limit = min(limit or READDIR_DEFAULT, READDIR_MAX)
+        out = manager_pb2.ReadDirResponse()
+        entries = out.entries
+        with self._read() as tx:
+            tx.directory(inode)
+            inodes = self._db.inodes
+            for name, child in tx.entries(inode, after):
+                if names is not None and name not in names:
+                    continue
+                if len(entries) == limit:
+                    out.more = True
+                    return out
+                raw = tx.txn.get(_U64.pack(child), db=inodes)
+                if raw is None:  # a dirent without its inode: fsck's dangling_dirent
+                    raise NotFound(f"inode {child} (named {name!r} in {inode}) is missing")
+                entry = entries.add(name=name.decode("utf-8"))
+                fill_attr(entry.attr, child, raw)
+        return out
 
     @_rerun_if_grown
     def mkdir(self, parent: int, name: str, mode: int, uid: int = 0,
@@ -458,3 +477,15 @@ class NamespaceOps(StoreBase):
             if ino not in kinds:
                 out[ino] = (0, count)
         return out
+
+
+def _start_after(start_after: str) -> bytes:
+    """A ReadDir's START_AFTER as stored names are: UTF-8, at most MAX_NAME_BYTES."""
+    try:
+        after = start_after.encode("utf-8")
+    except UnicodeEncodeError:
+        raise InvalidArgument("start_after is not valid Unicode") from None
+    if len(after) > MAX_NAME_BYTES:
+        raise InvalidArgument(f"start_after is {len(after)} bytes; names have at most "
+                              f"{MAX_NAME_BYTES}")
+    return after

@@ -168,6 +168,26 @@ def _attr(inode: int, rec: metadata_pb2.InodeRecord) -> manager_pb2.Attr:
     )
 
 
+def fill_attr(out: manager_pb2.Attr, inode: int, raw: bytes) -> None:
+    """OUT (a field of a message being built) := the attributes of INODE from its stored
+    InodeRecord RAW, field by field: no Attr built and copied (ReadDir's pages, where
+    building an Attr and copying it into its entry, then the entry into the page, was
+    a third of the manager's work per entry)."""
+    rec = metadata_pb2.InodeRecord.FromString(raw)
+    out.inode = inode
+    out.kind = rec.kind
+    out.mode = rec.mode
+    out.nlink = rec.nlink
+    out.uid = rec.uid
+    out.gid = rec.gid
+    out.size = rec.size
+    out.atime_ns = rec.atime_ns
+    out.mtime_ns = rec.mtime_ns
+    out.ctime_ns = rec.ctime_ns
+    out.version = rec.newest_version
+    out.rdev = rec.rdev
+
+
 def _location(cid: bytes, rec: metadata_pb2.ChunkRecord,
               named: dict[str, None]) -> manager_pb2.ChunkLocation:
     """Where CID's copies (and fragments) are, as readers get it; the benefactors it names

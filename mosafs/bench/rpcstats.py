@@ -1,0 +1,42 @@
+"""The handling time of one RPC method over a phase of a benchmark, from a process's
+Prometheus histogram (`mosafs_rpc_server_seconds`, mosafs.metrics): read before and after,
+the difference is the phase's calls, and its quantiles are known to the bucket (an upper
+bound: "p99 <= 5 ms" holds when 99 % of the calls fall in buckets up to 5 ms)."""
+
+from __future__ import annotations
+
+import math
+import urllib.request
+from typing import Any
+
+from prometheus_client.parser import text_string_to_metric_families
+
+FAMILY = "mosafs_rpc_server_seconds"
+
+
+def buckets(url: str, method: str) -> dict[float, float]:
+    """Cumulative counts by upper bound (seconds; inf last) of METHOD's handling time at
+    the /metrics page URL."""
+    with urllib.request.urlopen(url, timeout=10) as reply:
+        text = reply.read().decode()
+    out: dict[float, float] = {}
+    for family in text_string_to_metric_families(text):
+        if family.name != FAMILY:
+            continue
+        for sample in family.samples:
+            if sample.name.endswith("_bucket") and sample.labels.get("method") == method:
+                out[float(sample.labels["le"])] = sample.value
+    return dict(sorted(out.items()))
+
+
+def quantiles(before: dict[float, float], after: dict[float, float],
+              qs: tuple[float, ...] = (0.5, 0.99)) -> dict[str, Any]:
+    """The calls between BEFORE and AFTER: their number and, for each quantile, the upper
+    bound of the bucket it falls in (seconds; None past the last finite bound)."""
+    delta = {le: after[le] - before.get(le, 0.0) for le in after}
+    calls = delta.get(math.inf, 0.0)
+    out: dict[str, Any] = {"calls": int(calls)}
+    for q in qs:
+        bound = next((le for le, n in delta.items() if calls and n >= q * calls), None)
+        out[f"p{round(q * 100):d}_at_most_s"] = None if bound in (None, math.inf) else bound
+    return out

@@ -146,16 +146,22 @@ def test_collector_waits_for_the_grace_period_and_for_older_writes(mgr: Manager)
     assert fsck(store).findings == []
 
 
+def removed_file(mgr: Manager) -> tuple[list[bytes], Wall, GarbageCollector]:
+    """A file of two chunks (two copies each) removed in front of a fresh collector."""
+    ids = [cid(i) for i in range(2)]
+    two_copies(mgr, "f", ids)
+    wall = Wall()
+    collector = collector_of(mgr, wall)
+    mgr.store.unlink(ROOT_INODE, "f")
+    return ids, wall, collector
+
+
 def test_collector_spares_a_write_opened_later_through_the_benefactors(
         mgr: Manager) -> None:
     """A write opened after the chunks became garbage does not hold them up, but blobs
     it put again (mtime after its lease opened) must stay: put_before is its opening."""
     store = mgr.store
-    ids = [cid(i) for i in range(2)]
-    two_copies(mgr, "f", ids)
-    wall = Wall()
-    collector = collector_of(mgr, wall)
-    store.unlink(ROOT_INODE, "f")
+    ids, wall, collector = removed_file(mgr)
     later = mgr.open_write(new_file(store, "later"), "test")
     wall.advance(GRACE_S + 1)
     deletions = Deletions()
@@ -171,11 +177,7 @@ def test_a_failed_deletion_leaves_orphans_and_the_walk_goes_on(mgr: Manager) -> 
     from mosafs.errors import Unavailable
 
     store = mgr.store
-    ids = [cid(i) for i in range(2)]
-    two_copies(mgr, "f", ids)
-    wall = Wall()
-    collector = collector_of(mgr, wall)
-    store.unlink(ROOT_INODE, "f")
+    ids, wall, collector = removed_file(mgr)
     wall.advance(GRACE_S + 1)
 
     def down(address: str, blobs: list[bytes], put_before: int) -> tuple[int, int]:

@@ -257,7 +257,8 @@ class Manager:
         """Apply the folder's policy now that a new image exists. The commit is stored
         already: a failure here is logged, never answered (the background pass retries)."""
         try:
-            result = self.folders.prune(folder, busy=self.leases.inodes())
+            # The new image is in FOLDER: its subfolders have nothing new to prune.
+            result = self.folders.prune(folder, busy=self.leases.inodes(), subtree=False)
         except MosafsError as exc:
             log.warning("pruning folder %d after a commit failed: %s", folder, exc)
             return

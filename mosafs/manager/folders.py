@@ -319,10 +319,10 @@ class Folders:
 
     def prune(self, folder: int = 0, *, dry_run: bool = False,
               busy: frozenset[int] = frozenset(),
-              policy: pruning.Policy | None = None) -> PruneResult:
+              policy: pruning.Policy | None = None, subtree: bool = True) -> PruneResult:
         """Apply the pruning policies of FOLDER and its subfolders that inherit from it
-        (0: every folder with a policy, and the folders that inherit it) now, one write
-        transaction per folder. Files in BUSY (an
+        (0: every folder with a policy, and the folders that inherit it; not SUBTREE:
+        FOLDER alone) now, one write transaction per folder. Files in BUSY (an
         open write lease) and hard-linked files are left alone. DRY_RUN changes nothing;
         with POLICY (dry runs of one folder only) that policy is weighed instead."""
         if policy is not None:
@@ -330,7 +330,8 @@ class Folders:
             if not (dry_run and folder):
                 raise InvalidArgument("a policy to weigh needs a folder and a dry run")
         result = PruneResult()
-        for directory in self._targets(folder):
+        targets = self._targets(folder) if subtree or not folder else self._alone(folder)
+        for directory in targets:
             with self._store.transaction(write=not dry_run) as tx:
                 if tx.find_inode(directory) is None:
                     continue  # removed since the targets were listed
@@ -338,6 +339,15 @@ class Folders:
                                    policy=policy)
             result.examined.append(directory)
         return result
+
+    def _alone(self, folder: int) -> list[int]:
+        """[FOLDER] if its effective policy prunes anything, else nothing to do: a commit
+        in a keep-all folder costs one read of its settings and its ancestors', not a
+        write transaction (before, it walked FOLDER's whole subtree)."""
+        with self._store.transaction() as tx:
+            if tx.find_inode(folder) is None:
+                return []
+            return [] if effective(tx, folder).policy.keeps_all else [folder]
 
     def _targets(self, folder: int) -> list[int]:
         """The directories to prune: FOLDER and its subfolders that inherit its policy, or

@@ -586,3 +586,25 @@ def test_unit_fsck_finds_and_repairs_folder_damage(mgr: Manager) -> None:
     assert fsck(store).findings == []
     assert store.benefactor("b1").pool == "default"  # type: ignore[union-attr]
     assert mgr.folders.get(d).effective.pool == "default"
+
+
+def test_unit_a_commit_prunes_its_own_folder_only(mgr: Manager) -> None:
+    """The new image is in the committed file's folder: that folder alone is pruned, and
+    not at all when its policy keeps everything (before, every commit walked the folder's
+    whole subtree and wrote one transaction per subfolder)."""
+    register(mgr, "b1")
+    store = mgr.store
+    top = store.mkdir(ROOT_INODE, "top", 0o755).inode
+    for i in range(30):
+        store.mkdir(top, f"sub{i}", 0o755)
+    f = new_file(store, "app.n0.1", top)
+    before = store.write_transactions
+    commit(mgr, f, [(cid(1), 10)])
+    assert store.write_transactions - before == 1  # the commit itself
+    mgr.set_folder(top, pool=None, series_pattern=None, policy=Policy(keep_last=1),
+                   clear_policy=False)
+    g = new_file(store, "app.n0.2", top)
+    before = store.write_transactions
+    commit(mgr, g, [(cid(2), 10)])
+    assert store.write_transactions - before == 2  # the commit, then its folder pruned
+    assert "app.n0.2" in names(store, top) and "app.n0.1" not in names(store, top)

@@ -19,6 +19,8 @@ Client (mount):
 Manager:
   mosafs_manager_commits_total, mosafs_manager_committed_bytes_total,
   mosafs_manager_pruned_versions_total, mosafs_manager_metadata_write_transactions_total,
+  mosafs_manager_commit_flush_seconds (histogram: LMDB's commit of a group, its two disk
+  flushes), mosafs_manager_commit_group_operations (histogram: operations per group),
   mosafs_manager_chunks, mosafs_manager_under_replicated_chunks,
   mosafs_manager_replication_backlog_bytes, mosafs_manager_lost_chunks,
   mosafs_manager_replication_rate_bytes, mosafs_manager_benefactors{state},
@@ -73,6 +75,12 @@ CLIENT_READ = Counter("mosafs_client_read_bytes", "Bytes read by applications")
 CLIENT_COMMITS = Counter("mosafs_client_commits", "Versions committed by this mount")
 
 MANAGER_COMMITS = Counter("mosafs_manager_commits", "Versions committed")
+MANAGER_COMMIT_FLUSH_SECONDS = Histogram(
+    "mosafs_manager_commit_flush_seconds",
+    "Time LMDB took to commit a group of operations (its flushes to disk)", buckets=_LATENCY)
+MANAGER_COMMIT_GROUP = Histogram(
+    "mosafs_manager_commit_group_operations", "Operations per group commit",
+    buckets=(1, 2, 4, 8, 16, 32, 64, 128, 256))
 MANAGER_COMMITTED = Counter("mosafs_manager_committed_bytes", "Bytes of versions committed")
 MANAGER_PRUNED = Counter("mosafs_manager_pruned_versions", "Versions removed by pruning")
 MANAGER_REPLICATED = Counter("mosafs_manager_replicated_bytes",

@@ -507,13 +507,17 @@ def _count_run(m: _Mosafs, n: int, options: Options, logs: Path) -> dict[str, An
         for d in commit_dirs:
             d.mkdir(parents=True)
         url = (m.cluster.ready.get("metrics") or {}).get("manager")
+        flush = "mosafs_manager_commit_flush_seconds"
         before = rpcstats.buckets(url, "CommitVersion") if url else {}
+        flushed = rpcstats.buckets(url, None, flush) if url else {}
         run["commits"] = phase("commits (close latency)", client_commands(
             "commit", commit_dirs, options.commit_files, chunks=options.commit_chunks,
             chunk_bytes=CHUNK_BYTES))
-        if url:
+        if url:  # the commit RPC, and of it the LMDB commits (their disk flushes)
             run["commits"]["commit_rpc"] = rpcstats.quantiles(
                 before, rpcstats.buckets(url, "CommitVersion"))
+            run["commits"]["commit_flush"] = rpcstats.quantiles(
+                flushed, rpcstats.buckets(url, None, flush))
     return run
 
 

@@ -1,7 +1,8 @@
-"""The handling time of one RPC method over a phase of a benchmark, from a process's
-Prometheus histogram (`mosafs_rpc_server_seconds`, mosafs.metrics): read before and after,
-the difference is the phase's calls, and its quantiles are known to the bucket (an upper
-bound: "p99 <= 5 ms" holds when 99 % of the calls fall in buckets up to 5 ms)."""
+"""A latency over a phase of a benchmark, from a process's Prometheus histogram (one RPC
+method's handling time, `mosafs_rpc_server_seconds`, or another histogram of
+mosafs.metrics such as the manager's `mosafs_manager_commit_flush_seconds`): read before
+and after, the difference is the phase's observations, and their quantiles are known to
+the bucket (an upper bound: "p99 <= 5 ms" holds when 99 % fall in buckets up to 5 ms)."""
 
 from __future__ import annotations
 
@@ -14,16 +15,16 @@ from prometheus_client.parser import text_string_to_metric_families
 FAMILY = "mosafs_rpc_server_seconds"
 
 
-def buckets(url: str, method: str) -> dict[float, float]:
-    """Cumulative counts by upper bound (seconds; inf last) of METHOD's handling time at
-    the /metrics page URL."""
+def buckets(url: str, method: str | None, family: str = FAMILY) -> dict[float, float]:
+    """Cumulative counts by upper bound (seconds; inf last) of histogram FAMILY at the
+    /metrics page URL (of METHOD's calls; None: a histogram without labels)."""
     with urllib.request.urlopen(url, timeout=10) as reply:
         text = reply.read().decode()
     out: dict[float, float] = {}
-    for family in text_string_to_metric_families(text):
-        if family.name != FAMILY:
+    for found in text_string_to_metric_families(text):
+        if found.name != family:
             continue
-        for sample in family.samples:
+        for sample in found.samples:
             if sample.name.endswith("_bucket") and sample.labels.get("method") == method:
                 out[float(sample.labels["le"])] = sample.value
     return dict(sorted(out.items()))

@@ -23,6 +23,7 @@ from __future__ import annotations
 import logging
 import queue
 import threading
+import time
 from collections.abc import Callable
 from concurrent.futures import Future
 from contextlib import AbstractContextManager, nullcontext
@@ -30,6 +31,8 @@ from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
 import lmdb
+
+from mosafs import metrics
 
 log = logging.getLogger(__name__)
 
@@ -113,7 +116,10 @@ class GroupCommitter:
                 txn = self._env.begin(write=True)
                 try:
                     outcomes = [self._one(txn, r) for r in group]
+                    flushed = time.perf_counter()
                     txn.commit()
+                    metrics.MANAGER_COMMIT_FLUSH_SECONDS.observe(time.perf_counter() - flushed)
+                    metrics.MANAGER_COMMIT_GROUP.observe(len(group))
                 except BaseException:
                     txn.abort()
                     raise

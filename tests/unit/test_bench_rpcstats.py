@@ -60,3 +60,4 @@ def test_buckets_read_one_method_from_a_metrics_page(page: tuple[str, Histogram]
     hist.labels("mosafs.v1.Manager", "Lookup").observe(0.0001)
     got = rpcstats.buckets(url, "CommitVersion")
     assert got == {0.001: 1.0, 0.005: 3.0, 0.01: 3.0, math.inf: 4.0}
+    assert rpcstats.buckets(url, "CommitVersion", "mosafs_other_seconds") == {}

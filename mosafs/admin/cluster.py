@@ -75,6 +75,12 @@ def status_report(status: Any, pools: Any = ()) -> dict[str, Any]:
             "rebuilt_bytes": status.ec_rebuilt_bytes,
             "rebuild_rate_bytes_s": round(status.ec_rebuild_rate_bytes_s, 1),
         },
+        "garbage_collection": {
+            "waiting_chunks": status.gc_waiting_chunks,
+            "collected_chunks": status.gc_collected_chunks,
+            "deleted_blobs": status.gc_deleted_blobs,
+            "freed_bytes": status.gc_freed_bytes,
+        },
         "conversions": [{
             "pool": c.pool, "redundancy": c.redundancy, "done_chunks": c.done_chunks,
             "done_bytes": c.done_bytes, "remaining_chunks": c.remaining_chunks,
@@ -110,6 +116,11 @@ def _print_status(report: dict[str, Any]) -> None:
                 f", {c['stuck_chunks']} waiting for benefactors" if c["stuck_chunks"] else "")
         print(f"pool {c['pool']} converting to {c['redundancy']}: {c['done_chunks']} of "
               f"{total} chunks ({_size(c['done_bytes'])}) converted, {state}")
+    gc = report["garbage_collection"]
+    if gc["waiting_chunks"] or gc["collected_chunks"]:
+        print(f"garbage: {gc['waiting_chunks']} unreferenced chunks waiting; collected "
+              f"{gc['collected_chunks']} ({gc['deleted_blobs']} blobs, "
+              f"{_size(gc['freed_bytes'])} freed) since the manager started")
     for line in report["redundancy_unreachable"]:
         print(f"cannot reach redundancy: {line}")
     if report["under_replicated_chunks"] and not report["redundancy_unreachable"]:

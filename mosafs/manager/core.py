@@ -469,6 +469,11 @@ class Manager:
     def cluster_status(self) -> manager_pb2.ClusterStatus:
         out = manager_pb2.ClusterStatus(benefactors=self.registry.statuses(),
                                         metadata_write_transactions=self.store.write_transactions)
+        collected = self.garbage.collected
+        out.gc_waiting_chunks = self.garbage.waiting()
+        out.gc_collected_chunks = collected.records
+        out.gc_deleted_blobs = collected.deleted_chunks
+        out.gc_freed_bytes = collected.freed_bytes
         if self.replicator is None:
             out.scanned_age_ms = -1
             return out

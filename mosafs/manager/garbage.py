@@ -132,9 +132,16 @@ class GarbageCollector:
         self._queue(ids, self._wall_ns(), again=True)
 
     def found(self, ids: Sequence[bytes]) -> None:
-        """IDS have refcount 0 in the index (the safety-net scan): queued now unless they
-        are queued already."""
-        self._queue(ids, self._wall_ns(), again=False)
+        """IDS had refcount 0 in the index when the safety-net scan read them: queued now
+        unless they are queued already, or collected since (read again: the scan's page
+        may be older than a collection)."""
+        with self._lock:
+            new = [cid for cid in ids if cid not in self._since]
+        if not new:
+            return
+        records = self._store.chunk_records(new)
+        self._queue([cid for cid, rec in zip(new, records, strict=True)
+                     if rec is not None and rec.refcount == 0], self._wall_ns(), again=False)
 
     def _queue(self, ids: Sequence[bytes], now: int, *, again: bool) -> None:
         with self._lock:
@@ -165,9 +172,10 @@ class GarbageCollector:
             oldest = min((o for o in opened if o is not None), default=None)
             due_before = now - self._grace_ns if oldest is None else \
                 min(now - self._grace_ns, oldest)
-            due = self._take_due(due_before)
-            if not due:
+            taken = self._take_due(due_before)
+            if not taken:
                 return COLLECT_TICK_S
+            due = [cid for cid, _ in taken]
             by_holder: dict[str, list[bytes]] = {}
             for cid, rec in zip(due, self._store.chunk_records(due), strict=True):
                 if rec is None or rec.refcount:
@@ -179,15 +187,20 @@ class GarbageCollector:
                         by_holder.setdefault(bid, []).append(bytes(fid))
                 self.collected.records += 1
             put_before = (now if oldest is None else oldest) - CLOCK_SKEW_NS
-            for bid, blobs in by_holder.items():
-                released, _ = self._store.release_unreferenced(blobs, bid)
-                if released and bid in live:
-                    self._delete(bid, live[bid], released, put_before, delete)
+            try:
+                for bid, blobs in by_holder.items():
+                    released, _ = self._store.release_unreferenced(blobs, bid)
+                    if released and bid in live:
+                        self._delete(bid, live[bid], released, put_before, delete)
+            finally:
+                self._forget(taken)
             return 0.0 if len(due) == COLLECT_PAGE else COLLECT_TICK_S
 
-    def _take_due(self, due_before: int) -> list[bytes]:
-        """Up to COLLECT_PAGE ids that became garbage before DUE_BEFORE, off the queue."""
-        due: list[bytes] = []
+    def _take_due(self, due_before: int) -> list[tuple[bytes, int]]:
+        """Up to COLLECT_PAGE (id, since) that became garbage before DUE_BEFORE, off the
+        queue. They stay known as queued until _forget: a scan that read them before
+        their collection must not queue them again."""
+        due: list[tuple[bytes, int]] = []
         with self._lock:
             self._overflowed = self._overflowed and len(self._queued) >= MAX_QUEUED
             while self._queued and len(due) < COLLECT_PAGE:
@@ -196,9 +209,16 @@ class GarbageCollector:
                     break
                 self._queued.popleft()
                 if self._since.get(cid) == since:
-                    del self._since[cid]
-                    due.append(cid)
+                    due.append((cid, since))
         return due
+
+    def _forget(self, taken: Sequence[tuple[bytes, int]]) -> None:
+        """TAKEN were collected (or could not be): no longer queued, unless one became
+        garbage again since (a later time, and a later entry of the queue)."""
+        with self._lock:
+            for cid, since in taken:
+                if self._since.get(cid) == since:
+                    del self._since[cid]
 
     def _delete(self, bid: str, address: str, blobs: list[bytes], put_before: int,
                 delete: DeleteFn) -> None:

@@ -77,7 +77,12 @@ def test_cluster_gc_deletes_the_chunks_of_a_removed_file_only(
     deleted = set(before) - set(after)
     assert len(deleted) >= 2
     assert all(after[c] == 2 for c in after), "kept chunks lost a copy"
-    assert cluster.status()["under_replicated_chunks"] == 0
+    status = cluster.status()
+    assert status["under_replicated_chunks"] == 0
+    gc = status["garbage_collection"]
+    assert gc["waiting_chunks"] == 0 and gc["collected_chunks"] == len(deleted)
+    assert gc["deleted_blobs"] == sum(before[c] for c in deleted)
+    assert gc["freed_bytes"] >= 2 * 3 * MiB - 2 * 64 * 1024  # both copies of `gone`
     assert (mnt / "kept").read_bytes() == kept
     assert _gc(cluster)["deleted_chunks"] == 0  # nothing was left for the rounds
     assert cluster.chunk_copies() == after

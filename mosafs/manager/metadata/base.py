@@ -136,7 +136,7 @@ class StoreBase:
     def _committed(self, tx: Tx) -> None:
         """After TX committed: chunks it left unreferenced go to on_unreferenced."""
         if tx.unreferenced and self.on_unreferenced is not None:
-            self.on_unreferenced(tx.unreferenced)
+            self.on_unreferenced(list(tx.unreferenced))
 
     def _grouped(self, body: Callable[[Tx], _T], *, grows: bool = False) -> _T:
         """BODY(tx) as one operation of a group commit: its result once the commit that

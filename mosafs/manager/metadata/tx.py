@@ -62,9 +62,11 @@ class Tx:
         # stored: put_chunk keeps the holdings index in step from them without reading and
         # decoding the record again (a commit reads each record, then puts it).
         self._stored_holders: dict[bytes, set[str]] = {}
-        # Chunks whose refcount this transaction brought to 0: told to the store's
-        # `on_unreferenced` once it has committed (garbage collection's queue).
-        self.unreferenced: list[bytes] = []
+        # Chunks whose refcount this transaction brought to 0 and left there (one released
+        # and referenced again in it, as a commit that replaces a provisional version
+        # does, is not): told to the store's `on_unreferenced` once it has committed
+        # (garbage collection's queue).
+        self.unreferenced: dict[bytes, None] = {}
 
     # inodes
     def find_inode(self, ino: int) -> metadata_pb2.InodeRecord | None:
@@ -290,6 +292,8 @@ class Tx:
     def put_chunk(self, cid: bytes, rec: metadata_pb2.ChunkRecord) -> None:
         """Store REC, keeping the holdings index in step with the benefactors it names."""
         after = holders_of(rec)
+        if rec.refcount and cid in self.unreferenced:
+            del self.unreferenced[cid]  # referenced again in the same transaction
         sync_holdings(self.txn, self.db, cid, self._holders_stored(cid), after)
         self._stored_holders[cid] = after
         self.txn.put(cid, rec.SerializeToString(), db=self.db.chunks)
@@ -401,7 +405,7 @@ class Tx:
         rec.refcount = max(0, rec.refcount - count)
         self.put_chunk(cid, rec)
         if rec.refcount == 0:
-            self.unreferenced.append(cid)
+            self.unreferenced[cid] = None
 
     # registrations
     def benefactor(self, bid: str) -> metadata_pb2.BenefactorRecord | None:

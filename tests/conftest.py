@@ -50,7 +50,7 @@ class UpCluster:
                       if p.is_file())
 
     def stored_bytes(self) -> int:
-        return sum(p.stat().st_size for p in self.chunk_files())
+        return harness.sizes(self.chunk_files())
 
     def wait_redundant(self) -> None:
         """Until background replication has given every chunk its R copies."""

@@ -9,6 +9,7 @@ line (nor a gRPC GOAWAY) except those a test declares expected.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -155,6 +156,16 @@ def wait_redundant(*where: str, timeout: float = 60) -> Any:
             return status
         assert time.monotonic() < deadline, f"still under-replicated: {status}"
         time.sleep(0.5)
+
+
+def sizes(paths: Iterable[Path]) -> int:
+    """The bytes of the files PATHS, leaving out those that went meanwhile (the manager
+    deletes garbage in the background, between a listing and a stat)."""
+    total = 0
+    for path in paths:
+        with contextlib.suppress(FileNotFoundError):
+            total += path.stat().st_size
+    return total
 
 
 def scrape(url: str) -> dict[str, float]:

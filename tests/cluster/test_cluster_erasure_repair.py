@@ -318,8 +318,8 @@ def test_ec_conversion_replicas_to_ec_and_back(cluster_factory: list[Cluster],
         return [loc for name in files for loc in _locations(cluster, mnt / name)]
 
     def stored() -> int:
-        return sum(p.stat().st_size for i in range(len(cluster.benefactors))
-                   for p in (cluster.base / f"b{i}" / "chunks").glob("*/*/*") if p.is_file())
+        return harness.sizes(p for i in range(len(cluster.benefactors))
+                             for p in (cluster.base / f"b{i}" / "chunks").glob("*/*/*"))
 
     def converted(redundancy: str) -> list[dict[str, Any]]:
         """Status until the default pool's conversion is complete; what it showed."""

@@ -2,9 +2,9 @@
 collection").
 
 Deletions the manager asks for (DeleteChunks): chunks whose last reference went more than
-the grace period ago, which the manager finds in its unreferenced index as they become
-garbage. Each is deleted only if it was not put since the time the request names (a put of
-a present chunk refreshes its mtime: a writer may be about to reference it).
+the grace period ago, which the manager queues as they become garbage. Each is deleted
+only if it was not put since the time the request names (a put of a present chunk
+refreshes its mtime: a writer may be about to reference it).
 
 Inventory rounds, the safety net for what the index never named (the uploads of a write
 that never committed) or names no more (deletions that did not reach this benefactor):

@@ -127,12 +127,12 @@ class ManagerClient:
         return entries
 
     async def readdir_pages(self, inode: int, start_after: str = ""
-                            ) -> AsyncGenerator[list[mpb.DirEntry], None]:
+                            ) -> AsyncGenerator[Sequence[mpb.DirEntry], None]:
         """The entries of a directory after START_AFTER, a page at a time."""
         while True:
             page = await self._call(
                 "ReadDir", mpb.ReadDirRequest(inode=inode, start_after=start_after))
-            yield list(page.entries)
+            yield page.entries
             if not page.more or not page.entries:
                 return
             start_after = page.entries[-1].name

@@ -58,8 +58,8 @@ class WriteContext:
 class PruneResult:
     pruned: list[manager_pb2.PrunedImage] = field(default_factory=list)
     skipped: list[str] = field(default_factory=list)
-    next_expiry_ns: int | None = None  # the soonest a purge-after rule removes another image
-    # The directories pruned, and of those the soonest expiry of each that has one.
+    # The directories pruned, and of those the soonest a purge-after rule removes another
+    # image in each that has one.
     examined: list[int] = field(default_factory=list)
     expiries: dict[int, int] = field(default_factory=dict)
     # Chunks left without a reference (what `mosafs gc` deletes): count, bytes (one copy),
@@ -69,6 +69,11 @@ class PruneResult:
     stored_bytes_unreferenced: int = 0
     # A dry run changes nothing: the references earlier folders of the pass would drop.
     _dropped: Counter[bytes] = field(default_factory=Counter)
+
+    @property
+    def next_expiry_ns(self) -> int | None:
+        """The soonest a purge-after rule removes another image (None: none will)."""
+        return min(self.expiries.values(), default=None)
 
     def report(self, dry_run: bool) -> manager_pb2.PruneReport:
         return manager_pb2.PruneReport(
@@ -424,6 +429,4 @@ class Folders:
         left = [i.commit_time_ns for i in images if (i.inode, i.version) not in gone]
         if left:
             expiry = min(left) + policy.purge_after_ms * 1_000_000
-            if result.next_expiry_ns is None or expiry < result.next_expiry_ns:
-                result.next_expiry_ns = expiry
             result.expiries[folder] = min(expiry, result.expiries.get(folder, expiry))

@@ -11,7 +11,7 @@ next read past the entries already there raises.
 
 from __future__ import annotations
 
-from collections.abc import AsyncGenerator, Callable
+from collections.abc import AsyncGenerator, Callable, Sequence
 from contextlib import aclosing
 
 import trio
@@ -21,14 +21,14 @@ from mosafs.errors import MosafsError
 
 
 class Listing:
-    def __init__(self, entries: list[mpb.DirEntry] | None = None, *, done: bool = True) -> None:
-        self.entries: list[mpb.DirEntry] = entries if entries is not None else []
+    def __init__(self, entries: Sequence[mpb.DirEntry] = (), *, done: bool = True) -> None:
+        self.entries: list[mpb.DirEntry] = list(entries)
         self.done = done
         self.error: MosafsError | None = None
         self.abandoned = False  # the handle went: stop fetching
         self._grown = trio.Event()
 
-    def add(self, page: list[mpb.DirEntry]) -> None:
+    def add(self, page: Sequence[mpb.DirEntry]) -> None:
         self.entries.extend(page)
         self._wake()
 
@@ -51,7 +51,7 @@ class Listing:
             await self._grown.wait()
         return self.entries[index]
 
-    async def fill(self, pages: AsyncGenerator[list[mpb.DirEntry], None],
+    async def fill(self, pages: AsyncGenerator[Sequence[mpb.DirEntry], None],
                    complete: Callable[[list[mpb.DirEntry]], None]) -> None:
         """Add PAGES as they come; COMPLETE(entries) once the whole listing is here."""
         try:

@@ -134,16 +134,8 @@ class NamespaceOps(StoreBase):
         self, inode: int, start_after: str = "", limit: int = 0,
     ) -> tuple[list[tuple[str, manager_pb2.Attr]], bool]:
         """One page of a directory, in bytewise name order: (entries, more)."""
-        after = _start_after(start_after)
-        limit = min(limit or READDIR_DEFAULT, READDIR_MAX)
-        out: list[tuple[str, manager_pb2.Attr]] = []
-        with self._read() as tx:
-            tx.directory(inode)
-            for name, child in tx.entries(inode, after):
-                if len(out) == limit:
-                    return out, True
-                out.append((name.decode("utf-8"), _attr(child, tx.inode(child))))
-        return out, False
+        page = self.readdir_page(inode, start_after, limit)
+        return [(entry.name, entry.attr) for entry in page.entries], page.more
 
     def readdir_page(self, inode: int, start_after: str = "", limit: int = 0,
                      names: set[bytes] | None = None) -> manager_pb2.ReadDirResponse:
@@ -165,9 +157,11 @@ class NamespaceOps(StoreBase):
                     return out
                 raw = tx.txn.get(_U64.pack(child), db=inodes)
                 if raw is None:  # a dirent without its inode: fsck's dangling_dirent
-                    raise NotFound(f"inode {child} (named {name!r} in {inode}) is missing")
+                    raise NotFound(f"no inode {child}")
                 entry = entries.add(name=name.decode("utf-8"))
-                fill_attr(entry.attr, child, raw)
+                # Decoded here, not through tx.inode: its per-transaction cache of every
+                # record is no use to a read of 1,000 different inodes.
+                fill_attr(entry.attr, child, metadata_pb2.InodeRecord.FromString(raw))
         return out
 
     @_rerun_if_grown

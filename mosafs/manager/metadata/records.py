@@ -161,19 +161,16 @@ FINAL_COMMIT = SessionCommit()  # final, replaces nothing: every commit before s
 
 
 def _attr(inode: int, rec: metadata_pb2.InodeRecord) -> manager_pb2.Attr:
-    return manager_pb2.Attr(
-        inode=inode, kind=rec.kind, mode=rec.mode, nlink=rec.nlink, uid=rec.uid, gid=rec.gid,
-        size=rec.size, atime_ns=rec.atime_ns, mtime_ns=rec.mtime_ns, ctime_ns=rec.ctime_ns,
-        version=rec.newest_version, rdev=rec.rdev,
-    )
+    out = manager_pb2.Attr()
+    fill_attr(out, inode, rec)
+    return out
 
 
-def fill_attr(out: manager_pb2.Attr, inode: int, raw: bytes) -> None:
-    """OUT (a field of a message being built) := the attributes of INODE from its stored
-    InodeRecord RAW, field by field: no Attr built and copied (ReadDir's pages, where
-    building an Attr and copying it into its entry, then the entry into the page, was
-    a third of the manager's work per entry)."""
-    rec = metadata_pb2.InodeRecord.FromString(raw)
+def fill_attr(out: manager_pb2.Attr, inode: int, rec: metadata_pb2.InodeRecord) -> None:
+    """OUT := the attributes of INODE from its record REC, field by field. OUT may be a
+    field of a message being built: ReadDir's pages fill their entries in place (building
+    an Attr and copying it into its entry, then the entry into the page, was a third of
+    the manager's work per entry)."""
     out.inode = inode
     out.kind = rec.kind
     out.mode = rec.mode

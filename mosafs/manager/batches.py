@@ -76,4 +76,7 @@ def _attempt(fn: Op, request: Any) -> Any:
     try:
         return fn(request)
     except MosafsError as exc:
-        return exc
+        # Its traceback's frames hold the operation's read transaction, and py-lmdb keeps
+        # a transaction's reader slot until the object is freed: 16 batches of 256 refused
+        # lookups kept alive until answered would fill the reader table.
+        return exc.with_traceback(None)

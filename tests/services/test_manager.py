@@ -8,6 +8,7 @@ import signal
 import subprocess
 import sys
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -191,6 +192,21 @@ def test_batch_limits_are_invalid_argument_and_the_server_keeps_serving(mgr: Mgr
     assert mgr.code_of("Batch", pb.BatchRequest(ops=many)) == Code.INVALID_ARGUMENT
     assert len(mgr("Batch", pb.BatchRequest(ops=many[:256])).outcomes) == 256
     assert mgr.serving()
+
+
+def test_batches_of_refused_lookups_in_parallel_leave_the_store_serving(mgr: Mgr) -> None:
+    """Every refused operation of a batch is answered while the others run: what it raised
+    must not keep its read transaction (an LMDB reader slot) alive meanwhile. 16 batches of
+    256 lookups of missing names at once are far more than the reader table holds."""
+    d = mgr("Mkdir", pb.MkdirRequest(parent=ROOT, name="absent", mode=0o755)).inode
+    ops = [pb.BatchOp(lookup=pb.LookupRequest(parent=d, name=f"none{i}")) for i in range(256)]
+    with ThreadPoolExecutor(16) as pool:
+        answers = list(pool.map(lambda _: mgr("BatchRead", pb.BatchRequest(ops=ops)),
+                                range(16)))
+    for answer in answers:
+        assert len(answer.outcomes) == 256
+        assert all(isinstance(_outcome_error(o), NotFound) for o in answer.outcomes)
+    assert mgr("Lookup", pb.LookupRequest(parent=ROOT, name="absent")).inode == d
 
 
 def test_symlinks_special_files_links_and_xattrs_over_grpc(mgr: Mgr) -> None:

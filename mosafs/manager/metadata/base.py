@@ -41,6 +41,11 @@ from mosafs.manager.metadata.schema import (
 from mosafs.manager.metadata.tx import Tx, holders_of, sync_holdings
 
 log = logging.getLogger("mosafs.manager.metadata")
+# Reader slots: py-lmdb holds one per read transaction object until Python frees it (an
+# ended transaction is only reset, for reuse), not per thread. The manager runs about 80
+# threads; the rest is headroom for transactions still referenced a while after they
+# ended (by an error being answered). 64 bytes each in lock.mdb.
+MAX_READERS = 1024
 HOLDINGS_PAGE = 50_000  # chunk records per transaction while the holdings index is built
 
 _F = TypeVar("_F", bound=Callable[..., Any])
@@ -73,7 +78,8 @@ class StoreBase:
         self.path = Path(path)
         self.path.mkdir(parents=True, exist_ok=True)
         self._env = lmdb.open(str(self.path), subdir=True, map_size=initial_size(map_size),
-                              max_dbs=MAX_DBS, sync=True, metasync=True)
+                              max_dbs=MAX_DBS, sync=True, metasync=True,
+                              max_readers=MAX_READERS)
         # Reader slots of processes that died (a manager killed with SIGKILL) are freed here.
         self._env.reader_check()
         env = self._env

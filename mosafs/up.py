@@ -12,10 +12,12 @@ the file whole), and `up` shows what it waits for; a second signal stops at once
 still being written keeps its previous version. A mount point left dead by a mount process
 that was killed is unmounted, when `up` exits and by the next `up`.
 
-DIR layout: manager/ (LMDB), benefactors/bN/ (chunks), logs/*.log (or --log-dir),
-run/*.ready.json, tls/ (the cluster's CA and every process's certificate, made at the first
-start: mutual TLS unless --insecure), cluster.json (while running), up.lock (one `up` per
-DIR).
+With --managers N, N-1 standby managers follow the manager's log (docs/standby.md).
+
+DIR layout: manager/ (LMDB), manager-N/ (standbys' LMDB), benefactors/bN/ (chunks),
+logs/*.log (or --log-dir), run/*.ready.json, tls/ (the cluster's CA and every process's
+certificate, made at the first start: mutual TLS unless --insecure), cluster.json (while
+running), up.lock (one `up` per DIR).
 """
 
 from __future__ import annotations
@@ -36,7 +38,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from mosafs.argtypes import ec_min_chunk_arg, redundancy_arg
+from mosafs.argtypes import bounded_int, ec_min_chunk_arg, redundancy_arg
 from mosafs.client.main import (
     add_hash_backend_argument,
     add_stop_timeout_argument,
@@ -48,6 +50,7 @@ from mosafs.procutil import LOG_LEVELS, python_command
 log = logging.getLogger("mosafs.up")
 START_TIMEOUT = 120.0
 DEFAULT_REPLICATION = 2  # copies of every chunk, given at least two benefactors
+MAX_MANAGERS = 5
 STOP_GRACE = 30.0  # seconds a child may take to exit beyond what it was told to wait
 PROGRESS_EVERY = 5.0  # seconds between two progress lines when stdout is not a terminal
 
@@ -56,6 +59,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("mountpoint", help="where to mount (created if missing; must be empty)")
     parser.add_argument("--data-dir", help="all cluster state (default: a per-user data dir)")
     parser.add_argument("--benefactors", type=int, default=3, help="storage daemons (default 3)")
+    parser.add_argument("--managers", type=bounded_int(1, MAX_MANAGERS), default=1,
+                        metavar="N",
+                        help="managers: one active and N-1 standbys that keep a copy of its "
+                             "metadata; with 2 or more, no change is acknowledged before "
+                             "a standby has it on disk (docs/standby.md; default 1)")
     parser.add_argument("--replication", type=int,
                         help="replication factor R of the default pool (default 2, or 1 "
                              "with a single benefactor); short for --redundancy replicas:R")
@@ -198,6 +206,7 @@ class Cluster:
         self.tls_dir: Path | None = None
         self.mount_status = data_dir / "run" / "mount.status.json"
         self.started = False  # every process up and the cluster announced
+        self.standbys: list[Child] = []  # standby managers (--managers)
 
     def run(self) -> int:
         for sig in (signal.SIGINT, signal.SIGTERM):
@@ -248,8 +257,7 @@ class Cluster:
         cmd = python_command("mosafs", *args, "--ready-file", str(ready_file),
                              "--log-level", self.args.log_level,
                              "--log-format", self.args.log_format,
-                             *self._tls_args(name if name.startswith("benefactor") else
-                                             "client" if name == "mount" else name))
+                             *self._tls_args(_identity(name)))
         # Own process group: a Ctrl-C at the terminal reaches `up` alone, which then stops
         # the children in order (the mount first).
         with open(self.args.log_dir / f"{name}.log", "ab") as log_file:
@@ -291,8 +299,15 @@ class Cluster:
             manager_args += ["--gc-grace", str(self.args.gc_grace)]
         if self.args.chunk_tokens == "off":
             manager_args += ["--chunk-tokens", "off"]
+        if self.args.managers > 1:
+            manager_args += ["--standbys", "1"]
         self.manager = self._spawn("manager", manager_args)
         address = self.manager.ready["address"]
+        self.standbys = [
+            self._spawn(f"manager-{i}", [
+                "manager", "--data-dir", str(self.data_dir / f"manager-{i}"),
+                "--standby-of", address])
+            for i in range(1, self.args.managers)]
         self.benefactors = [
             self._spawn(f"benefactor-{i}", [
                 "benefactor", "--data-dir", str(self.data_dir / "benefactors" / f"b{i}"),
@@ -333,6 +348,7 @@ class Cluster:
     def cluster_info(self) -> dict[str, Any]:
         return {
             "manager": self.manager.ready["address"],
+            "managers": [m.ready["address"] for m in (self.manager, *self.standbys)],
             "benefactors": [
                 {"id": b.ready["id"], "address": b.ready["address"],
                  "data_dir": b.ready["data_dir"], "pid": b.popen.pid}
@@ -362,6 +378,8 @@ class Cluster:
         info = self.cluster_info()
         print(f"mosafs is mounted at {info['mountpoint']}", flush=True)
         print(f"  manager     {info['manager']}", flush=True)
+        for standby in self.standbys:
+            print(f"  standby     {standby.ready['address']}", flush=True)
         for b in info["benefactors"]:
             print(f"  benefactor  {b['address']}  {b['data_dir']}", flush=True)
         print(f"  cluster     {self.data_dir / 'cluster.json'}", flush=True)
@@ -385,6 +403,11 @@ class Cluster:
                                 "are copied to the other benefactors)", child.name,
                                 child.popen.returncode)
                     continue
+                if child.name.startswith("manager-"):
+                    gone.add(child.name)
+                    log.warning("standby %s exited with status %s; going on without it",
+                                child.name, child.popen.returncode)
+                    continue
                 log.error("%s exited with status %s; stopping the cluster",
                           child.name, child.popen.returncode)
                 return 1
@@ -395,7 +418,10 @@ class Cluster:
 
     def _stop_all(self) -> None:
         self.stop.set()  # a signal from now on (a child exited first) is the second one
-        for child in reversed(self.children):  # mount first, manager last
+        # The mount first, the active manager after the benefactors, its standbys last
+        # (stopped before it, each would leave its in-sync set).
+        standbys = [c for c in self.children if c.name.startswith("manager-")]
+        for child in [*reversed([c for c in self.children if c not in standbys]), *standbys]:
             if child.name == "mount":
                 self._stop_mount(child)
             else:
@@ -449,6 +475,14 @@ class Cluster:
                 log.error("%s ignored SIGTERM; killing it", child.name)
                 child.popen.kill()
                 child.popen.wait()
+
+
+def _identity(name: str) -> str:
+    """The certificate a child process uses: benefactors their own, the mount the client's,
+    every manager the manager's."""
+    if name == "mount":
+        return "client"
+    return "manager" if name.startswith("manager") else name
 
 
 def _exited(child: Child, timeout: float) -> bool:

@@ -28,7 +28,7 @@ from collections.abc import Callable
 from concurrent.futures import Future
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, Protocol, TypeVar
 
 import lmdb
 
@@ -44,6 +44,20 @@ MAX_GROUP = 256  # bodies in one transaction: bounds a group's dirty pages and i
 class _Request(Generic[T]):
     body: Callable[[lmdb.Transaction[bytes]], T]
     future: Future[T] = field(default_factory=Future)
+    seq: int = 0  # the replication log entry its group became (0: none)
+
+
+class Journal(Protocol):
+    """What records a group's changes for the replication log (mosafs.manager.replog)."""
+
+    def wrap(self, txn: lmdb.Transaction[bytes]) -> tuple[Any, list[Any]]:
+        """The transaction a body sees instead of TXN, and the list its changes go to."""
+
+    def seal(self, txn: lmdb.Transaction[bytes]) -> int:
+        """The group's sequence number, stored in TXN just before its commit."""
+
+    def append(self, seq: int, ops: list[Any]) -> None:
+        """The group committed (or, with no OPS, failed after its seal)."""
 
 
 class GroupCommitter:
@@ -61,6 +75,7 @@ class GroupCommitter:
         self._queue: queue.SimpleQueue[_Request[Any] | None] = queue.SimpleQueue()
         self._closed = False
         self._lock = threading.Lock()
+        self.journal: Journal | None = None  # set while a replication log is attached
         self.groups = 0  # transactions committed
         self.bodies = 0  # bodies run (committed or rolled back)
         self._thread = threading.Thread(target=self._serve, name=name, daemon=True)
@@ -70,6 +85,10 @@ class GroupCommitter:
         """BODY(txn) in a write transaction; its result once the transaction holding it is
         durable, or the exception it raised (its changes rolled back). LMDB's MapFullError
         comes back as it was raised, from the body or from the group's commit."""
+        return self.run_sealed(body)[0]
+
+    def run_sealed(self, body: Callable[[lmdb.Transaction[bytes]], T]) -> tuple[T, int]:
+        """As run, with the replication log entry its group became (0: none)."""
         if threading.current_thread() is self._thread:
             raise RuntimeError("a write transaction's body started another write: the "
                                "committer would wait for itself")
@@ -78,7 +97,7 @@ class GroupCommitter:
             if self._closed:
                 raise RuntimeError("the metadata store is closed")
             self._queue.put(request)
-        return request.future.result()
+        return request.future.result(), request.seq
 
     def close(self) -> None:
         """Run what is queued, then stop the committer's thread."""
@@ -111,11 +130,16 @@ class GroupCommitter:
 
     def _commit(self, group: list[_Request[Any]]) -> None:
         outcomes: list[tuple[bool, Any]] = []
+        journal = self.journal
+        ops: list[Any] = []
+        seq = 0
         try:
             with self._gate():
                 txn = self._env.begin(write=True)
                 try:
-                    outcomes = [self._one(txn, r) for r in group]
+                    outcomes = [self._one(txn, r, ops) for r in group]
+                    if journal is not None and ops:
+                        seq = journal.seal(txn)
                     flushed = time.perf_counter()
                     txn.commit()
                     metrics.MANAGER_COMMIT_FLUSH_SECONDS.observe(time.perf_counter() - flushed)
@@ -124,6 +148,8 @@ class GroupCommitter:
                     txn.abort()
                     raise
         except BaseException as exc:  # the group's commit failed: nothing of it is stored
+            if journal is not None and seq:
+                journal.append(seq, [])
             for r in group:
                 r.future.set_exception(exc)
             if not isinstance(exc, lmdb.MapFullError | lmdb.DiskError | OSError):
@@ -131,20 +157,29 @@ class GroupCommitter:
             return
         self.groups += 1
         self.bodies += len(group)
+        if journal is not None and seq:
+            journal.append(seq, ops)
         for r, (ok, value) in zip(group, outcomes, strict=True):
+            r.seq = seq
             if ok:
                 r.future.set_result(value)
             else:
                 r.future.set_exception(value)
 
-    def _one(self, txn: lmdb.Transaction[bytes], request: _Request[Any]) -> tuple[bool, Any]:
+    def _one(self, txn: lmdb.Transaction[bytes], request: _Request[Any],
+             ops: list[Any]) -> tuple[bool, Any]:
         """REQUEST's body in a nested transaction: (True, result) with its changes kept in
-        TXN, or (False, exception) with them rolled back."""
+        TXN (and, with a journal, added to OPS), or (False, exception) with them rolled
+        back."""
         child = self._env.begin(write=True, parent=txn)
+        journal = self.journal
+        seen, changes = journal.wrap(child) if journal is not None else (child, None)
         try:
-            value = request.body(child)
+            value = request.body(seen)
         except BaseException as exc:
             child.abort()
             return False, exc
         child.commit()
+        if changes:
+            ops.extend(changes)
         return True, value

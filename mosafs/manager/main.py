@@ -101,6 +101,20 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="a new signing key this often (default 600; at least 4 "
                              "heartbeat intervals, so benefactors know a key before it "
                              "signs); a key is kept until its tokens have expired")
+    ha = parser.add_argument_group(
+        "standby managers", "a standby follows the active manager's log of committed "
+        "changes into its own LMDB (docs/standby.md)")
+    ha.add_argument("--standbys", type=bounded_int(0, 16), metavar="N",
+                    help="keep a replication log for standbys, and acknowledge no change "
+                         "before N in-sync standbys have it on disk (0: standbys follow, "
+                         "nobody waits for them); left out, no log is kept")
+    ha.add_argument("--standby-wait", type=_seconds, default=30.0, metavar="SECONDS",
+                    help="how long a change waits for its standby confirmations before "
+                         "its client is told it failed (it stays stored here; default 30); "
+                         "a standby silent on a change for a sixth of this, at most 5 s, "
+                         "leaves the in-sync set")
+    ha.add_argument("--standby-of", metavar="HOST:PORT",
+                    help="run as a standby of the active manager at HOST:PORT")
     parser.add_argument("--ready-file", metavar="PATH",
                         help="write {address, pid, data_dir, metrics} as JSON here once "
                              "serving")
@@ -137,8 +151,14 @@ def run(args: argparse.Namespace) -> int:
                           "it signs a token")
     data_dir = Path(args.data_dir).resolve()
     data_dir.mkdir(parents=True, exist_ok=True)
+    if args.standby_of:
+        if args.standbys is not None:
+            raise ConfigError("--standbys is for the active manager; a standby "
+                              "(--standby-of) keeps no log of its own")
+        from mosafs.manager.standby_main import run_standby
+        return run_standby(args, data_dir, stop, listen_host)
 
-    from mosafs.manager import pools
+    from mosafs.manager import follow_servicer, pools
     from mosafs.manager.core import Manager, ManagerConfig
     from mosafs.manager.metadata import MetadataStore
     from mosafs.manager.pools import DEFAULT_POOL
@@ -165,7 +185,14 @@ def run(args: argparse.Namespace) -> int:
                           has=peers.has, tokens=_token_authority(args, data_dir),
                           recode=peers.recode, delete=peers.delete_chunks)
         _register_metrics(manager)
-        srv, port = listen(add_to_server(manager), args.listen, label="manager")
+        journal = _replication_log(args, store)
+        serve_standbys = follow_servicer.add_to_server(journal, store, data_dir / "spool")
+
+        def add_services(server: Any) -> None:
+            add_to_server(manager)(server)
+            serve_standbys(server)
+
+        srv, port = listen(add_services, args.listen, label="manager")
         replicator, repairer = manager.replicator, manager.repairer
         assert replicator is not None and repairer is not None
         background = [
@@ -188,12 +215,31 @@ def run(args: argparse.Namespace) -> int:
         finally:
             for loop in background:
                 loop.stop()
+            if journal is not None:
+                journal.close()
             srv.stop(STOP_GRACE_S).wait()
             repairer.close()
             replicator.close()
             peers.close()
     log.info("stopped")
     return 0
+
+
+def _replication_log(args: argparse.Namespace, store: Any) -> Any:
+    """The replication log standbys follow (--standbys), attached to STORE; None without
+    --standbys. This manager's epoch is one past the last its database holds."""
+    if args.standbys is None:
+        return None
+    from mosafs.manager.replog import LAG_TIMEOUT_S, ReplicationLog
+
+    seq, epoch = store.log_position()
+    journal = ReplicationLog(epoch=epoch + 1, last_seq=seq, last_epoch=epoch,
+                             standbys=args.standbys, wait_timeout_s=args.standby_wait,
+                             lag_timeout_s=min(LAG_TIMEOUT_S, args.standby_wait / 6))
+    store.attach_log(journal)
+    log.info("replication log from entry %d (epoch %d); %d standby confirmation(s) per "
+             "change", seq, epoch + 1, args.standbys)
+    return journal
 
 
 def _token_authority(args: argparse.Namespace, data_dir: Path) -> Any:

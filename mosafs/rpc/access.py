@@ -50,4 +50,8 @@ BENEFACTOR_ACCESS: dict[str, frozenset[str]] = {
     "RecodeChunk": MANAGER,
 }
 
-ACCESS = {"mosafs.v1.Manager": MANAGER_ACCESS, "mosafs.v1.Benefactor": BENEFACTOR_ACCESS}
+# A standby manager follows the active one's log (docs/standby.md).
+REPLICATION_ACCESS: dict[str, frozenset[str]] = {"Follow": MANAGER}
+
+ACCESS = {"mosafs.v1.Manager": MANAGER_ACCESS, "mosafs.v1.Benefactor": BENEFACTOR_ACCESS,
+          "mosafs.v1.ManagerReplication": REPLICATION_ACCESS}

@@ -213,4 +213,10 @@ def _wrapped(handler: Any, label: str, method: str, allowed: frozenset[str] | No
         return grpc.unary_stream_rpc_method_handler(
             streaming(handler.unary_stream), handler.request_deserializer,
             handler.response_serializer)
-    return handler  # no streaming-request RPCs exist
+    if handler.stream_stream is not None:  # the request iterator passes through as is
+        return grpc.stream_stream_rpc_method_handler(
+            streaming(handler.stream_stream), handler.request_deserializer,
+            handler.response_serializer)
+    return grpc.stream_unary_rpc_method_handler(
+        unary(handler.stream_unary), handler.request_deserializer,
+        handler.response_serializer)

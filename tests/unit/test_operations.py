@@ -19,7 +19,7 @@ import yaml
 from dockerfile_parse import DockerfileParser
 
 from mosafs import certs, cli, metrics
-from mosafs._proto import benefactor_pb2, manager_pb2
+from mosafs._proto import benefactor_pb2, manager_pb2, replication_pb2
 from mosafs.config import apply, load_file
 from mosafs.errors import AlreadyExists, ConfigError, NotFound
 from mosafs.rpc.access import ACCESS
@@ -57,7 +57,8 @@ def test_unit_certificates_state_their_role(tmp_path: Path) -> None:
 
 def test_unit_every_rpc_has_an_access_rule() -> None:
     for service, table in ACCESS.items():
-        module = manager_pb2 if service.endswith("Manager") else benefactor_pb2
+        module = {"Manager": manager_pb2, "Benefactor": benefactor_pb2,
+                  "ManagerReplication": replication_pb2}[service.rsplit(".", 1)[1]]
         methods = {m.name for m in module.DESCRIPTOR.services_by_name[
             service.rsplit(".", 1)[1]].methods}
         assert methods == set(table), service

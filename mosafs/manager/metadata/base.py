@@ -39,6 +39,7 @@ from mosafs.manager.metadata.schema import (
     _Dbs,
 )
 from mosafs.manager.metadata.tx import Tx, holders_of, sync_holdings
+from mosafs.manager.replog import Recorder, ReplicationLog, position
 
 log = logging.getLogger("mosafs.manager.metadata")
 # Reader slots: py-lmdb holds one per read transaction object until Python frees it (an
@@ -93,6 +94,10 @@ class StoreBase:
         self.on_unreferenced: Callable[[list[bytes]], None] | None = None
         # The operations clients wait on share commits (docs/metadata.md, "Group commit").
         self._committer = GroupCommitter(env, gate=self._map.gate.shared)
+        # The replication log of an active manager with standbys (mosafs.manager.replog,
+        # attach_log); None: nothing is recorded.
+        self.log: ReplicationLog | None = None
+        self._db_index = {getattr(self._db, f.name): i for i, f in enumerate(fields(_Dbs))}
         self._initialise()
 
     def close(self) -> None:
@@ -129,15 +134,27 @@ class StoreBase:
         @_rerun_if_grown), else NoSpace."""
         self._map.prepare(grows=grows)
         seen = self._map.map_size
+        journal = self.log
+        seq = 0
         try:
             with self._map.gate.shared(), self._env.begin(write=True) as txn:
-                tx = Tx(txn, self._db)
+                rec = Recorder(txn, self._db_index) if journal is not None else None
+                tx = Tx(cast("lmdb.Transaction[bytes]", rec or txn), self._db)
                 yield tx
+                if journal is not None and rec is not None and rec.ops:
+                    seq = journal.seal(txn, self._db.meta)
             with self._count_lock:
                 self._writes += 1
-        except lmdb.MapFullError:
-            raise self._map.full(seen, grows=grows) from None
+        except BaseException as exc:
+            if seq:  # sealed, then the commit failed: the number still goes out, empty
+                cast(ReplicationLog, journal).append(seq, [])
+            if isinstance(exc, lmdb.MapFullError):
+                raise self._map.full(seen, grows=grows) from None
+            raise
         self._committed(tx)
+        if seq:
+            cast(ReplicationLog, journal).append(seq, cast(Recorder, rec).ops)
+            cast(ReplicationLog, journal).wait_confirmed(seq)
 
     def _committed(self, tx: Tx) -> None:
         """After TX committed: chunks it left unreferenced go to on_unreferenced."""
@@ -158,13 +175,26 @@ class StoreBase:
             return body(made[-1])
 
         try:
-            result = self._committer.run(run)
+            result, seq = self._committer.run_sealed(run)
         except lmdb.MapFullError:
             raise self._map.full(seen, grows=grows) from None
         with self._count_lock:
             self._writes += 1
         self._committed(made[-1])
+        if seq and self.log is not None:
+            self.log.wait_confirmed(seq)
         return result
+
+    def attach_log(self, journal: ReplicationLog) -> None:
+        """From now on every write transaction is recorded in JOURNAL, and none returns
+        before its entry is confirmed (mosafs.manager.replog)."""
+        self.log = journal
+        self._committer.journal = _Journal(journal, self._db_index, self._db.meta)
+
+    def log_position(self) -> tuple[int, int]:
+        """(seq, epoch) of the last replication log entry this database holds."""
+        with self._read() as tx:
+            return position(tx.txn.get, self._db.meta)
 
     @contextmanager
     def transaction(self, *, write: bool = False) -> Iterator[Tx]:
@@ -239,3 +269,20 @@ class StoreBase:
     def _set_schema(self) -> None:
         with self._write() as tx:
             tx.txn.put(b"schema", SCHEMA_VERSION, db=self._db.meta)
+
+
+class _Journal:
+    """The group committer's view of a replication log (groupcommit.Journal)."""
+
+    def __init__(self, journal: ReplicationLog, index: dict[Any, int], meta: Any) -> None:
+        self._log, self._index, self._meta = journal, index, meta
+
+    def wrap(self, txn: lmdb.Transaction[bytes]) -> tuple[Any, list[Any]]:
+        rec = Recorder(txn, self._index)
+        return rec, rec.ops
+
+    def seal(self, txn: lmdb.Transaction[bytes]) -> int:
+        return self._log.seal(txn, self._meta)
+
+    def append(self, seq: int, ops: list[Any]) -> None:
+        self._log.append(seq, ops)

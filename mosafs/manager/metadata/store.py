@@ -5,11 +5,13 @@ from __future__ import annotations
 from mosafs.manager.metadata.chunks import ChunkIndexOps
 from mosafs.manager.metadata.cluster import ClusterOps
 from mosafs.manager.metadata.namespace import NamespaceOps
+from mosafs.manager.metadata.replica import ReplicaOps
 from mosafs.manager.metadata.versions import VersionOps
 from mosafs.manager.metadata.xattrs import XattrOps
 
 
-class MetadataStore(NamespaceOps, XattrOps, VersionOps, ChunkIndexOps, ClusterOps):
+class MetadataStore(NamespaceOps, XattrOps, VersionOps, ChunkIndexOps, ClusterOps,
+                    ReplicaOps):
     """All metadata operations, each in its own LMDB transaction (one write transaction per
     mutating operation). Thread-safe: LMDB serialises writers and gives every reader a
     snapshot; one store is shared by all gRPC worker threads."""

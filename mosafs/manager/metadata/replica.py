@@ -1,0 +1,56 @@
+"""The store's side of manager replication (docs/standby.md): a consistent snapshot of the
+whole database for a standby that starts from nothing, and applying the active manager's
+log entries on a standby."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from dataclasses import fields
+from pathlib import Path
+
+from mosafs._proto import replication_pb2
+from mosafs.errors import InvalidArgument
+from mosafs.manager.metadata.base import StoreBase, _rerun_if_grown
+from mosafs.manager.metadata.schema import _Dbs
+from mosafs.manager.replog import position, stamp
+
+
+class ReplicaOps(StoreBase):
+    def snapshot_to(self, path: Path) -> tuple[int, int]:
+        """Write a compact copy of the database, as one read transaction sees it, to PATH
+        (an LMDB data file); (seq, epoch): the log position it holds."""
+        with self._map.gate.shared(), self._env.begin() as txn:
+            where = position(txn.get, self._db.meta)
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+            try:
+                self._env.copyfd(fd, compact=True, txn=txn)
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+        return where
+
+    @_rerun_if_grown
+    def apply_log(self, entries: Sequence[replication_pb2.LogEntry]) -> tuple[int, int]:
+        """Apply ENTRIES (the next ones of the log, in order) in one durable write
+        transaction; the position reached. InvalidArgument, and nothing applied, for an
+        entry that does not follow the one before it or names no sub-database."""
+        dbs = [getattr(self._db, f.name) for f in fields(_Dbs)]
+        with self._write(grows=True) as tx:
+            seq, epoch = position(tx.txn.get, self._db.meta)
+            for entry in entries:
+                if entry.seq != seq + 1 or entry.epoch < epoch:
+                    raise InvalidArgument(
+                        f"log entry {entry.seq} of epoch {entry.epoch} does not follow "
+                        f"entry {seq} of epoch {epoch}")
+                for op in entry.ops:
+                    if op.db >= len(dbs):
+                        raise InvalidArgument(f"log entry {entry.seq} names sub-database "
+                                              f"{op.db}, which this schema lacks")
+                    if op.delete:
+                        tx.txn.delete(op.key, db=dbs[op.db])
+                    else:
+                        tx.txn.put(op.key, op.value, db=dbs[op.db])
+                seq, epoch = entry.seq, entry.epoch
+            stamp(tx.txn, self._db.meta, seq, epoch)
+        return seq, epoch

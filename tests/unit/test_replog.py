@@ -1,0 +1,200 @@
+"""Manager replication in one process (docs/standby.md): an active store with a
+replication log, a standby database that starts from a snapshot and applies the log, and
+the rules of the log itself (confirmation, the in-sync set, trimming, positions). The
+processes and the Follow stream are tested in tests/services/test_standby.py."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from dataclasses import fields
+from pathlib import Path
+
+import pytest
+
+from mosafs._proto import replication_pb2
+from mosafs.errors import InvalidArgument, Unavailable
+from mosafs.manager.core import Manager, ManagerConfig
+from mosafs.manager.metadata import ROOT_INODE, MetadataStore
+from mosafs.manager.metadata.schema import DB_NAMES, _Dbs
+from mosafs.manager.replog import Follower, ReplicationLog
+from mosafs.manager.standby import Standby
+from tests.unit.managers import Clock, cid, commit, new_file, register
+
+MAP = 1 << 30
+
+
+def dump(store: MetadataStore) -> dict[bytes, dict[bytes, bytes]]:
+    """Every key and value of every sub-database."""
+    out = {}
+    with store.transaction() as tx:
+        for name, f in zip(DB_NAMES, fields(_Dbs), strict=True):
+            out[name] = {bytes(k): bytes(v)
+                         for k, v in tx.txn.cursor(db=getattr(tx.db, f.name))}
+    return out
+
+
+@pytest.fixture
+def pair(tmp_path: Path) -> Iterator[tuple[MetadataStore, Standby]]:
+    active = MetadataStore(tmp_path / "active" / "metadata.lmdb", map_size=MAP)
+    (tmp_path / "standby").mkdir()
+    standby = Standby(tmp_path / "standby", map_size=MAP)
+    yield active, standby
+    active.close()
+    standby.close()
+
+
+def start_log(store: MetadataStore, standbys: int = 0, **kw: float) -> ReplicationLog:
+    seq, epoch = store.log_position()
+    journal = ReplicationLog(epoch=epoch + 1, last_seq=seq, last_epoch=epoch,
+                             standbys=standbys, **kw)
+    store.attach_log(journal)
+    return journal
+
+
+def send_snapshot(active: MetadataStore, journal: ReplicationLog, f: Follower,
+                  standby: Standby, tmp_path: Path, part: int = 4096) -> None:
+    journal.snapshot_started(f)
+    path = tmp_path / "snapshot.mdb"
+    seq, epoch = active.snapshot_to(path)
+    data = path.read_bytes()
+    got = None
+    for offset in range(0, len(data), part):
+        got = standby.snapshot_part(replication_pb2.SnapshotPart(
+            offset=offset, data=data[offset:offset + part], total_bytes=len(data),
+            done=offset + part >= len(data), seq=seq, epoch=epoch))
+    assert got == seq
+    journal.snapshot_taken(f, seq)
+    journal.confirmed(f, seq)
+
+
+def catch_up(journal: ReplicationLog, f: Follower, standby: Standby) -> int:
+    """Apply every entry sent to F; the seq reached."""
+    while True:
+        batch = journal.next_entries(f, timeout=0)
+        assert batch is not None
+        if not batch:
+            return standby.position()[0]
+        seq = standby.apply([replication_pb2.LogEntry.FromString(b) for b in batch])
+        journal.confirmed(f, seq)
+
+
+def workload(store: MetadataStore, tag: str) -> None:
+    """Writes through every path: single write transactions and group commits, namespace,
+    versions, chunk index, benefactors and pools."""
+    mgr = Manager(store, ManagerConfig(), clock=Clock())
+    register(mgr, "b1")
+    d = store.mkdir(ROOT_INODE, f"dir-{tag}", 0o755).inode
+    for i in range(5):
+        ino = new_file(store, f"f{i}", d)
+        commit(mgr, ino, [(cid(i), 100), (cid(100 + i), 50)])
+    store.unlink(d, "f3")
+    store.rename(d, "f4", ROOT_INODE, f"moved-{tag}")
+    store.setxattr(ROOT_INODE, f"user.{tag}", b"v")
+
+
+def test_a_standby_from_a_snapshot_and_the_log_holds_what_the_active_holds(
+        pair: tuple[MetadataStore, Standby], tmp_path: Path) -> None:
+    active, standby = pair
+    workload(active, "before")  # before the log: only a snapshot carries it
+    journal = start_log(active)
+    f = journal.attach("s1", *standby.position())
+    assert f.needs_snapshot
+    workload(active, "during")  # between the attach and the snapshot
+    send_snapshot(active, journal, f, standby, tmp_path)
+    workload(active, "after")
+    assert catch_up(journal, f, standby) == journal.last_seq
+    assert dump(standby.store) == dump(active)
+    # Reopened, the standby stands where it was and goes on from the log, no snapshot.
+    position = standby.position()
+    standby.close()
+    standby.__init__(tmp_path / "standby", map_size=MAP)  # type: ignore[misc]
+    assert standby.position() == position
+    journal.detach(f)
+    g = journal.attach("s1", *position)
+    assert not g.needs_snapshot
+    workload(active, "again")
+    catch_up(journal, g, standby)
+    assert dump(standby.store) == dump(active)
+
+
+def test_a_writer_waits_for_an_in_sync_standby_and_fails_cleanly_without_one(
+        pair: tuple[MetadataStore, Standby], tmp_path: Path) -> None:
+    active, standby = pair
+    journal = start_log(active, standbys=1, wait_timeout_s=0.5, lag_timeout_s=0.2)
+    with pytest.raises(Unavailable, match="stored on the active manager"):
+        active.mkdir(ROOT_INODE, "alone", 0o755)  # nobody in sync: stored, not confirmed
+    assert active.lookup(ROOT_INODE, "alone").inode
+    f = journal.attach("s1", *standby.position())
+    send_snapshot(active, journal, f, standby, tmp_path)
+    catch_up(journal, f, standby)
+    assert journal.followers() == [("s1", 0, True)]
+    done = threading.Event()
+
+    def write() -> None:
+        active.mkdir(ROOT_INODE, "confirmed", 0o755)
+        done.set()
+
+    writer = threading.Thread(target=write)
+    writer.start()
+    assert not done.wait(0.1)  # it waits for the standby
+    catch_up(journal, f, standby)
+    assert done.wait(5)
+    writer.join()
+    assert standby.store.lookup(ROOT_INODE, "confirmed").inode
+    # A standby that confirms nothing leaves the in-sync set; the writer fails, cleanly.
+    with pytest.raises(Unavailable):
+        active.mkdir(ROOT_INODE, "lagging", 0o755)
+    assert journal.followers() == [("s1", 1, False)]
+    catch_up(journal, f, standby)  # caught up again: back in the set
+    assert journal.followers() == [("s1", 0, True)]
+
+
+def test_positions_off_the_log_history_need_a_snapshot(tmp_path: Path) -> None:
+    journal = ReplicationLog(epoch=5, last_seq=10, last_epoch=4, standbys=0)
+    assert not journal.attach("a", 10, 4).needs_snapshot  # the base
+    assert journal.attach("b", 0, 0).needs_snapshot       # nothing applied
+    assert journal.attach("c", 10, 3).needs_snapshot      # same seq, another term
+    assert journal.attach("d", 9, 4).needs_snapshot       # before the base
+    assert journal.attach("e", 11, 5).needs_snapshot      # beyond what was appended
+    journal.append(11, [(0, b"k", b"v")])
+    assert not journal.attach("f", 11, 5).needs_snapshot
+
+
+def test_entries_leave_memory_once_confirmed_or_past_the_limit() -> None:
+    journal = ReplicationLog(epoch=1, last_seq=0, last_epoch=0, standbys=0, max_bytes=200)
+    f = journal.attach("s", 0, 0)
+    journal.snapshot_started(f)
+    journal.snapshot_taken(f, 0)
+    journal.append(2, [(1, b"b", b"x" * 50)])  # out of order: held until 1 comes
+    assert journal.last_seq == 0
+    journal.append(1, [(1, b"a", b"x" * 50)])
+    assert journal.last_seq == 2
+    sent = journal.next_entries(f, timeout=0)
+    assert [replication_pb2.LogEntry.FromString(b).seq for b in sent or []] == [1, 2]
+    journal.confirmed(f, 2)
+    for seq in range(3, 10):  # past max_bytes while f confirms nothing
+        journal.append(seq, [(1, b"k", b"x" * 100)])
+    assert journal.next_entries(f, timeout=0) is None  # trimmed: it needs a snapshot
+    assert f.needs_snapshot
+
+
+def test_a_standby_refuses_entries_that_do_not_follow(
+        pair: tuple[MetadataStore, Standby], tmp_path: Path) -> None:
+    active, standby = pair
+    journal = start_log(active)
+    active.mkdir(ROOT_INODE, "logged", 0o755)
+    f = journal.attach("s1", *standby.position())
+    send_snapshot(active, journal, f, standby, tmp_path)
+    seq, epoch = standby.position()
+    assert (seq, epoch) == (1, 1)
+    before = dump(standby.store)
+    for bad in (replication_pb2.LogEntry(seq=seq + 2, epoch=epoch),
+                replication_pb2.LogEntry(seq=seq + 1, epoch=epoch - 1),
+                replication_pb2.LogEntry(seq=seq + 1, epoch=epoch,
+                                         ops=[replication_pb2.LogOp(db=99, key=b"k")])):
+        with pytest.raises(InvalidArgument):
+            standby.apply([bad])
+    with pytest.raises(InvalidArgument):
+        standby.snapshot_part(replication_pb2.SnapshotPart(offset=10, data=b"x"))
+    assert dump(standby.store) == before

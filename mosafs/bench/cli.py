@@ -5,15 +5,16 @@
     mosafs bench hash [--backend auto|cpu|gpu|oracle|all] [--quick] [--json] [--spec SPEC]
     mosafs bench backends [--backends cpu,gpu] [--size-mib N] [--json]
     mosafs bench durability [--files N] [--file-mib N] [--kill-mib N] [--json]
-    mosafs bench ec [--parts coders,mount,rebuild] [--layouts L,L] [--quick] [--json]
+    mosafs bench ec [--parts coders,mount,rebuild,devices] [--layouts L,L] [--quick] [--json]
     mosafs bench series|stripe|clients [--quick] [--json] [--plot DIR]
                                        [--links auto|netns|ratelimit|none]
     mosafs bench checkpoint [--size-mib N] [--steps N] [--changed F] [--device cuda|cpu]
+                            [--ranks N,N]
                             [--local-dir DIR] [--keep DIR] [--up-arg ARG ...] [--seed N]
                             [--json]
     mosafs bench metadata [--clients N,N] [--files N] [--dir-entries N] [--commit-files N]
                           [--commit-chunks N] [--peer auto|moosefs|none] [--insecure]
-                          [--keep DIR] [--json]
+                          [--managers N] [--keep DIR] [--json]
 
 `write` starts real processes (a cluster and a null FUSE file system) and measures the
 mount; `series`, `stripe` and `clients` reproduce the stdchk and MosaStore evaluations
@@ -200,8 +201,23 @@ def _add_checkpoint_benchmark(sub: Any) -> None:
                    help="passed to `mosafs up` (repeatable; write --up-arg=--flag=value)")
     c.add_argument("--seed", type=int, default=0,
                    help="the tensors' content and the changed subsets (default 0)")
+    c.add_argument("--ranks", type=_rank_counts, metavar="N,N",
+                   help="instead: passes of N rank processes (one GPU each, round-robin), "
+                        "each saving a --size-mib shard: steps 1..--steps then one all new, "
+                        "aggregate GB/s per pass against one rank (mosafs/bench/"
+                        "checkpoint_ranks.py); e.g. 1,2")
     _add_run_options(c)
     c.set_defaults(bench_run=_run_checkpoint)
+
+
+def _rank_counts(text: str) -> list[int]:
+    try:
+        counts = [int(x) for x in text.split(",") if x]
+    except ValueError:
+        counts = []
+    if not counts or any(not 1 <= n <= 64 for n in counts):
+        raise argparse.ArgumentTypeError(f"rank counts of 1 to 64, comma-separated: {text!r}")
+    return counts
 
 
 def _run_checkpoint(args: argparse.Namespace) -> int:
@@ -209,6 +225,8 @@ def _run_checkpoint(args: argparse.Namespace) -> int:
     from mosafs.procutil import setup_logging
 
     setup_logging(args.log_level)
+    if args.ranks:
+        return _run_checkpoint_ranks(args)
     result = run_checkpoint(size_mib=args.size_mib, steps=args.steps, changed=args.changed,
                             device=args.device, local_dir=args.local_dir,
                             up_args=args.up_arg, keep=args.keep, seed=args.seed,
@@ -219,6 +237,21 @@ def _run_checkpoint(args: argparse.Namespace) -> int:
     else:
         print(format_table(result))
     return 0  # a missed target is a figure, not a failure: see "targets" in the JSON
+
+
+def _run_checkpoint_ranks(args: argparse.Namespace) -> int:
+    from mosafs.bench.checkpoint_ranks import format_table, run_checkpoint_ranks
+
+    result = run_checkpoint_ranks(ranks=args.ranks, size_mib=args.size_mib, steps=args.steps,
+                                  changed=args.changed, device=args.device,
+                                  up_args=args.up_arg, keep=args.keep, seed=args.seed,
+                                  command=" ".join(["mosafs", "bench", *sys.argv[2:]]))
+    if args.json:
+        json.dump(result, sys.stdout)
+        print()
+    else:
+        print(format_table(result))
+    return 0
 
 
 def _add_metadata_benchmark(sub: Any) -> None:
@@ -267,6 +300,9 @@ def _add_metadata_benchmark(sub: Any) -> None:
                         "targets'; 0: skip)")
     m.add_argument("--scale-files", type=bounded_int(0, 10_000_000), default=1_000_000,
                    help="files of the synthetic manager (default 1000000)")
+    m.add_argument("--managers", type=bounded_int(1, 5), default=1,
+                   help="managers of the cluster (`mosafs up --managers`): 2 or more put a "
+                        "standby's durable confirmation on every change (default 1)")
     m.add_argument("--scale-idle-s", type=bounded_int(1, 3600), default=30,
                    help="seconds the synthetic manager's idle CPU is measured over "
                         "(default 30)")
@@ -284,7 +320,7 @@ def _run_metadata(args: argparse.Namespace) -> int:
                       commit_chunks=args.commit_chunks, peer=args.peer,
                       tls=not args.insecure, keep=args.keep,
                       scale_chunks=args.scale_chunks, scale_files=args.scale_files,
-                      scale_idle_s=args.scale_idle_s)
+                      scale_idle_s=args.scale_idle_s, managers=args.managers)
     result = run_metadata(options, command=" ".join(["mosafs", "bench", *sys.argv[2:]]))
     if args.json:
         json.dump(result, sys.stdout)
@@ -308,12 +344,14 @@ def _add_ec_benchmark(sub: Any) -> None:
                     "(drop_caches). Prints one JSON object with --json.",
         epilog="examples:\n  mosafs bench ec --json\n  mosafs bench ec --quick\n"
                "  mosafs bench ec --parts coders --json\n"
+               "  mosafs bench ec --parts devices --json\n"
                "  mosafs bench ec --parts mount --layouts ec:4+2,replicas:3 --size-mib 256",
         formatter_class=argparse.RawDescriptionHelpFormatter)
     e.add_argument("--quick", action="store_true",
                    help="small sizes (64 MiB, short coder runs): a smoke test")
     e.add_argument("--parts", default="coders,mount,rebuild",
-                   help="which parts, comma-separated (default coders,mount,rebuild)")
+                   help="which parts, comma-separated (default coders,mount,rebuild; "
+                        "`devices`, one GPU against every visible GPU, is asked for alone)")
     e.add_argument("--layouts", default=",".join(_EC_LAYOUTS),
                    help=f"redundancies measured through the mount (default "
                         f"{','.join(_EC_LAYOUTS)})")
@@ -332,7 +370,7 @@ def _add_ec_benchmark(sub: Any) -> None:
 
 
 _EC_LAYOUTS = ("replicas:2", "replicas:3", "ec:4+2", "ec:8+2")
-_EC_PARTS = ("coders", "mount", "rebuild")
+_EC_PARTS = ("coders", "mount", "rebuild", "devices")
 
 
 def _run_ec(args: argparse.Namespace) -> int:

@@ -110,6 +110,7 @@ class Options:
     scale_chunks: int = 10_000_000  # the synthetic manager (0: not run)
     scale_files: int = 1_000_000
     scale_idle_s: int = 30
+    managers: int = 1            # `mosafs up --managers`: 2 puts a standby on every commit
 
     def check(self) -> Options:
         """The options as they are, or ConfigError (exit code 2) naming the bad one."""
@@ -546,6 +547,8 @@ def _large_dir(m: _Mosafs, entries: int, logs: Path) -> dict[str, Any]:
 
 def _mosafs(workdir: Path, options: Options, logs: Path) -> dict[str, Any]:
     up_args = ["--chunker", f"fixed:{CHUNK_BYTES}"]
+    if options.managers > 1:
+        up_args += ["--managers", str(options.managers)]
     m = _Mosafs(workdir, up_args, tls=options.tls)
     try:
         m.start()

@@ -12,7 +12,8 @@ the file whole), and `up` shows what it waits for; a second signal stops at once
 still being written keeps its previous version. A mount point left dead by a mount process
 that was killed is unmounted, when `up` exits and by the next `up`.
 
-With --managers N, N-1 standby managers follow the manager's log (docs/standby.md).
+With --managers N (2 or more), N managers elect the active one through a private etcd
+and the others follow its log as standbys (mosafs.upmanagers, docs/coordination.md).
 
 DIR layout: manager/ (LMDB), manager-N/ (standbys' LMDB), benefactors/bN/ (chunks),
 logs/*.log (or --log-dir), run/*.ready.json, tls/ (the cluster's CA and every process's
@@ -61,9 +62,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--benefactors", type=int, default=3, help="storage daemons (default 3)")
     parser.add_argument("--managers", type=bounded_int(1, MAX_MANAGERS), default=1,
                         metavar="N",
-                        help="managers: one active and N-1 standbys that keep a copy of its "
-                             "metadata; with 2 or more, no change is acknowledged before "
-                             "a standby has it on disk (docs/standby.md; default 1)")
+                        help="managers: with 2 or more, a private etcd and N managers that "
+                             "elect the active one among themselves; the others are "
+                             "standbys with a copy of its metadata, no change is "
+                             "acknowledged before they have it on disk, and one takes over "
+                             "by itself when the active one is lost (docs/coordination.md; "
+                             "needs etcd, which scripts/setup.sh installs; default 1)")
     parser.add_argument("--replication", type=int,
                         help="replication factor R of the default pool (default 2, or 1 "
                              "with a single benefactor); short for --redundancy replicas:R")
@@ -285,7 +289,9 @@ class Cluster:
         return dict(json.loads(ready_file.read_text()))
 
     def _start_all(self) -> None:
-        manager_args = ["manager", "--data-dir", str(self.data_dir / "manager")]
+        from mosafs.upmanagers import ManagerGroup
+
+        manager_args = ["manager"]
         if self.args.redundancy is not None:
             manager_args += ["--redundancy", self.args.redundancy]
         else:
@@ -299,21 +305,19 @@ class Cluster:
             manager_args += ["--gc-grace", str(self.args.gc_grace)]
         if self.args.chunk_tokens == "off":
             manager_args += ["--chunk-tokens", "off"]
-        if self.args.managers > 1:
-            manager_args += ["--standbys", "1"]
-        self.manager = self._spawn("manager", manager_args)
-        address = self.manager.ready["address"]
-        self.standbys = [
-            self._spawn(f"manager-{i}", [
-                "manager", "--data-dir", str(self.data_dir / f"manager-{i}"),
-                "--standby-of", address])
-            for i in range(1, self.args.managers)]
+        self.managers = ManagerGroup(self._spawn, self.data_dir, self.args.managers,
+                                     manager_args, self.args.log_dir)
+        self.managers.start()
+        self.manager = self.managers.members[0]
+        self.standbys = self.managers.members[1:]
+        address = self.managers.address  # every manager's: the active one is followed
         self.benefactors = [
             self._spawn(f"benefactor-{i}", [
                 "benefactor", "--data-dir", str(self.data_dir / "benefactors" / f"b{i}"),
                 "--manager", address])
             for i in range(self.args.benefactors)]
-        self._wait_registered(address, {b.ready["id"] for b in self.benefactors})
+        self._wait_registered(self.managers.wait_active(),
+                              {b.ready["id"] for b in self.benefactors})
         self.mount_status.unlink(missing_ok=True)
         mount_args = ["mount", str(self.mountpoint), "--manager", address,
                       "--hash-backend", self.args.hash_backend,
@@ -347,8 +351,9 @@ class Cluster:
 
     def cluster_info(self) -> dict[str, Any]:
         return {
-            "manager": self.manager.ready["address"],
-            "managers": [m.ready["address"] for m in (self.manager, *self.standbys)],
+            "manager": self.managers.addresses[0],
+            "managers": self.managers.addresses,
+            **({"etcd": self.managers.etcd.endpoint} if self.managers.etcd else {}),
             "benefactors": [
                 {"id": b.ready["id"], "address": b.ready["address"],
                  "data_dir": b.ready["data_dir"], "pid": b.popen.pid}
@@ -403,11 +408,9 @@ class Cluster:
                                 "are copied to the other benefactors)", child.name,
                                 child.popen.returncode)
                     continue
-                if child.name.startswith("manager-"):
-                    gone.add(child.name)
-                    log.warning("standby %s exited with status %s; going on without it",
-                                child.name, child.popen.returncode)
-                    continue
+                if child.name.startswith("manager") and self.managers.exited(child):
+                    self.children.remove(child)  # started again: a new child
+                    break
                 log.error("%s exited with status %s; stopping the cluster",
                           child.name, child.popen.returncode)
                 return 1
@@ -418,14 +421,17 @@ class Cluster:
 
     def _stop_all(self) -> None:
         self.stop.set()  # a signal from now on (a child exited first) is the second one
-        # The mount first, the active manager after the benefactors, its standbys last
-        # (stopped before it, each would leave its in-sync set).
-        standbys = [c for c in self.children if c.name.startswith("manager-")]
-        for child in [*reversed([c for c in self.children if c not in standbys]), *standbys]:
+        # The mount first, then the benefactors, the managers last, all at once: stopped
+        # one by one, each standby left would be elected in turn.
+        managers = [c for c in self.children if c.name.startswith("manager")]
+        for child in reversed([c for c in self.children if c not in managers]):
             if child.name == "mount":
                 self._stop_mount(child)
             else:
                 self._stop_child(child)
+        self._stop_children(managers)
+        if getattr(self, "managers", None) is not None:
+            self.managers.stop_etcd()
         if is_dead_mount(self.mountpoint) or os.path.ismount(self.mountpoint):
             # The mount process died without unmounting: its mount point would answer
             # ENOTCONN to every access, and refuse the next `up`.
@@ -467,10 +473,18 @@ class Cluster:
             return {}
 
     def _stop_child(self, child: Child) -> None:
-        if child.popen.poll() is None:
+        self._stop_children([child])
+
+    def _stop_children(self, children: list[Child]) -> None:
+        """SIGTERM to every one of CHILDREN at once; SIGKILL to those still running 30 s
+        later."""
+        running = [c for c in children if c.popen.poll() is None]
+        for child in running:
             child.popen.send_signal(signal.SIGTERM)
+        deadline = time.monotonic() + 30
+        for child in running:
             try:
-                child.popen.wait(timeout=30)
+                child.popen.wait(timeout=max(0.0, deadline - time.monotonic()))
             except subprocess.TimeoutExpired:
                 log.error("%s ignored SIGTERM; killing it", child.name)
                 child.popen.kill()

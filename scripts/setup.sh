@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
 # Everything mosafs needs on a fresh Debian (12, Python 3.11): FUSE 3, a compiler for
-# pyfuse3, ISA-L (erasure coding, docs/erasure.md), a virtualenv in .venv with the
-# package. `--dev` adds the test and lint tools, and the programs the tool tests run on
-# the mount (rsync, git).
+# pyfuse3, ISA-L (erasure coding, docs/erasure.md), etcd (standby managers and failover,
+# docs/coordination.md: mosafs and the tests start etcd processes of their own, never
+# the package's service), a virtualenv in .venv with the package. `--dev` adds the test
+# and lint tools, and the programs the tool tests run on the mount (rsync, git).
 # Safe to run again: it only installs what is missing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-packages=(fuse3 libfuse3-dev pkg-config gcc python3-dev python3-venv libisal2)
+packages=(fuse3 libfuse3-dev pkg-config gcc python3-dev python3-venv libisal2 etcd-server)
 [ "${1:-}" = "--dev" ] && packages+=(rsync git)
 missing=()
 for p in "${packages[@]}"; do

@@ -199,3 +199,11 @@ def mounts_under(path: Path) -> list[str]:
     """The mount points at or below PATH."""
     with open("/proc/self/mounts") as f:
         return [line.split()[1] for line in f if line.split()[1].startswith(str(path))]
+
+
+def wait_for(condition: Callable[[], bool], *, timeout: float, what: str) -> None:
+    """Until CONDITION() holds; an AssertionError naming WHAT after TIMEOUT seconds."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, f"waited {timeout:g} s for {what}"
+        time.sleep(0.1)

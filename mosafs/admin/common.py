@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from mosafs.errors import ConfigError, NotFound
+from mosafs.errors import ConfigError, MosafsError, NotFound
 
 XATTR_MANAGER = "user.mosafs.manager"
 XATTR_TLS = "user.mosafs.tls"
@@ -125,7 +125,9 @@ def _cluster(args: argparse.Namespace, *, strict: bool) -> tuple[str, str]:
         _running_cluster(strict) or default_data_dir()
     try:
         info = json.loads((cluster / "cluster.json").read_text())
-        return str(info["manager"]), str((info.get("tls") or {}).get("dir") or "")
+        # Several managers (`up --managers N`): every address, the active one followed.
+        managers = info.get("managers") or [info["manager"]]
+        return ",".join(map(str, managers)), str((info.get("tls") or {}).get("dir") or "")
     except (OSError, ValueError, KeyError, TypeError, AttributeError):
         return "", ""
 
@@ -198,27 +200,54 @@ def identity(args: argparse.Namespace, found_tls: str) -> Any:
 
 
 @contextmanager
-def _stub(manager: Manager) -> Iterator[Any]:
+def _stub(address: str, identity: Any) -> Iterator[Any]:
     from mosafs._proto import manager_pb2_grpc as mgrpc
     from mosafs.rpc.channels import channel
 
-    with channel(manager.address, manager.identity) as ch:
+    with channel(address, identity) as ch:
         yield mgrpc.ManagerStub(ch)
 
 
 def ask(manager: Manager, method: str, request: Any, timeout: float = 60) -> Any:
-    """One unary call to MANAGER; a failure raises its MosafsError."""
+    """One unary call to MANAGER (the active one of several: each address in turn, where
+    mosafs.rpc.managers says the call may go on); a failure raises its MosafsError."""
+    from mosafs.rpc.channels import MANAGER_IDEMPOTENT
     from mosafs.rpc.errors import call
+    from mosafs.rpc.managers import may_go_elsewhere, parse_managers
 
-    with _stub(manager) as stub:
-        return call(getattr(stub, method), request, timeout=timeout)
+    addresses = parse_managers(manager.address)
+    for n, address in enumerate(addresses, 1):
+        with _stub(address, manager.identity) as stub:
+            try:
+                return call(getattr(stub, method), request, timeout=timeout)
+            except MosafsError as exc:
+                if n == len(addresses) or \
+                        not may_go_elsewhere(exc, method in MANAGER_IDEMPOTENT):
+                    raise
+    raise AssertionError("unreachable")  # parse_managers gives at least one
 
 
 def ask_stream(manager: Manager, method: str, request: Any, timeout: float) -> Iterator[Any]:
+    """A server-streaming call to the active one of MANAGER's addresses (the streams
+    are reads: any may be asked; one that refuses before its first answer is left)."""
     from mosafs.rpc.errors import stream
+    from mosafs.rpc.managers import may_go_elsewhere, parse_managers
 
-    with _stub(manager) as stub:
-        yield from stream(getattr(stub, method), request, timeout=timeout)
+    addresses = parse_managers(manager.address)
+    for n, address in enumerate(addresses, 1):
+        with _stub(address, manager.identity) as stub:
+            answers = stream(getattr(stub, method), request, timeout=timeout)
+            try:
+                first = next(answers)
+            except StopIteration:
+                return
+            except MosafsError as exc:
+                if n == len(addresses) or not may_go_elsewhere(exc, True):
+                    raise
+                continue
+            yield first
+            yield from answers
+            return
 
 
 def emit(report: dict[str, Any] | list[Any], as_json: bool,

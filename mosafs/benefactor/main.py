@@ -22,6 +22,7 @@ from mosafs.argtypes import bounded_int, byte_size
 from mosafs.errors import (
     ConfigError,
     DeadlineExceeded,
+    FailedPrecondition,
     MosafsError,
     NotFound,
     Unavailable,
@@ -119,7 +120,9 @@ def run(args: argparse.Namespace) -> int:
     manager = args.manager or os.environ.get(MANAGER_ENV) or None
     listen_host, _ = split_address(args.listen, "--listen")
     if manager:
-        split_address(manager, "--manager")
+        from mosafs.rpc.managers import parse_managers
+
+        parse_managers(manager)  # HOST:PORT, or several: a cluster's managers
     if args.advertise:
         split_address(args.advertise, "--advertise")
 
@@ -344,7 +347,11 @@ class _LinkLog:
         self.last_refusal = ""
 
     def failed(self, exc: MosafsError) -> None:
-        if isinstance(exc, Unavailable | DeadlineExceeded):
+        from mosafs.rpc.managers import refused_by_standby
+
+        if refused_by_standby(exc):  # one of several managers: the next one is asked
+            log.info("manager %s: %s", self.manager, exc.message)
+        elif isinstance(exc, Unavailable | DeadlineExceeded):
             self._unreachable(exc)
         elif exc.message != self.last_refusal:
             self.last_refusal = exc.message
@@ -384,7 +391,11 @@ class Registrar:
 
     def __init__(self, manager: str, info: Callable[[], benefactor_pb2.BenefactorInfo],
                  security: Callable[[Any], None] | None = None) -> None:
-        self._manager = manager
+        from mosafs.rpc.managers import Managers, parse_managers
+
+        # Several managers (A,B,C): the active one is followed (mosafs.rpc.managers).
+        self._managers = Managers(parse_managers(manager))
+        self._manager = self._managers.addresses[0]
         self._info = info
         self._security = security or (lambda state: None)
         self._stop = threading.Event()
@@ -429,6 +440,7 @@ class Registrar:
 
     def _call(self, method: str, request: Any, timeout: float) -> Any:
         from mosafs.rpc.errors import call
+        from mosafs.rpc.managers import refused_by_standby
 
         with self._lock:
             if self._stop.is_set():
@@ -437,15 +449,21 @@ class Registrar:
                 from mosafs._proto import manager_pb2_grpc
                 from mosafs.rpc.channels import channel
 
+                self._manager = self._managers.addresses[self._managers.current]
                 self._channel = channel(self._manager)
                 self._stub = manager_pb2_grpc.ManagerStub(self._channel)
             stub = self._stub
         try:
             return call(getattr(stub, method), request, timeout=timeout)
-        except (Unavailable, DeadlineExceeded):
+        except (Unavailable, DeadlineExceeded, FailedPrecondition) as exc:
             # grpc waits up to two minutes between reconnects of a failed channel; a fresh
             # channel connects at once, so a returning manager is noticed within our backoff.
-            self._drop_channel()
+            # With several managers the next one is asked from now on (a standby refused,
+            # or this one is gone); the caller's retry sends it there.
+            if not isinstance(exc, FailedPrecondition) or refused_by_standby(exc):
+                with self._lock:
+                    self._managers.failed(self._managers.addresses.index(self._manager))
+                self._drop_channel()
             raise
 
     def _drop_channel(self) -> None:

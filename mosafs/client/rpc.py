@@ -27,8 +27,9 @@ from mosafs._proto import manager_pb2_grpc as mgrpc
 from mosafs.client import acting
 from mosafs.client.batching import Batcher
 from mosafs.rpc import chunkwire
-from mosafs.rpc.channels import PROCESS_IDENTITY, channel
+from mosafs.rpc.channels import MANAGER_IDEMPOTENT, PROCESS_IDENTITY, channel
 from mosafs.rpc.errors import call, error_of, from_rpc_error
+from mosafs.rpc.managers import Managers, may_go_elsewhere, parse_managers
 
 T = TypeVar("T")
 
@@ -39,6 +40,11 @@ PUT_METHOD = "/mosafs.v1.Benefactor/PutChunk"
 PUTS_METHOD = "/mosafs.v1.Benefactor/PutChunks"
 LOCATE_BATCH = 65_536  # ids per LocateChunks call (the manager's limit)
 GET_METHOD = "/mosafs.v1.Benefactor/GetChunk"
+# With several managers: one try's deadline (a paused manager is left after this), and
+# the pauses between rounds over every address while a failover lasts.
+FAILOVER_TRY_S = 10.0
+FAILOVER_PAUSE_S = 0.1
+FAILOVER_PAUSE_MAX_S = 1.0
 
 
 @dataclass
@@ -67,15 +73,20 @@ class ManagerClient:
 
     def __init__(self, address: str, rpc: Rpc, *, timeout: float = METADATA_TIMEOUT,
                  identity: Any = PROCESS_IDENTITY) -> None:
+        """ADDRESS: HOST:PORT, or several (A,B,C): a cluster's managers, of which the
+        active one is followed (mosafs.rpc.managers)."""
         self.address = address
-        self._channel = channel(address, identity)
-        self._stub = mgrpc.ManagerStub(self._channel)
+        self._managers = Managers(parse_managers(address))
+        self._channels = [channel(a, identity) for a in self._managers.addresses]
+        self._stubs = [mgrpc.ManagerStub(ch) for ch in self._channels]
+        self._stub = self._stubs[0]
         self._rpc = rpc
         self._timeout = timeout
         self.batcher = Batcher(self._send_batch)
 
     def close(self) -> None:
-        self._channel.close()
+        for ch in self._channels:
+            ch.close()
 
     async def _batched(self, name: str, request: Any, op: mpb.BatchOp) -> Any:
         """NAME(REQUEST) alone, or OP in a batch call with others (mosafs.client.batching):
@@ -102,11 +113,35 @@ class ManagerClient:
         # with 8 processes creating files, 1.1-1.2 ms of the mount's CPU per create against
         # 1.2-1.3 through threads, and 709-717 creates/s against 600-661 (docs/benchmarks.md,
         # "Metadata"); the limiter still bounds the calls in flight.
+        if len(self._managers) > 1:
+            return await self._call_active(name, request)
         method = getattr(self._stub, name)
         async with self._rpc.limiter:
             return await completion(method.future(
                 request, timeout=self._timeout, wait_for_ready=True,
                 metadata=acting.metadata() or None))
+
+    async def _call_active(self, name: str, request: Any) -> Any:
+        """NAME(REQUEST) at the active one of several managers: the one that answered
+        last first, then the others in turn while a failover lasts (up to the timeout),
+        where mosafs.rpc.managers says the call may go elsewhere."""
+        deadline = trio.current_time() + self._timeout
+        idempotent = name in MANAGER_IDEMPOTENT
+        pause = FAILOVER_PAUSE_S
+        while True:
+            index = self._managers.current
+            left = deadline - trio.current_time()
+            try:
+                async with self._rpc.limiter:
+                    return await completion(getattr(self._stubs[index], name).future(
+                        request, timeout=max(0.1, min(left, FAILOVER_TRY_S)),
+                        wait_for_ready=False, metadata=acting.metadata() or None))
+            except errors.MosafsError as exc:
+                if not may_go_elsewhere(exc, idempotent) or left <= pause:
+                    raise
+                if self._managers.failed(index):  # every one tried: let a failover finish
+                    await trio.sleep(pause)
+                    pause = min(2 * pause, FAILOVER_PAUSE_MAX_S)
 
     async def lookup(self, parent: int, name: str) -> mpb.Attr:
         request = mpb.LookupRequest(parent=parent, name=name)

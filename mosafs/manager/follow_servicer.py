@@ -17,6 +17,7 @@ from mosafs.manager import feed
 from mosafs.manager.metadata import MetadataStore
 from mosafs.manager.replog import ReplicationLog
 from mosafs.rpc.errors import servicer
+from mosafs.rpc.managers import STANDBY_REFUSAL
 
 SERVICE = "mosafs.v1.ManagerReplication"
 
@@ -54,16 +55,17 @@ def add_to_server(journal: ReplicationLog | None, store: MetadataStore,
     return add
 
 
-def add_refusals(active: str) -> Callable[[grpc.Server], None]:
+def add_refusals(active: str | Callable[[], str]) -> Callable[[grpc.Server], None]:
     """A standby's `add_servicer` callback: every Manager RPC is refused with
-    FAILED_PRECONDITION naming the active manager (docs/standby.md: standbys serve no
-    reads; clients go to the active manager)."""
+    FAILED_PRECONDITION naming the active manager (ACTIVE, or what ACTIVE() says now: a
+    standby of a failover cluster follows whoever leads) (docs/standby.md: standbys serve
+    no reads; clients go to the active manager, mosafs.rpc.managers)."""
     from mosafs._proto import manager_pb2
 
-    message = f"this manager is a standby of {active}; ask the active manager"
-
     def refuse(request: object, context: grpc.ServicerContext) -> None:
-        context.abort(grpc.StatusCode.FAILED_PRECONDITION, message)
+        now = active() if callable(active) else active
+        context.abort(grpc.StatusCode.FAILED_PRECONDITION,
+                      f"{STANDBY_REFUSAL} {now}; ask the active manager")
 
     def add(server: grpc.Server) -> None:
         handlers = {}

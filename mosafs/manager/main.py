@@ -12,19 +12,15 @@ from __future__ import annotations
 
 import argparse
 import logging
-import threading
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 from mosafs.argtypes import MiB, bounded_int, byte_size, ec_min_chunk_arg, redundancy_arg
-from mosafs.errors import ConfigError, MosafsError
+from mosafs.errors import ConfigError
 from mosafs.procutil import add_daemon_arguments
 
 log = logging.getLogger("mosafs.manager")
 
 DEFAULT_LISTEN = "127.0.0.1:0"
-STOP_GRACE_S = 2.0  # in-flight RPCs get this long to finish on SIGTERM
 
 
 _positive_int = bounded_int(1, (1 << 32) - 1)
@@ -115,6 +111,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                          "leaves the in-sync set")
     ha.add_argument("--standby-of", metavar="HOST:PORT",
                     help="run as a standby of the active manager at HOST:PORT")
+    failover = parser.add_argument_group(
+        "failover", "managers that elect the active one among themselves through etcd "
+        "(docs/coordination.md): each starts as a standby, and the one elected serves as "
+        "active; one whose election lease lapses exits with status 75 (start it again: it "
+        "comes back as a standby)")
+    failover.add_argument("--etcd", metavar="URL[,URL]",
+                          help="etcd's client URLs, e.g. http://127.0.0.1:2379 (needs "
+                               "--standbys 1 or more)")
+    failover.add_argument("--cluster-name", default="mosafs", metavar="NAME",
+                          help="the cluster's keys in etcd (/mosafs/NAME/; default mosafs)")
+    failover.add_argument("--lease-ttl", type=bounded_int(2, 60), default=5, metavar="SECONDS",
+                          help="the active manager's election lease: a standby takes over "
+                               "within about this long of its loss (default 5)")
     parser.add_argument("--ready-file", metavar="PATH",
                         help="write {address, pid, data_dir, metrics} as JSON here once "
                              "serving")
@@ -122,14 +131,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from mosafs.addresses import advertised_address, split_address
+    from mosafs.addresses import split_address
     from mosafs.procutil import (
         exclusive,
-        listen,
         start_daemon,
         stop_event,
-        wait_for_stop,
-        write_ready_file,
     )
 
     if not args.data_dir:
@@ -151,6 +157,9 @@ def run(args: argparse.Namespace) -> int:
                           "it signs a token")
     data_dir = Path(args.data_dir).resolve()
     data_dir.mkdir(parents=True, exist_ok=True)
+    if args.standby_of and args.etcd:
+        raise ConfigError("--standby-of and --etcd exclude each other: a failover member "
+                          "follows whoever etcd names as active")
     if args.standby_of:
         if args.standbys is not None:
             raise ConfigError("--standbys is for the active manager; a standby "
@@ -158,178 +167,14 @@ def run(args: argparse.Namespace) -> int:
         from mosafs.manager.standby_main import run_standby
         return run_standby(args, data_dir, stop, listen_host)
 
-    from mosafs.manager import follow_servicer, pools
-    from mosafs.manager.core import Manager, ManagerConfig
-    from mosafs.manager.metadata import MetadataStore
-    from mosafs.manager.pools import DEFAULT_POOL
-    from mosafs.manager.servicer import add_to_server
-    from mosafs.rpc.peers import BenefactorPeers
-
     # Two managers on one data directory would each hand out leases and placements the
     # other does not know about.
-    busy = f"another manager is running on {data_dir}"
-    with exclusive(data_dir / "manager.lock", busy), MetadataStore(data_dir / "metadata.lmdb",
-                                             map_size=args.map_size) as store:
-        pool = store.update_pool(
-            DEFAULT_POOL, replication=args.replication, stripe_width=args.stripe_width,
-            chunker=args.chunker, write_semantics=args.write_semantics,
-            redundancy=args.redundancy, ec_min_chunk=args.ec_min_chunk)
-        config = ManagerConfig(heartbeat_interval_s=args.heartbeat_interval,
-                               benefactor_lease_s=args.benefactor_lease,
-                               write_lease_s=args.write_lease,
-                               scan_interval_s=args.scan_interval,
-                               gc_grace_s=args.gc_grace)
-        peers = BenefactorPeers()
-        manager = Manager(store, config, copy=peers.replicate,
-                          run_round=peers.run_garbage_round, scrub=peers.scrub,
-                          has=peers.has, tokens=_token_authority(args, data_dir),
-                          recode=peers.recode, delete=peers.delete_chunks)
-        _register_metrics(manager)
-        journal = _replication_log(args, store)
-        serve_standbys = follow_servicer.add_to_server(journal, store, data_dir / "spool")
-
-        def add_services(server: Any) -> None:
-            add_to_server(manager)(server)
-            serve_standbys(server)
-
-        srv, port = listen(add_services, args.listen, label="manager")
-        replicator, repairer = manager.replicator, manager.repairer
-        assert replicator is not None and repairer is not None
-        background = [
-            BackgroundLoop("replication", replicator.step, wakeup=replicator.wakeup),
-            BackgroundLoop("fragment repair", repairer.step, wakeup=repairer.wakeup),
-            BackgroundLoop("pruning", manager.prune_pass, wakeup=manager.prune_wakeup),
-            BackgroundLoop("garbage collection", manager.collect_step),
-        ]
-        try:
-            for loop in background:
-                loop.start()
-            address = advertised_address(listen_host, port)
-            write_ready_file(args.ready_file, address=address, data_dir=str(data_dir),
-                             metrics=metrics_url)
-            log.info("manager serving %s on %s (default pool: %s, %s, W=%d, %s)", data_dir,
-                     address, pool.chunker, pools.scheme(pool), pool.stripe_width,
-                     pool.write_semantics)
-            wait_for_stop(stop)
-            log.info("stopping")
-        finally:
-            for loop in background:
-                loop.stop()
-            if journal is not None:
-                journal.close()
-            srv.stop(STOP_GRACE_S).wait()
-            repairer.close()
-            replicator.close()
-            peers.close()
+    with exclusive(data_dir / "manager.lock", f"another manager is running on {data_dir}"):
+        if args.etcd:
+            from mosafs.manager.ha_main import run_ha
+            status = run_ha(args, data_dir, stop, listen_host, metrics_url)
+        else:
+            from mosafs.manager.active import serve_active
+            status = serve_active(args, data_dir, stop, listen_host, metrics_url)
     log.info("stopped")
-    return 0
-
-
-def _replication_log(args: argparse.Namespace, store: Any) -> Any:
-    """The replication log standbys follow (--standbys), attached to STORE; None without
-    --standbys. This manager's epoch is one past the last its database holds."""
-    if args.standbys is None:
-        return None
-    from mosafs.manager.replog import LAG_TIMEOUT_S, ReplicationLog
-
-    seq, epoch = store.log_position()
-    journal = ReplicationLog(epoch=epoch + 1, last_seq=seq, last_epoch=epoch,
-                             standbys=args.standbys, wait_timeout_s=args.standby_wait,
-                             lag_timeout_s=min(LAG_TIMEOUT_S, args.standby_wait / 6))
-    store.attach_log(journal)
-    log.info("replication log from entry %d (epoch %d); %d standby confirmation(s) per "
-             "change", seq, epoch + 1, args.standbys)
-    return journal
-
-
-def _token_authority(args: argparse.Namespace, data_dir: Path) -> Any:
-    """The signer of chunk access tokens (docs/operations.md), or None: plaintext (no
-    certificate to bind a token to), or --chunk-tokens off."""
-    from mosafs.manager.tokens import KEYS_FILE, TokenAuthority
-    from mosafs.rpc import security
-
-    if security.current() is None:
-        log.info("chunk access tokens off: plaintext cluster (--insecure)")
-        return None
-    if args.chunk_tokens == "off":
-        log.warning("chunk access tokens off (--chunk-tokens off): any client certificate "
-                    "may read and write every chunk by id; use this only to measure their "
-                    "cost")
-        return None
-    return TokenAuthority(ttl_s=args.token_ttl, rotate_s=args.token_rotate,
-                          path=data_dir / KEYS_FILE)
-
-
-def _register_metrics(manager: Any) -> None:
-    """The manager's figures as gauges, read at every scrape (mosafs.metrics)."""
-    from mosafs import metrics
-
-    def figures() -> Any:
-        status = manager.cluster_status()
-        yield ("mosafs_manager_metadata_write_transactions", "LMDB write transactions",
-               status.metadata_write_transactions, "counter", {})
-        for name, text, value in (
-                ("chunks", "Referenced chunks in the index", status.chunks),
-                ("under_replicated_chunks", "Chunks with fewer than R copies",
-                 status.under_replicated_chunks),
-                ("replication_backlog_bytes", "Bytes still to copy to restore every R",
-                 status.replication_backlog_bytes),
-                ("lost_chunks", "Referenced chunks with no live copy", status.lost_chunks),
-                ("replication_rate_bytes", "Recent replication rate, bytes/s",
-                 status.replication_rate_bytes_s),
-                ("ec_short_chunks", "Erasure-coded chunks with fewer than K+M fragments",
-                 status.ec_short_chunks),
-                ("ec_missing_fragments", "Fragments erasure-coded chunks lack",
-                 status.ec_missing_fragments),
-                ("ec_lost_chunks", "Erasure-coded chunks with fewer than K live fragments",
-                 status.ec_lost_chunks)):
-            yield (f"mosafs_manager_{name}", text, value, "gauge", {})
-        for conv in status.conversions:
-            yield ("mosafs_manager_conversion_remaining_chunks",
-                   "Chunks still to re-encode to their pool's redundancy",
-                   conv.remaining_chunks, "gauge", {"pool": conv.pool})
-        alive = sum(b.alive for b in status.benefactors)
-        for state, count in (("alive", alive), ("dead", len(status.benefactors) - alive)):
-            yield ("mosafs_manager_benefactors", "Registered benefactors", count, "gauge",
-                   {"state": state})
-
-    metrics.register(metrics.ValuesCollector(figures))
-
-
-class BackgroundLoop:
-    """Runs PASS in a daemon thread until stop(): each pass returns the seconds to wait
-    before the next; WAKEUP, when set by someone, ends a wait early. A pass that fails is
-    logged and the loop goes on (a bug gets its traceback)."""
-
-    def __init__(self, name: str, work: Callable[[], float], *,
-                 wakeup: threading.Event | None = None, first_wait: float = 0.0) -> None:
-        self._name = name
-        self._work = work
-        self._wakeup = wakeup or threading.Event()
-        self._first_wait = first_wait
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
-
-    def start(self) -> None:
-        self._thread.start()
-
-    def stop(self) -> None:
-        self._stop.set()
-        self._wakeup.set()
-        self._thread.join(timeout=10)
-
-    def _run(self) -> None:
-        wait = self._first_wait
-        while not self._stop.is_set():
-            self._wakeup.wait(wait)
-            self._wakeup.clear()
-            if self._stop.is_set():
-                return
-            try:
-                wait = self._work()
-            except MosafsError as exc:
-                log.warning("%s pass failed: %s", self._name, exc)
-                wait = 1.0
-            except Exception:
-                log.exception("bug in the %s pass", self._name)
-                wait = 1.0
+    return status

@@ -7,9 +7,10 @@ stored in the same transaction (meta `log_seq`, `log_epoch`), so that a copy of 
 database always knows where in the log it stands. After the commit the changes become a
 log entry (`append`); standbys follow the log (`attach`: one `Follower` each), and a
 writer waits in `wait_confirmed` until as many in-sync standbys as the manager was told
-(`--standbys N`) have applied its entry durably. Only then is anything acknowledged to a
-client: a commit that `close()` acknowledged is on the active manager's disk and on N
-standbys' disks.
+(`--standbys N`) have applied its entry durably, and every other standby of the in-sync
+set too. Only then is anything acknowledged to a client: a commit that `close()`
+acknowledged is on the active manager's disk and on the disk of every in-sync standby (at
+least N).
 
 Concurrency: LMDB runs one write transaction at a time, so seals happen in commit order
 and sequence numbers have no gaps; entries may be appended out of order by the threads
@@ -18,7 +19,7 @@ variable guards everything here.
 
 The in-sync set: a standby joins it when it has applied every entry appended so far, and
 leaves it when it holds an entry unconfirmed for `lag_timeout_s` (or its entries were
-trimmed from memory, or it disconnected). A writer counts only in-sync standbys; with
+trimmed from memory, or it disconnected). A writer waits for every in-sync standby; with
 fewer in sync than N it waits, up to `wait_timeout_s`, then fails with Unavailable: its
 change is stored on the active manager but was not confirmed, and the client is told so.
 """
@@ -142,9 +143,20 @@ class ReplicationLog:
     def __init__(self, *, epoch: int, last_seq: int, last_epoch: int, standbys: int,
                  max_bytes: int = MAX_LOG_BYTES, lag_timeout_s: float = LAG_TIMEOUT_S,
                  wait_timeout_s: float = WAIT_TIMEOUT_S,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic,
+                 fence: Callable[[], bool] | None = None,
+                 on_in_sync: Callable[[frozenset[str]], bool] | None = None) -> None:
+        """FENCE (failover, docs/coordination.md): whether this manager may still
+        acknowledge anything; checked last, just before a change is acknowledged.
+        ON_IN_SYNC: publishes the in-sync set (the standbys that may take over) and says
+        whether it landed; a change is acknowledged only once every member of the
+        published set has it, so a standby dropped for lagging is unpublished first."""
         self.epoch = epoch
         self.standbys = standbys
+        self._fence = fence
+        self._publish = on_in_sync
+        self._serving = False  # before serve(): start-up writes, acknowledged to nobody
+        self._published: frozenset[str] | None = None  # what ON_IN_SYNC last landed
         self._max_bytes = max_bytes
         self._lag_timeout_s = lag_timeout_s
         self._wait_timeout_s = wait_timeout_s
@@ -191,13 +203,24 @@ class ReplicationLog:
     def wait_confirmed(self, seq: int) -> None:
         """Return once `standbys` in-sync followers have applied SEQ durably; Unavailable
         after wait_timeout_s (the change stays stored here)."""
-        if self.standbys <= 0:
+        if self.standbys <= 0 or not self._serving:
+            self._check_fence(seq)
             return
         with self._cond:
             deadline = self._clock() + self._wait_timeout_s
             while True:
                 self._drop_laggards()
-                if sum(f.in_sync and f.acked >= seq for f in self._followers) >= self.standbys:
+                in_sync = [f for f in self._followers if f.in_sync]
+                self._publish_in_sync(frozenset(f.member for f in in_sync))
+                # Every member of the set, not any N of them: any member may become the
+                # active manager (docs/standby.md, "Failover"), so each must have it; and
+                # every member etcd still names, until a smaller set has landed there.
+                told = self._publish is None or (
+                    self._published is not None
+                    and self._published <= {f.member for f in in_sync})
+                if told and len(in_sync) >= self.standbys and \
+                        all(f.acked >= seq for f in in_sync):
+                    self._check_fence(seq)
                     return
                 left = deadline - self._clock()
                 if left <= 0:
@@ -206,6 +229,30 @@ class ReplicationLog:
                         f"than {self.standbys} standby manager(s) confirmed it within "
                         f"{self._wait_timeout_s:g} s")
                 self._cond.wait(min(left, self._lag_timeout_s / 4))
+
+    def serve(self) -> None:
+        """The manager serves from now on: its writes are acknowledged to clients, so they
+        wait for their confirmations. Before, its own start-up writes (the default pool's
+        flags) do not: no standby can connect before the manager listens, and the entries
+        reach each standby when it does."""
+        with self._cond:
+            self._serving = True
+
+    def _check_fence(self, seq: int) -> None:
+        if self._fence is not None and not self._fence():
+            raise Unavailable(f"metadata change {seq} is not acknowledged: this manager is "
+                              f"no longer the active one (its coordination lease lapsed)")
+
+    def _publish_in_sync(self, members: frozenset[str]) -> None:
+        """Under the lock: land MEMBERS in the coordination service where they differ
+        from what it holds (rare: a standby joining or leaving). While it does not land,
+        writers wait (and fail at their deadline): nothing is acknowledged past a set
+        that etcd has not been told."""
+        if self._publish is None or members == self._published:
+            return
+        if self._publish(members):
+            self._published = members
+            log.info("in-sync set published: %s", ", ".join(sorted(members)) or "(none)")
 
     # -- the followers' side ---------------------------------------------------------------
 
@@ -283,6 +330,10 @@ class ReplicationLog:
             if not f.in_sync and seq >= self._appended and f.attached:
                 f.in_sync = True
                 log.info("standby %s is in sync (entry %d)", f.member, seq)
+                # Published at once, not at the next write: an idle cluster's standby
+                # must become eligible to take over too.
+                self._publish_in_sync(frozenset(x.member for x in self._followers
+                                                if x.in_sync))
             self._trim()
             self._cond.notify_all()
 
@@ -290,7 +341,7 @@ class ReplicationLog:
         with self._cond:
             if f.attached:
                 f.attached = False
-                self._leave(f, "it disconnected")
+                self._leave(f, "it disconnected", news=False)
             self._followers = [x for x in self._followers if x.attached]
             self._cond.notify_all()
 
@@ -314,10 +365,12 @@ class ReplicationLog:
 
     # -- under the lock ------------------------------------------------------------------
 
-    def _leave(self, f: Follower, why: str) -> None:
+    def _leave(self, f: Follower, why: str, *, news: bool = True) -> None:
+        """F is no longer in sync. A warning where that is news (it lags while connected);
+        a standby that went away (stopped, or died: its own log says which) is not."""
         if f.in_sync:
             f.in_sync = False
-            report = log.info if self._closing else log.warning
+            report = log.warning if news and not self._closing else log.info
             report("standby %s left the in-sync set: %s", f.member, why)
 
     def _drop_laggards(self) -> None:

@@ -159,20 +159,41 @@ class TokenKey:
         return self.active_from_ms <= now_ms < self.active_until_ms
 
 
+def derived_key(master: bytes, window: int, rotate_ms: int, ttl_ms: int) -> TokenKey:
+    """The key of rotation window WINDOW (it signs from WINDOW x ROTATE_MS on, for
+    ROTATE_MS) derived from MASTER: every manager holding MASTER has the same keys at the
+    same time, with nothing to store or ship but MASTER."""
+    material = hmac.new(master, b"mosafs token key v1" + window.to_bytes(8, "big"),
+                        hashlib.sha512).digest()
+    start = window * rotate_ms
+    until = start + rotate_ms
+    return TokenKey(int.from_bytes(material[:4], "big"), material[32:32 + SECRET_BYTES],
+                    start, until, until + ttl_ms)
+
+
 class TokenAuthority:
-    """The manager's keys, and the tokens it signs with them (thread-safe)."""
+    """The manager's keys, and the tokens it signs with them (thread-safe).
+
+    Keys come from one of two places: MASTER, the cluster's secret (the manager's: keys
+    derived per rotation window, the same on every manager, so a failover changes no key
+    a benefactor knows); else random keys kept in PATH (or in memory, without one)."""
 
     def __init__(self, *, ttl_s: float = DEFAULT_TTL_S, rotate_s: float = DEFAULT_ROTATE_S,
-                 path: Path | None = None, clock: Clock = time.time) -> None:
+                 path: Path | None = None, clock: Clock = time.time,
+                 master: bytes | None = None) -> None:
         if not (MIN_SECONDS <= ttl_s < 1e7 and MIN_SECONDS <= rotate_s < 1e7):
             raise ConfigError(f"token lifetime and key rotation must be {MIN_SECONDS:g} s "
                               f"or more (got {ttl_s:g} s and {rotate_s:g} s)")
+        if master is not None and len(master) < 16:
+            raise ConfigError("the token master secret must have 16 bytes or more")
         self.ttl_ms = int(ttl_s * 1000)
         self.rotate_ms = int(rotate_s * 1000)
         self._path = path
+        self._master = master
         self._clock = clock
         self._lock = threading.Lock()
-        self._keys: list[TokenKey] = _load(path) if path is not None else []
+        self._keys: list[TokenKey] = _load(path) if path is not None and master is None \
+            else []
         self._macs: dict[int, Mac] = {}
         with self._lock:
             self._ensure(self._now())
@@ -223,6 +244,9 @@ class TokenAuthority:
     def _ensure(self, now: int) -> None:
         """Drop the keys no token in date needs; make the current key and the next one
         where missing (called under the lock)."""
+        if self._master is not None:
+            self._derive(now)
+            return
         kept = [k for k in self._keys if k.not_after_ms > now]
         changed = len(kept) != len(self._keys)
         self._keys = kept
@@ -238,6 +262,20 @@ class TokenAuthority:
             changed = True
         if changed:
             self._save()
+
+    def _derive(self, now: int) -> None:
+        """The derived keys needed at NOW: those of earlier windows whose tokens may still
+        be in date, the current window's and the next one's."""
+        assert self._master is not None
+        current = now // self.rotate_ms
+        first = current - (self.ttl_ms + self.rotate_ms - 1) // self.rotate_ms
+        if self._keys and self._keys[-1].active_from_ms == (current + 1) * self.rotate_ms \
+                and self._keys[0].not_after_ms > now:
+            return  # unchanged since the last call
+        keys = [derived_key(self._master, w, self.rotate_ms, self.ttl_ms)
+                for w in range(max(0, first), current + 2)]
+        self._keys = [k for k in keys if k.not_after_ms > now]
+        self._macs = {k.id: self._macs[k.id] for k in self._keys if k.id in self._macs}
 
     def _new_key(self, start_ms: int) -> TokenKey:
         taken = {k.id for k in self._keys}

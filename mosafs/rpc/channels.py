@@ -68,6 +68,7 @@ _IDEMPOTENT = {
                           "GetPool", "ListPools", "GetDrainStatus", "RenewLease"),
     "mosafs.v1.Benefactor": ("PutChunk", "PutChunks", "GetChunk", "HasChunks", "GetInfo"),
 }
+MANAGER_IDEMPOTENT = frozenset(_IDEMPOTENT["mosafs.v1.Manager"])
 SERVICE_CONFIG = json.dumps({"methodConfig": [{
     "name": [{"service": service, "method": method} for service, methods in _IDEMPOTENT.items()
              for method in methods],

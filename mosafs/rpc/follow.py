@@ -28,7 +28,11 @@ class Follower:
     """Follows the manager at ADDRESS into STANDBY (mosafs.manager.standby.Standby) as
     MEMBER, in a thread, until stop()."""
 
-    def __init__(self, address: str, standby: Any, member: str) -> None:
+    def __init__(self, address: str, standby: Any, member: str, *,
+                 quiet: bool = False) -> None:
+        """QUIET: failing to reach ADDRESS is no news (a failover group's member: the
+        coordination service names the next active manager, and its log says so)."""
+        self._quiet = quiet
         self._address = address
         self._standby = standby
         self._member = member
@@ -61,7 +65,7 @@ class Follower:
                 was_up = self.connected.is_set()
                 # A stream that was up and ends is the active manager stopping or dying:
                 # news, not yet trouble; failing to get one back is.
-                report = log.info if was_up else log.warning
+                report = log.info if was_up or self._quiet else log.warning
                 report("following %s: %s; again in %.1f s", self._address,
                        from_rpc_error(exc).message, wait)
             except MosafsError as exc:

@@ -13,6 +13,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import blake3
+import lmdb
 import pytest
 
 from tests import harness
@@ -82,8 +83,11 @@ def restart_manager(base: Path, procs: list[harness.Proc], ttl: float,
     old = procs[0]
     port = int(old.address.rpartition(":")[2])
     old.stop()
-    if lose_keys:
-        (base / "m" / "token-keys.json").unlink()
+    if lose_keys:  # a new master secret: every key derived from it is new
+        env = lmdb.open(str(base / "m" / "metadata.lmdb"), max_dbs=32)
+        with env.begin(write=True, db=env.open_db(b"meta")) as txn:
+            assert txn.replace(b"token_master", os.urandom(32)) is not None
+        env.close()
     benefactors = [p for p in procs if p.name.startswith("benefactor")]
     heard = [p.log().count("manager 127.0.0.1") for p in benefactors]
     for proc in benefactors:
@@ -128,9 +132,9 @@ def test_fuse_reads_and_writes_outlive_their_tokens(
 
 def test_fuse_refused_tokens_are_asked_for_again(
         cluster: tuple[Path, list[harness.Proc]]) -> None:
-    """A manager restarted without its keys (the file lost): the benefactors learn the
-    new ones and refuse every token signed before; a reader of a file it keeps open asks
-    for the block-map again and reads on."""
+    """A manager restarted with other keys (its token master secret replaced): the
+    benefactors learn the new ones and refuse every token signed before; a reader of a
+    file it keeps open asks for the block-map again and reads on."""
     base, procs = cluster
     mnt = base / "mnt-1"
     restart_manager(base, procs, ttl=600, lose_keys=False)  # tokens that live long

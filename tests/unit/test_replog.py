@@ -6,6 +6,7 @@ processes and the Follow stream are tested in tests/services/test_standby.py."""
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Iterator
 from dataclasses import fields
 from pathlib import Path
@@ -49,6 +50,7 @@ def start_log(store: MetadataStore, standbys: int = 0, **kw: float) -> Replicati
     journal = ReplicationLog(epoch=epoch + 1, last_seq=seq, last_epoch=epoch,
                              standbys=standbys, **kw)
     store.attach_log(journal)
+    journal.serve()
     return journal
 
 
@@ -198,3 +200,89 @@ def test_a_standby_refuses_entries_that_do_not_follow(
     with pytest.raises(InvalidArgument):
         standby.snapshot_part(replication_pb2.SnapshotPart(offset=10, data=b"x"))
     assert dump(standby.store) == before
+
+
+# -- failover: the fence and the published in-sync set (docs/coordination.md) -------------
+
+def _in_sync_follower(journal: ReplicationLog, member: str, seq: int) -> Follower:
+    """MEMBER attached, sent everything up to SEQ (as a snapshot) and confirming it."""
+    f = journal.attach(member, 0, 0)
+    journal.snapshot_started(f)
+    journal.snapshot_taken(f, seq)
+    journal.confirmed(f, seq)
+    return f
+
+
+def test_a_manager_past_its_lease_acknowledges_nothing() -> None:
+    valid = [True]
+    journal = ReplicationLog(epoch=3, last_seq=0, last_epoch=0, standbys=0,
+                             fence=lambda: valid[0])
+    journal.serve()
+    journal.append(1, [])
+    journal.wait_confirmed(1)  # valid: acknowledged
+    valid[0] = False
+    journal.append(2, [])
+    with pytest.raises(Unavailable, match="no longer the active one"):
+        journal.wait_confirmed(2)
+
+
+def test_start_up_writes_wait_for_no_standby_but_served_ones_do() -> None:
+    journal = ReplicationLog(epoch=1, last_seq=0, last_epoch=0, standbys=1,
+                             wait_timeout_s=0.2)
+    journal.append(1, [])
+    journal.wait_confirmed(1)  # not serving yet: nobody to wait for, nobody acknowledged
+    journal.serve()
+    journal.append(2, [])
+    with pytest.raises(Unavailable, match="fewer than 1 standby"):
+        journal.wait_confirmed(2)
+
+
+def test_the_in_sync_set_is_published_as_it_changes() -> None:
+    published: list[frozenset[str]] = []
+    journal = ReplicationLog(epoch=1, last_seq=0, last_epoch=0, standbys=1,
+                             on_in_sync=lambda m: published.append(m) or True)
+    journal.serve()
+    journal.append(1, [])
+    f = _in_sync_follower(journal, "b", 1)
+    assert published == [frozenset({"b"})]  # at once, with no write waiting
+    journal.append(2, [])
+    assert journal.next_entries(f, 0.1)
+    journal.confirmed(f, 2)
+    journal.wait_confirmed(2)
+    assert published == [frozenset({"b"})]  # unchanged: not published again
+
+
+def test_a_laggard_is_unpublished_before_anything_it_lacks_is_acknowledged() -> None:
+    clock = [0.0]
+    lands = [True]
+    published: list[frozenset[str]] = []
+
+    def publish(members: frozenset[str]) -> bool:
+        if lands[0]:
+            published.append(members)
+        return lands[0]
+
+    journal = ReplicationLog(epoch=1, last_seq=0, last_epoch=0, standbys=1,
+                             lag_timeout_s=1.0, wait_timeout_s=0.3, clock=lambda: clock[0],
+                             on_in_sync=publish)
+    journal.serve()
+    journal.append(1, [])
+    _in_sync_follower(journal, "b", 1)
+    fast = _in_sync_follower(journal, "c", 1)
+    assert published[-1] == frozenset({"b", "c"})
+    journal.append(2, [])  # b never confirms it; c does
+    assert journal.next_entries(fast, 0.1)
+    journal.confirmed(fast, 2)
+    clock[0] = 5.0  # b has owed entry 2 past its lag timeout
+    lands[0] = False  # etcd cannot be told that b left
+    deadline = [clock[0] + 0.3]
+
+    def advance() -> None:
+        time.sleep(0.05)
+        clock[0] = deadline[0] + 1  # the writer's deadline passes
+    threading.Thread(target=advance).start()
+    with pytest.raises(Unavailable):
+        journal.wait_confirmed(2)  # b is still named as in sync: not acknowledged
+    lands[0] = True
+    journal.wait_confirmed(2)  # b unpublished first, then acknowledged
+    assert published[-1] == frozenset({"c"})

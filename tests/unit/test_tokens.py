@@ -184,3 +184,46 @@ def test_precomputed_mac_is_hmac_sha256() -> None:
         secret = os.urandom(size)
         for body in (b"", b"x" * 78, os.urandom(1000)):
             assert tokens.Mac(secret)(body) == tokens.sign(secret, body)
+
+
+# -- keys derived from the cluster's master secret (failover: docs/coordination.md) -------
+
+MASTER = hashlib.sha256(b"the cluster's master secret").digest()
+
+
+def test_every_manager_with_the_master_secret_signs_with_the_same_keys() -> None:
+    clock = Clock()
+    active = TokenAuthority(ttl_s=60, rotate_s=30, clock=clock, master=MASTER)
+    checker = TokenChecker(required=True, clock=clock)
+    sync(active, checker)  # what the benefactors learned from the first active manager
+    token = active.read_token(CHUNK, ME)
+    clock.now += 20
+    successor = TokenAuthority(ttl_s=60, rotate_s=30, clock=clock, master=MASTER)
+    assert [(k.id, k.secret) for k in successor.published()] == \
+        [(k.id, k.secret) for k in active.published()]
+    checker.check_read(token, CHUNK, ME)  # the old token, and the new manager's, verify
+    checker.check_read(successor.read_token(CHUNK, ME), CHUNK, ME)
+    other = TokenAuthority(ttl_s=60, rotate_s=30, clock=clock, master=bytes(32))
+    refused(lambda: checker.check_read(other.read_token(CHUNK, ME), CHUNK, ME), "key")
+
+
+def test_derived_keys_rotate_and_are_known_a_window_ahead() -> None:
+    clock = Clock()
+    authority = TokenAuthority(ttl_s=60, rotate_s=30, clock=clock, master=MASTER)
+    checker = TokenChecker(required=True, clock=clock)
+    seen = set()
+    for _ in range(10):
+        sync(authority, checker)
+        keys = authority.published()
+        now_ms = int(clock.now * 1000)
+        assert sum(k.signs_at(now_ms) for k in keys) == 1
+        assert keys[-1].active_from_ms > now_ms  # the next key is out before it signs
+        assert all(k.not_after_ms > now_ms for k in keys)
+        token = authority.read_token(CHUNK, ME)
+        seen.add(tokens.parse(token).key_id)
+        clock.now += 15
+        sync(authority, checker)
+        checker.check_read(token, CHUNK, ME)  # still in date, its key still sent
+    assert len(seen) >= 5  # a new key every 30 s
+    with pytest.raises(ConfigError):
+        TokenAuthority(master=b"short")

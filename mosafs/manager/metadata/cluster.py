@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import os
 import time
 from collections.abc import Iterable
 
@@ -15,8 +16,29 @@ from mosafs.manager.metadata.checks import check_benefactor_id, check_certificat
 log = logging.getLogger("mosafs.manager.metadata")
 
 
+TOKEN_MASTER_KEY = b"token_master"
+TOKEN_MASTER_BYTES = 32
+
+
 class ClusterOps(StoreBase):
     """Benefactor registrations and pools."""
+
+    @_rerun_if_grown
+    def token_master(self) -> bytes:
+        """The cluster's master secret of chunk access tokens (meta `token_master`, 32
+        random bytes made at the first ask): every key that signs tokens is derived from
+        it (mosafs.manager.tokens), so any manager that takes over signs with the keys the
+        benefactors already know. Replicated to standbys like every other write."""
+        with self.transaction() as tx:
+            found = tx.txn.get(TOKEN_MASTER_KEY, db=tx.db.meta)
+        if found is not None and len(found) == TOKEN_MASTER_BYTES:
+            return bytes(found)
+        with self._write() as tx:
+            found = tx.txn.get(TOKEN_MASTER_KEY, db=tx.db.meta)
+            if found is None or len(found) != TOKEN_MASTER_BYTES:
+                found = os.urandom(TOKEN_MASTER_BYTES)
+                tx.txn.put(TOKEN_MASTER_KEY, found, db=tx.db.meta)
+            return bytes(found)
 
     @_rerun_if_grown
     def put_benefactor(self, bid: str, rec: metadata_pb2.BenefactorRecord) -> None:

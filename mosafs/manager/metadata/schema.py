@@ -11,6 +11,8 @@ sort numerically; protobuf records are the messages of protos/mosafs/v1/metadata
   sub-database  key                          value
   meta          b"schema"                    b"2"
                 b"next_inode"                u64be: the next inode number to hand out
+                b"token_master"              32 bytes: the secret chunk access token
+                                             keys are derived from (manager/tokens.py)
   inodes        u64be inode                  InodeRecord
   dirents       u64be parent + name (utf-8)  u64be child inode
   versions      u64be inode + u64be version  VersionRecord

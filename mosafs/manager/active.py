@@ -1,0 +1,224 @@
+"""The active manager's serving (`mosafs manager`, and the failover member once elected,
+mosafs.manager.ha_main): the store, the Manager service and its standbys' log, the
+background loops, until asked to stop or until its leadership lapses."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import threading
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from mosafs.errors import MosafsError
+
+log = logging.getLogger("mosafs.manager")
+
+STOP_GRACE_S = 2.0  # in-flight RPCs get this long to finish on SIGTERM
+EXIT_DEPOSED = 75  # EX_TEMPFAIL: no longer the active manager; start again (as a standby)
+
+
+def serve_active(args: argparse.Namespace, data_dir: Path, stop: threading.Event,
+                 listen_host: str, metrics_url: str | None, *, leadership: Any = None,
+                 on_in_sync: Any = None) -> int:
+    """Serve as the active manager until STOP (0), or until LEADERSHIP (failover,
+    docs/standby.md) is lost (EXIT_DEPOSED): from then on nothing is acknowledged."""
+    from mosafs.addresses import advertised_address
+    from mosafs.manager import follow_servicer, pools
+    from mosafs.manager.core import Manager, ManagerConfig
+    from mosafs.manager.metadata import MetadataStore
+    from mosafs.manager.pools import DEFAULT_POOL
+    from mosafs.manager.servicer import add_to_server
+    from mosafs.procutil import listen, write_ready_file
+    from mosafs.rpc.peers import BenefactorPeers
+
+    with MetadataStore(data_dir / "metadata.lmdb", map_size=args.map_size) as store:
+        journal = _replication_log(args, store, leadership, on_in_sync)
+        pool = store.update_pool(
+            DEFAULT_POOL, replication=args.replication, stripe_width=args.stripe_width,
+            chunker=args.chunker, write_semantics=args.write_semantics,
+            redundancy=args.redundancy, ec_min_chunk=args.ec_min_chunk)
+        config = ManagerConfig(heartbeat_interval_s=args.heartbeat_interval,
+                               benefactor_lease_s=args.benefactor_lease,
+                               write_lease_s=args.write_lease,
+                               scan_interval_s=args.scan_interval,
+                               gc_grace_s=args.gc_grace)
+        peers = BenefactorPeers()
+        manager = Manager(store, config, copy=peers.replicate,
+                          run_round=peers.run_garbage_round, scrub=peers.scrub,
+                          has=peers.has, tokens=_token_authority(args, store),
+                          recode=peers.recode, delete=peers.delete_chunks)
+        _register_metrics(manager)
+        serve_standbys = follow_servicer.add_to_server(journal, store, data_dir / "spool")
+
+        def add_services(server: Any) -> None:
+            add_to_server(manager)(server)
+            serve_standbys(server)
+
+        srv, port = listen(add_services, args.listen, label="manager")
+        if journal is not None:
+            journal.serve()
+        replicator, repairer = manager.replicator, manager.repairer
+        assert replicator is not None and repairer is not None
+        background = [
+            BackgroundLoop("replication", replicator.step, wakeup=replicator.wakeup),
+            BackgroundLoop("fragment repair", repairer.step, wakeup=repairer.wakeup),
+            BackgroundLoop("pruning", manager.prune_pass, wakeup=manager.prune_wakeup),
+            BackgroundLoop("garbage collection", manager.collect_step),
+        ]
+        status = 0
+        try:
+            for loop in background:
+                loop.start()
+            address = advertised_address(listen_host, port)
+            write_ready_file(args.ready_file, address=address, data_dir=str(data_dir),
+                             metrics=metrics_url, role="active")
+            log.info("manager serving %s on %s (default pool: %s, %s, W=%d, %s)", data_dir,
+                     address, pool.chunker, pools.scheme(pool), pool.stripe_width,
+                     pool.write_semantics)
+            status = _serve_until_stopped(stop, leadership)
+        finally:
+            for loop in background:
+                loop.stop()
+            if journal is not None:
+                journal.close()
+            srv.stop(STOP_GRACE_S).wait()
+            repairer.close()
+            replicator.close()
+            peers.close()
+    return status
+
+
+def _serve_until_stopped(stop: threading.Event, leadership: Any) -> int:
+    """0 once STOP is set; EXIT_DEPOSED as soon as LEADERSHIP (if any) is no longer valid."""
+    from mosafs.procutil import wait_for_stop
+
+    if leadership is None:
+        wait_for_stop(stop)
+        log.info("stopping")
+        return 0
+    while not stop.wait(0.2):
+        if not leadership.valid():
+            log.error("this manager is no longer the active one (its lease in the "
+                      "coordination service lapsed); stopping, acknowledging nothing more")
+            return EXIT_DEPOSED
+    log.info("stopping")
+    leadership.resign()
+    return 0
+
+
+def _replication_log(args: argparse.Namespace, store: Any, leadership: Any,
+                     on_in_sync: Any) -> Any:
+    """The replication log standbys follow (--standbys), attached to STORE; None without
+    --standbys. This manager's epoch is one past the last its database holds, and with
+    LEADERSHIP at least its fencing token (the coordination service's revision)."""
+    if args.standbys is None:
+        return None
+    from mosafs.manager.replog import LAG_TIMEOUT_S, ReplicationLog
+
+    seq, epoch = store.log_position()
+    term = max(epoch + 1, leadership.epoch if leadership is not None else 0)
+    journal = ReplicationLog(epoch=term, last_seq=seq, last_epoch=epoch,
+                             standbys=args.standbys, wait_timeout_s=args.standby_wait,
+                             lag_timeout_s=min(LAG_TIMEOUT_S, args.standby_wait / 6),
+                             fence=leadership.valid if leadership is not None else None,
+                             on_in_sync=on_in_sync)
+    store.attach_log(journal)
+    log.info("replication log from entry %d (epoch %d); %d standby confirmation(s) per "
+             "change", seq, term, args.standbys)
+    return journal
+
+
+def _token_authority(args: argparse.Namespace, store: Any) -> Any:
+    """The signer of chunk access tokens (docs/operations.md), or None: plaintext (no
+    certificate to bind a token to), or --chunk-tokens off. Its keys derive from the
+    store's master secret, the same on every manager of a failover group."""
+    from mosafs.manager.tokens import TokenAuthority
+    from mosafs.rpc import security
+
+    if security.current() is None:
+        log.info("chunk access tokens off: plaintext cluster (--insecure)")
+        return None
+    if args.chunk_tokens == "off":
+        log.warning("chunk access tokens off (--chunk-tokens off): any client certificate "
+                    "may read and write every chunk by id; use this only to measure their "
+                    "cost")
+        return None
+    return TokenAuthority(ttl_s=args.token_ttl, rotate_s=args.token_rotate,
+                          master=store.token_master())
+
+
+def _register_metrics(manager: Any) -> None:
+    """The manager's figures as gauges, read at every scrape (mosafs.metrics)."""
+    from mosafs import metrics
+
+    def figures() -> Any:
+        status = manager.cluster_status()
+        yield ("mosafs_manager_metadata_write_transactions", "LMDB write transactions",
+               status.metadata_write_transactions, "counter", {})
+        for name, text, value in (
+                ("chunks", "Referenced chunks in the index", status.chunks),
+                ("under_replicated_chunks", "Chunks with fewer than R copies",
+                 status.under_replicated_chunks),
+                ("replication_backlog_bytes", "Bytes still to copy to restore every R",
+                 status.replication_backlog_bytes),
+                ("lost_chunks", "Referenced chunks with no live copy", status.lost_chunks),
+                ("replication_rate_bytes", "Recent replication rate, bytes/s",
+                 status.replication_rate_bytes_s),
+                ("ec_short_chunks", "Erasure-coded chunks with fewer than K+M fragments",
+                 status.ec_short_chunks),
+                ("ec_missing_fragments", "Fragments erasure-coded chunks lack",
+                 status.ec_missing_fragments),
+                ("ec_lost_chunks", "Erasure-coded chunks with fewer than K live fragments",
+                 status.ec_lost_chunks)):
+            yield (f"mosafs_manager_{name}", text, value, "gauge", {})
+        for conv in status.conversions:
+            yield ("mosafs_manager_conversion_remaining_chunks",
+                   "Chunks still to re-encode to their pool's redundancy",
+                   conv.remaining_chunks, "gauge", {"pool": conv.pool})
+        alive = sum(b.alive for b in status.benefactors)
+        for state, count in (("alive", alive), ("dead", len(status.benefactors) - alive)):
+            yield ("mosafs_manager_benefactors", "Registered benefactors", count, "gauge",
+                   {"state": state})
+
+    metrics.register(metrics.ValuesCollector(figures))
+
+
+class BackgroundLoop:
+    """Runs PASS in a daemon thread until stop(): each pass returns the seconds to wait
+    before the next; WAKEUP, when set by someone, ends a wait early. A pass that fails is
+    logged and the loop goes on (a bug gets its traceback)."""
+
+    def __init__(self, name: str, work: Callable[[], float], *,
+                 wakeup: threading.Event | None = None, first_wait: float = 0.0) -> None:
+        self._name = name
+        self._work = work
+        self._wakeup = wakeup or threading.Event()
+        self._first_wait = first_wait
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._wakeup.set()
+        self._thread.join(timeout=10)
+
+    def _run(self) -> None:
+        wait = self._first_wait
+        while not self._stop.is_set():
+            self._wakeup.wait(wait)
+            self._wakeup.clear()
+            if self._stop.is_set():
+                return
+            try:
+                wait = self._work()
+            except MosafsError as exc:
+                log.warning("%s pass failed: %s", self._name, exc)
+                wait = 1.0
+            except Exception:
+                log.exception("bug in the %s pass", self._name)
+                wait = 1.0

@@ -651,7 +651,7 @@ class ClusterStatusRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class ClusterStatus(_message.Message):
-    __slots__ = ("benefactors", "chunks", "under_replicated_chunks", "replication_backlog_bytes", "lost_chunks", "replication_rate_bytes_s", "time_to_full_redundancy_s", "scanned_age_ms", "metadata_write_transactions", "redundancy_unreachable", "full_scan_age_ms", "ec_short_chunks", "ec_missing_fragments", "ec_lost_chunks", "ec_rebuilt_fragments", "ec_rebuilt_bytes", "ec_rebuild_rate_bytes_s", "conversions", "gc_waiting_chunks", "gc_collected_chunks", "gc_deleted_blobs", "gc_freed_bytes")
+    __slots__ = ("benefactors", "chunks", "under_replicated_chunks", "replication_backlog_bytes", "lost_chunks", "replication_rate_bytes_s", "time_to_full_redundancy_s", "scanned_age_ms", "metadata_write_transactions", "redundancy_unreachable", "full_scan_age_ms", "ec_short_chunks", "ec_missing_fragments", "ec_lost_chunks", "ec_rebuilt_fragments", "ec_rebuilt_bytes", "ec_rebuild_rate_bytes_s", "conversions", "gc_waiting_chunks", "gc_collected_chunks", "gc_deleted_blobs", "gc_freed_bytes", "managers")
     BENEFACTORS_FIELD_NUMBER: _ClassVar[int]
     CHUNKS_FIELD_NUMBER: _ClassVar[int]
     UNDER_REPLICATED_CHUNKS_FIELD_NUMBER: _ClassVar[int]
@@ -674,6 +674,7 @@ class ClusterStatus(_message.Message):
     GC_COLLECTED_CHUNKS_FIELD_NUMBER: _ClassVar[int]
     GC_DELETED_BLOBS_FIELD_NUMBER: _ClassVar[int]
     GC_FREED_BYTES_FIELD_NUMBER: _ClassVar[int]
+    MANAGERS_FIELD_NUMBER: _ClassVar[int]
     benefactors: _containers.RepeatedCompositeFieldContainer[BenefactorStatus]
     chunks: int
     under_replicated_chunks: int
@@ -696,7 +697,26 @@ class ClusterStatus(_message.Message):
     gc_collected_chunks: int
     gc_deleted_blobs: int
     gc_freed_bytes: int
-    def __init__(self, benefactors: _Optional[_Iterable[_Union[BenefactorStatus, _Mapping]]] = ..., chunks: _Optional[int] = ..., under_replicated_chunks: _Optional[int] = ..., replication_backlog_bytes: _Optional[int] = ..., lost_chunks: _Optional[int] = ..., replication_rate_bytes_s: _Optional[float] = ..., time_to_full_redundancy_s: _Optional[float] = ..., scanned_age_ms: _Optional[int] = ..., metadata_write_transactions: _Optional[int] = ..., redundancy_unreachable: _Optional[_Iterable[str]] = ..., full_scan_age_ms: _Optional[int] = ..., ec_short_chunks: _Optional[int] = ..., ec_missing_fragments: _Optional[int] = ..., ec_lost_chunks: _Optional[int] = ..., ec_rebuilt_fragments: _Optional[int] = ..., ec_rebuilt_bytes: _Optional[int] = ..., ec_rebuild_rate_bytes_s: _Optional[float] = ..., conversions: _Optional[_Iterable[_Union[ConversionProgress, _Mapping]]] = ..., gc_waiting_chunks: _Optional[int] = ..., gc_collected_chunks: _Optional[int] = ..., gc_deleted_blobs: _Optional[int] = ..., gc_freed_bytes: _Optional[int] = ...) -> None: ...
+    managers: _containers.RepeatedCompositeFieldContainer[ManagerMember]
+    def __init__(self, benefactors: _Optional[_Iterable[_Union[BenefactorStatus, _Mapping]]] = ..., chunks: _Optional[int] = ..., under_replicated_chunks: _Optional[int] = ..., replication_backlog_bytes: _Optional[int] = ..., lost_chunks: _Optional[int] = ..., replication_rate_bytes_s: _Optional[float] = ..., time_to_full_redundancy_s: _Optional[float] = ..., scanned_age_ms: _Optional[int] = ..., metadata_write_transactions: _Optional[int] = ..., redundancy_unreachable: _Optional[_Iterable[str]] = ..., full_scan_age_ms: _Optional[int] = ..., ec_short_chunks: _Optional[int] = ..., ec_missing_fragments: _Optional[int] = ..., ec_lost_chunks: _Optional[int] = ..., ec_rebuilt_fragments: _Optional[int] = ..., ec_rebuilt_bytes: _Optional[int] = ..., ec_rebuild_rate_bytes_s: _Optional[float] = ..., conversions: _Optional[_Iterable[_Union[ConversionProgress, _Mapping]]] = ..., gc_waiting_chunks: _Optional[int] = ..., gc_collected_chunks: _Optional[int] = ..., gc_deleted_blobs: _Optional[int] = ..., gc_freed_bytes: _Optional[int] = ..., managers: _Optional[_Iterable[_Union[ManagerMember, _Mapping]]] = ...) -> None: ...
+
+class ManagerMember(_message.Message):
+    __slots__ = ("member", "address", "active", "in_sync", "lag_entries", "epoch", "log_seq")
+    MEMBER_FIELD_NUMBER: _ClassVar[int]
+    ADDRESS_FIELD_NUMBER: _ClassVar[int]
+    ACTIVE_FIELD_NUMBER: _ClassVar[int]
+    IN_SYNC_FIELD_NUMBER: _ClassVar[int]
+    LAG_ENTRIES_FIELD_NUMBER: _ClassVar[int]
+    EPOCH_FIELD_NUMBER: _ClassVar[int]
+    LOG_SEQ_FIELD_NUMBER: _ClassVar[int]
+    member: str
+    address: str
+    active: bool
+    in_sync: bool
+    lag_entries: int
+    epoch: int
+    log_seq: int
+    def __init__(self, member: _Optional[str] = ..., address: _Optional[str] = ..., active: _Optional[bool] = ..., in_sync: _Optional[bool] = ..., lag_entries: _Optional[int] = ..., epoch: _Optional[int] = ..., log_seq: _Optional[int] = ...) -> None: ...
 
 class ConversionProgress(_message.Message):
     __slots__ = ("pool", "redundancy", "done_chunks", "done_bytes", "remaining_chunks", "remaining_bytes", "counted", "stuck_chunks")

@@ -81,6 +81,12 @@ def status_report(status: Any, pools: Any = ()) -> dict[str, Any]:
             "deleted_blobs": status.gc_deleted_blobs,
             "freed_bytes": status.gc_freed_bytes,
         },
+        "managers": [{
+            "member": m.member, "address": m.address,
+            "role": "active" if m.active else "standby",
+            "in_sync": m.in_sync, "lag_entries": m.lag_entries,
+            **({"epoch": m.epoch, "log_seq": m.log_seq} if m.active else {}),
+        } for m in status.managers],
         "conversions": [{
             "pool": c.pool, "redundancy": c.redundancy, "done_chunks": c.done_chunks,
             "done_bytes": c.done_bytes, "remaining_chunks": c.remaining_chunks,
@@ -91,6 +97,11 @@ def status_report(status: Any, pools: Any = ()) -> dict[str, Any]:
 
 
 def _print_status(report: dict[str, Any]) -> None:
+    for m in report["managers"]:
+        state = (f"active, epoch {m['epoch']}, log entry {m['log_seq']}" if m["role"] ==
+                 "active" else f"standby, {'in sync' if m['in_sync'] else 'NOT in sync'}, "
+                 f"{m['lag_entries']} entries behind")
+        print(f"manager {m['member'][:12]}  {m['address'] or '?':<22} {state}")
     for p in report["pools"]:
         print(f"pool {p['name']}: {p['redundancy']}, {p['benefactors']} benefactors")
     for b in report["benefactors"]:

@@ -21,15 +21,18 @@ EXIT_DEPOSED = 75  # EX_TEMPFAIL: no longer the active manager; start again (as 
 
 def serve_active(args: argparse.Namespace, data_dir: Path, stop: threading.Event,
                  listen_host: str, metrics_url: str | None, *, leadership: Any = None,
-                 on_in_sync: Any = None) -> int:
+                 on_in_sync: Any = None,
+                 directory: Callable[[], dict[str, str]] | None = None) -> int:
     """Serve as the active manager until STOP (0), or until LEADERSHIP (failover,
-    docs/standby.md) is lost (EXIT_DEPOSED): from then on nothing is acknowledged."""
+    docs/standby.md) is lost (EXIT_DEPOSED): from then on nothing is acknowledged.
+    DIRECTORY: the managers' addresses by member id, for `mosafs status`."""
     from mosafs.addresses import advertised_address
     from mosafs.manager import follow_servicer, pools
     from mosafs.manager.core import Manager, ManagerConfig
     from mosafs.manager.metadata import MetadataStore
     from mosafs.manager.pools import DEFAULT_POOL
     from mosafs.manager.servicer import add_to_server
+    from mosafs.manager.standby_main import member_id
     from mosafs.procutil import listen, write_ready_file
     from mosafs.rpc.peers import BenefactorPeers
 
@@ -69,9 +72,11 @@ def serve_active(args: argparse.Namespace, data_dir: Path, stop: threading.Event
         ]
         status = 0
         try:
+            address = advertised_address(listen_host, port)
+            if journal is not None:
+                manager.managers = _members(journal, member_id(data_dir), address, directory)
             for loop in background:
                 loop.start()
-            address = advertised_address(listen_host, port)
             write_ready_file(args.ready_file, address=address, data_dir=str(data_dir),
                              metrics=metrics_url, role="active")
             log.info("manager serving %s on %s (default pool: %s, %s, W=%d, %s)", data_dir,
@@ -88,6 +93,23 @@ def serve_active(args: argparse.Namespace, data_dir: Path, stop: threading.Event
             replicator.close()
             peers.close()
     return status
+
+
+def _members(journal: Any, member: str, address: str,
+             directory: Callable[[], dict[str, str]] | None) -> Callable[[], list[Any]]:
+    """The managers as `mosafs status` shows them: this one (active) and the standbys
+    following its log, with their addresses where DIRECTORY knows them."""
+    from mosafs._proto import manager_pb2 as mpb
+
+    def describe() -> list[Any]:
+        addresses = directory() if directory is not None else {}
+        out = [mpb.ManagerMember(member=member, address=address, active=True, in_sync=True,
+                                 epoch=journal.epoch, log_seq=journal.last_seq)]
+        out += [mpb.ManagerMember(member=m, address=addresses.get(m, ""), in_sync=in_sync,
+                                  lag_entries=lag)
+                for m, lag, in_sync in journal.followers()]
+        return out
+    return describe
 
 
 def _serve_until_stopped(stop: threading.Event, leadership: Any) -> int:

@@ -88,6 +88,9 @@ class Manager:
         self.config = config or ManagerConfig()
         self.tokens = tokens
         self.store = store
+        # The managers of the cluster for `mosafs status` (set by the process that serves:
+        # mosafs.manager.active); None: this one keeps no replication log.
+        self.managers: Callable[[], list[manager_pb2.ManagerMember]] | None = None
         self.registry = Registry(store, lease_s=self.config.benefactor_lease_s, clock=clock)
         self.leases = LeaseTable(self.config.write_lease_s, clock=clock)
         self.replicator = (Replicator(store, self.registry, copy, clock=clock,
@@ -469,6 +472,8 @@ class Manager:
     def cluster_status(self) -> manager_pb2.ClusterStatus:
         out = manager_pb2.ClusterStatus(benefactors=self.registry.statuses(),
                                         metadata_write_transactions=self.store.write_transactions)
+        if self.managers is not None:  # this one, the active, and its standbys
+            out.managers.extend(self.managers())
         collected = self.garbage.collected
         out.gc_waiting_chunks = self.garbage.waiting()
         out.gc_collected_chunks = collected.records

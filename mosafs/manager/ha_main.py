@@ -45,7 +45,7 @@ def fixed_listen(listen: str) -> str:
 def run_ha(args: argparse.Namespace, data_dir: Path, stop: threading.Event,
            listen_host: str, metrics_url: str | None) -> int:
     from mosafs.addresses import advertised_address, split_address
-    from mosafs.coordination import Coordinator
+    from mosafs.coordination import CoordinationUnavailable, Coordinator
     from mosafs.manager.active import serve_active
     from mosafs.manager.standby_main import member_id
 
@@ -67,9 +67,17 @@ def run_ha(args: argparse.Namespace, data_dir: Path, stop: threading.Event,
             # lead again.
             return bool(coord.set_in_sync(leadership, set(members) | {member}))
 
+        def directory() -> dict[str, str]:
+            try:
+                return {m: info.address for m, info in coord.members().items()}
+            except CoordinationUnavailable:
+                return {}  # `mosafs status` shows the members without their addresses
+
+        _publish_member(coord, member, address, 0)
         try:
             return serve_active(args, data_dir, stop, listen_host, metrics_url,
-                                leadership=leadership, on_in_sync=publish)
+                                leadership=leadership, on_in_sync=publish,
+                                directory=directory)
         finally:
             if leadership.valid():
                 leadership.resign()
@@ -94,6 +102,7 @@ def _standby_until_elected(args: argparse.Namespace, data_dir: Path, stop: threa
                 name="mosafs-leader-watch")
             watcher.start()
             seq, epoch = standby.position()
+            _publish_member(coord, member, address, seq)
             write_ready_file(args.ready_file, address=address, data_dir=str(data_dir),
                              role="standby", member=member)
             log.info("manager %s on %s: a standby at log entry %d (epoch %d), "
@@ -109,6 +118,16 @@ def _standby_until_elected(args: argparse.Namespace, data_dir: Path, stop: threa
             srv.stop(STOP_GRACE_S).wait()
     finally:
         standby.close()
+
+
+def _publish_member(coord: Any, member: str, address: str, seq: int) -> None:
+    """This member's record in etcd (its address, for `mosafs status`); best effort."""
+    from mosafs.coordination import CoordinationUnavailable
+
+    try:
+        coord.publish(member, address, seq)
+    except CoordinationUnavailable as exc:
+        log.info("member record not published (etcd: %s)", exc)
 
 
 def _eligible(coord: Any, member: str) -> bool:

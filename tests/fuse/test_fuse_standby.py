@@ -151,6 +151,11 @@ def test_fuse_failover_after_the_active_managers_process_and_disk_are_lost(
     back = json.loads((cluster.data_dir / "run" / f"{name}.ready.json").read_text())
     assert back["role"] == "standby" and back["member"] == member
     assert back["address"] == ready["address"]  # on its own address again
+    status = harness.cli_json("status", "--data-dir", str(cluster.data_dir))
+    shown = {m["member"]: m for m in status["managers"]}
+    assert len(shown) == 3 and shown[member]["role"] == "standby"
+    assert shown[member]["in_sync"] and shown[member]["address"] == ready["address"]
+    assert [m["role"] for m in status["managers"]].count("active") == 1
 
 
 def test_fuse_a_paused_manager_acknowledges_nothing_after_its_lease(

@@ -68,6 +68,10 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
               "  mosafs scrub\n  mosafs scrub --json\n  mosafs scrub --manager mgr:7070"),
     "fsck": ("mosafs.admin.cluster", "check the manager's metadata invariants (and repair them)",
              "  mosafs fsck\n  mosafs fsck --json\n  mosafs fsck --repair"),
+    "backup": ("mosafs.admin.backup",
+               "a metadata backup kept in the cluster (and recorded on every benefactor)",
+               "  mosafs backup\n  mosafs backup --json\n  mosafs backup --every 6h\n"
+               "  mosafs backup --manager mgr:7070"),
     "bench": ("mosafs.bench.cli",
               "benchmarks: the mount (write, backends), content addressing (hash), and the "
               "stdchk/MosaStore evaluations (series, stripe, clients)",

@@ -6,6 +6,42 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 
 DESCRIPTOR: _descriptor.FileDescriptor
 
+class RecoveryRecord(_message.Message):
+    __slots__ = ("name", "data")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    DATA_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    data: bytes
+    def __init__(self, name: _Optional[str] = ..., data: _Optional[bytes] = ...) -> None: ...
+
+class PutRecoveryRecordResponse(_message.Message):
+    __slots__ = ("kept",)
+    KEPT_FIELD_NUMBER: _ClassVar[int]
+    kept: int
+    def __init__(self, kept: _Optional[int] = ...) -> None: ...
+
+class ListRecoveryRecordsRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class ListRecoveryRecordsResponse(_message.Message):
+    __slots__ = ("records",)
+    RECORDS_FIELD_NUMBER: _ClassVar[int]
+    records: _containers.RepeatedCompositeFieldContainer[RecoveryRecord]
+    def __init__(self, records: _Optional[_Iterable[_Union[RecoveryRecord, _Mapping]]] = ...) -> None: ...
+
+class ListChunksRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class ChunkInventoryPage(_message.Message):
+    __slots__ = ("ids", "sizes")
+    IDS_FIELD_NUMBER: _ClassVar[int]
+    SIZES_FIELD_NUMBER: _ClassVar[int]
+    ids: _containers.RepeatedScalarFieldContainer[bytes]
+    sizes: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, ids: _Optional[_Iterable[bytes]] = ..., sizes: _Optional[_Iterable[int]] = ...) -> None: ...
+
 class PutChunkRequest(_message.Message):
     __slots__ = ("id", "data")
     ID_FIELD_NUMBER: _ClassVar[int]

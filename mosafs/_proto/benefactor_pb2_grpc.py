@@ -89,6 +89,21 @@ class BenefactorStub:
                 request_serializer=mosafs_dot_v1_dot_benefactor__pb2.OpenLocalRequest.SerializeToString,
                 response_deserializer=mosafs_dot_v1_dot_benefactor__pb2.OpenLocalResponse.FromString,
                 _registered_method=True)
+        self.PutRecoveryRecord = channel.unary_unary(
+                '/mosafs.v1.Benefactor/PutRecoveryRecord',
+                request_serializer=mosafs_dot_v1_dot_benefactor__pb2.RecoveryRecord.SerializeToString,
+                response_deserializer=mosafs_dot_v1_dot_benefactor__pb2.PutRecoveryRecordResponse.FromString,
+                _registered_method=True)
+        self.ListRecoveryRecords = channel.unary_unary(
+                '/mosafs.v1.Benefactor/ListRecoveryRecords',
+                request_serializer=mosafs_dot_v1_dot_benefactor__pb2.ListRecoveryRecordsRequest.SerializeToString,
+                response_deserializer=mosafs_dot_v1_dot_benefactor__pb2.ListRecoveryRecordsResponse.FromString,
+                _registered_method=True)
+        self.ListChunks = channel.unary_stream(
+                '/mosafs.v1.Benefactor/ListChunks',
+                request_serializer=mosafs_dot_v1_dot_benefactor__pb2.ListChunksRequest.SerializeToString,
+                response_deserializer=mosafs_dot_v1_dot_benefactor__pb2.ChunkInventoryPage.FromString,
+                _registered_method=True)
 
 
 class BenefactorServicer:
@@ -194,6 +209,30 @@ class BenefactorServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def PutRecoveryRecord(self, request, context):
+        """Disaster recovery (docs/coordination.md, "Metadata backups"): small named records the
+        manager keeps on every benefactor, naming its newest metadata backups (the block-map
+        of each), so that a manager rebuilt from the benefactors alone finds them. Kept in
+        DATA_DIR/recovery/, the newest few; manager certificates only.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListRecoveryRecords(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListChunks(self, request, context):
+        """Every blob stored here, in pages (a manager rebuilt from a backup reconciles the
+        chunk index with what the benefactors hold).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_BenefactorServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -251,6 +290,21 @@ def add_BenefactorServicer_to_server(servicer, server):
                     servicer.OpenLocal,
                     request_deserializer=mosafs_dot_v1_dot_benefactor__pb2.OpenLocalRequest.FromString,
                     response_serializer=mosafs_dot_v1_dot_benefactor__pb2.OpenLocalResponse.SerializeToString,
+            ),
+            'PutRecoveryRecord': grpc.unary_unary_rpc_method_handler(
+                    servicer.PutRecoveryRecord,
+                    request_deserializer=mosafs_dot_v1_dot_benefactor__pb2.RecoveryRecord.FromString,
+                    response_serializer=mosafs_dot_v1_dot_benefactor__pb2.PutRecoveryRecordResponse.SerializeToString,
+            ),
+            'ListRecoveryRecords': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListRecoveryRecords,
+                    request_deserializer=mosafs_dot_v1_dot_benefactor__pb2.ListRecoveryRecordsRequest.FromString,
+                    response_serializer=mosafs_dot_v1_dot_benefactor__pb2.ListRecoveryRecordsResponse.SerializeToString,
+            ),
+            'ListChunks': grpc.unary_stream_rpc_method_handler(
+                    servicer.ListChunks,
+                    request_deserializer=mosafs_dot_v1_dot_benefactor__pb2.ListChunksRequest.FromString,
+                    response_serializer=mosafs_dot_v1_dot_benefactor__pb2.ChunkInventoryPage.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -550,6 +604,87 @@ class Benefactor:
             '/mosafs.v1.Benefactor/OpenLocal',
             mosafs_dot_v1_dot_benefactor__pb2.OpenLocalRequest.SerializeToString,
             mosafs_dot_v1_dot_benefactor__pb2.OpenLocalResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def PutRecoveryRecord(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/mosafs.v1.Benefactor/PutRecoveryRecord',
+            mosafs_dot_v1_dot_benefactor__pb2.RecoveryRecord.SerializeToString,
+            mosafs_dot_v1_dot_benefactor__pb2.PutRecoveryRecordResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListRecoveryRecords(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/mosafs.v1.Benefactor/ListRecoveryRecords',
+            mosafs_dot_v1_dot_benefactor__pb2.ListRecoveryRecordsRequest.SerializeToString,
+            mosafs_dot_v1_dot_benefactor__pb2.ListRecoveryRecordsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListChunks(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_stream(
+            request,
+            target,
+            '/mosafs.v1.Benefactor/ListChunks',
+            mosafs_dot_v1_dot_benefactor__pb2.ListChunksRequest.SerializeToString,
+            mosafs_dot_v1_dot_benefactor__pb2.ChunkInventoryPage.FromString,
             options,
             channel_credentials,
             insecure,

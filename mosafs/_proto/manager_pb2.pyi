@@ -1119,3 +1119,39 @@ class RemoveBenefactorRequest(_message.Message):
     id: str
     force: bool
     def __init__(self, id: _Optional[str] = ..., force: _Optional[bool] = ...) -> None: ...
+
+class SnapshotMetadataRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class MetadataPart(_message.Message):
+    __slots__ = ("data", "total_bytes", "seq", "epoch")
+    DATA_FIELD_NUMBER: _ClassVar[int]
+    TOTAL_BYTES_FIELD_NUMBER: _ClassVar[int]
+    SEQ_FIELD_NUMBER: _ClassVar[int]
+    EPOCH_FIELD_NUMBER: _ClassVar[int]
+    data: bytes
+    total_bytes: int
+    seq: int
+    epoch: int
+    def __init__(self, data: _Optional[bytes] = ..., total_bytes: _Optional[int] = ..., seq: _Optional[int] = ..., epoch: _Optional[int] = ...) -> None: ...
+
+class RecordBackupRequest(_message.Message):
+    __slots__ = ("inode", "version", "seq", "epoch")
+    INODE_FIELD_NUMBER: _ClassVar[int]
+    VERSION_FIELD_NUMBER: _ClassVar[int]
+    SEQ_FIELD_NUMBER: _ClassVar[int]
+    EPOCH_FIELD_NUMBER: _ClassVar[int]
+    inode: int
+    version: int
+    seq: int
+    epoch: int
+    def __init__(self, inode: _Optional[int] = ..., version: _Optional[int] = ..., seq: _Optional[int] = ..., epoch: _Optional[int] = ...) -> None: ...
+
+class RecordBackupResponse(_message.Message):
+    __slots__ = ("name", "benefactors")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    BENEFACTORS_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    benefactors: int
+    def __init__(self, name: _Optional[str] = ..., benefactors: _Optional[int] = ...) -> None: ...

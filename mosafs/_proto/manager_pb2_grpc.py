@@ -294,6 +294,16 @@ class ManagerStub:
                 request_serializer=mosafs_dot_v1_dot_manager__pb2.RemoveBenefactorRequest.SerializeToString,
                 response_deserializer=mosafs_dot_v1_dot_manager__pb2.Empty.FromString,
                 _registered_method=True)
+        self.SnapshotMetadata = channel.unary_stream(
+                '/mosafs.v1.Manager/SnapshotMetadata',
+                request_serializer=mosafs_dot_v1_dot_manager__pb2.SnapshotMetadataRequest.SerializeToString,
+                response_deserializer=mosafs_dot_v1_dot_manager__pb2.MetadataPart.FromString,
+                _registered_method=True)
+        self.RecordBackup = channel.unary_unary(
+                '/mosafs.v1.Manager/RecordBackup',
+                request_serializer=mosafs_dot_v1_dot_manager__pb2.RecordBackupRequest.SerializeToString,
+                response_deserializer=mosafs_dot_v1_dot_manager__pb2.RecordBackupResponse.FromString,
+                _registered_method=True)
 
 
 class ManagerServicer:
@@ -647,6 +657,21 @@ class ManagerServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def SnapshotMetadata(self, request, context):
+        """Metadata backups (docs/coordination.md, "Metadata backups", `mosafs backup`): a
+        consistent snapshot of the metadata store, in parts; once written as a file version,
+        RecordBackup names it, and the manager keeps a record of it on every live benefactor.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def RecordBackup(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_ManagerServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -909,6 +934,16 @@ def add_ManagerServicer_to_server(servicer, server):
                     servicer.RemoveBenefactor,
                     request_deserializer=mosafs_dot_v1_dot_manager__pb2.RemoveBenefactorRequest.FromString,
                     response_serializer=mosafs_dot_v1_dot_manager__pb2.Empty.SerializeToString,
+            ),
+            'SnapshotMetadata': grpc.unary_stream_rpc_method_handler(
+                    servicer.SnapshotMetadata,
+                    request_deserializer=mosafs_dot_v1_dot_manager__pb2.SnapshotMetadataRequest.FromString,
+                    response_serializer=mosafs_dot_v1_dot_manager__pb2.MetadataPart.SerializeToString,
+            ),
+            'RecordBackup': grpc.unary_unary_rpc_method_handler(
+                    servicer.RecordBackup,
+                    request_deserializer=mosafs_dot_v1_dot_manager__pb2.RecordBackupRequest.FromString,
+                    response_serializer=mosafs_dot_v1_dot_manager__pb2.RecordBackupResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -2315,6 +2350,60 @@ class Manager:
             '/mosafs.v1.Manager/RemoveBenefactor',
             mosafs_dot_v1_dot_manager__pb2.RemoveBenefactorRequest.SerializeToString,
             mosafs_dot_v1_dot_manager__pb2.Empty.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def SnapshotMetadata(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_stream(
+            request,
+            target,
+            '/mosafs.v1.Manager/SnapshotMetadata',
+            mosafs_dot_v1_dot_manager__pb2.SnapshotMetadataRequest.SerializeToString,
+            mosafs_dot_v1_dot_manager__pb2.MetadataPart.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def RecordBackup(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/mosafs.v1.Manager/RecordBackup',
+            mosafs_dot_v1_dot_manager__pb2.RecordBackupRequest.SerializeToString,
+            mosafs_dot_v1_dot_manager__pb2.RecordBackupResponse.FromString,
             options,
             channel_credentials,
             insecure,

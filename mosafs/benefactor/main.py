@@ -132,6 +132,7 @@ def run(args: argparse.Namespace) -> int:
     from mosafs.benefactor.localreads import LocalReads
     from mosafs.benefactor.puts import Puts
     from mosafs.benefactor.recode import Recoder
+    from mosafs.benefactor.recovery import RecoveryRecords
     from mosafs.benefactor.replication import ChunkReplicator
     from mosafs.benefactor.scrub import Scrubber, ScrubLoop
     from mosafs.benefactor.tokens import TokenChecker
@@ -159,9 +160,10 @@ def run(args: argparse.Namespace) -> int:
         local = LocalReads(store.path_of, put=_local_put(puts, ingest)) \
             if args.local_io == "on" else None
         _register_metrics(store)
+        records = RecoveryRecords(store.data_dir)
         srv, port = listen(lambda srv: add_to_server(srv, store, info, replicator, rounds,
                                                      scrubber, ingest, tokens, recoder, puts,
-                                                     local),
+                                                     local, records),
                            args.listen,
                            label="benefactor", max_concurrent_rpcs=args.max_concurrent_rpcs)
         info.address = advertised_address(listen_host, port, args.advertise)

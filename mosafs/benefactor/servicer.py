@@ -28,6 +28,7 @@ from mosafs.benefactor.localreads import MAX_IDS as MAX_LOCAL_IDS
 from mosafs.benefactor.localreads import TICKET_TTL_S, LocalReads
 from mosafs.benefactor.puts import Outcome, Puts
 from mosafs.benefactor.recode import Recoder, job_of, reply_of
+from mosafs.benefactor.recovery import RecoveryRecords
 from mosafs.benefactor.replication import ChunkReplicator
 from mosafs.benefactor.scrub import Scrubber
 from mosafs.benefactor.tokens import TokenChecker
@@ -44,6 +45,8 @@ from mosafs.rpc import chunkwire
 from mosafs.rpc.errors import servicer, status_code
 from mosafs.rpc.handlers import add_decoding_in_handlers
 from mosafs.rpc.security import current_caller, refuse
+
+INVENTORY_PAGE = 4096  # ids per ListChunks message
 
 
 @dataclass(frozen=True)
@@ -75,7 +78,8 @@ class BenefactorServicer(pb_grpc.BenefactorServicer):
                  replicator: ChunkReplicator, garbage: GarbageRounds,
                  scrubber: Scrubber, ingest: IngestLimiter | None = None,
                  tokens: TokenChecker | None = None, recoder: Recoder | None = None,
-                 puts: Puts | None = None, local: LocalReads | None = None) -> None:
+                 puts: Puts | None = None, local: LocalReads | None = None,
+                 records: RecoveryRecords | None = None) -> None:
         # INFO is a callable: the address is known only once the server has bound its port,
         # after the servicer was added.
         self._ingest = ingest
@@ -88,6 +92,7 @@ class BenefactorServicer(pb_grpc.BenefactorServicer):
         self._scrubber = scrubber
         self._recoder = recoder
         self._local = local
+        self._records = records
 
     def PutChunk(self, request: chunkwire.PutChunk,
                  context: grpc.ServicerContext) -> pb.PutChunkResponse:
@@ -116,7 +121,11 @@ class BenefactorServicer(pb_grpc.BenefactorServicer):
                  context: grpc.ServicerContext) -> bytes:
         caller = current_caller()
         try:
-            self._tokens.check_read(_token(context), check_id(request.id), caller.fingerprint)
+            # A manager signs tokens, or is being rebuilt and has no keys yet: it reads
+            # without one (access: mosafs.rpc.access).
+            if caller.role != "manager":
+                self._tokens.check_read(_token(context), check_id(request.id),
+                                        caller.fingerprint)
         except TokenRefused as exc:
             raise _refused("GetChunk", caller.name, exc) from None
         if request.verify and self._scrubber.check(check_id(request.id)) == CORRUPT:
@@ -180,6 +189,34 @@ class BenefactorServicer(pb_grpc.BenefactorServicer):
         deleted, freed = self._garbage.delete(list(request.ids), request.put_before_ns)
         return pb.DeleteChunksResponse(deleted_chunks=deleted, freed_bytes=freed)
 
+    def PutRecoveryRecord(self, request: pb.RecoveryRecord,
+                          context: grpc.ServicerContext) -> pb.PutRecoveryRecordResponse:
+        return pb.PutRecoveryRecordResponse(
+            kept=self._recovery().put(request.name, bytes(request.data)))
+
+    def ListRecoveryRecords(self, request: pb.ListRecoveryRecordsRequest,
+                            context: grpc.ServicerContext) -> pb.ListRecoveryRecordsResponse:
+        return pb.ListRecoveryRecordsResponse(records=[
+            pb.RecoveryRecord(name=name, data=data) for name, data in self._recovery().records()])
+
+    def ListChunks(self, request: pb.ListChunksRequest,
+                   context: grpc.ServicerContext) -> Iterator[pb.ChunkInventoryPage]:
+        page = pb.ChunkInventoryPage()
+        sent = False
+        for item in self._store.inventory():
+            page.ids.append(item.id)
+            page.sizes.append(item.length)
+            if len(page.ids) >= INVENTORY_PAGE:
+                yield page
+                sent, page = True, pb.ChunkInventoryPage()
+        if page.ids or not sent:
+            yield page
+
+    def _recovery(self) -> RecoveryRecords:
+        if self._records is None:
+            raise FailedPrecondition("this benefactor keeps no recovery records")
+        return self._records
+
     def Scrub(self, request: pb.ScrubRequest,
               context: grpc.ServicerContext) -> Iterator[pb.ScrubProgress]:
         for p in self._scrubber.run():
@@ -220,11 +257,12 @@ def add_to_server(server: grpc.Server, store: ChunkStore,
                   garbage: GarbageRounds, scrubber: Scrubber,
                   ingest: IngestLimiter | None = None,
                   tokens: TokenChecker | None = None, recoder: Recoder | None = None,
-                  puts: Puts | None = None, local: LocalReads | None = None) -> None:
+                  puts: Puts | None = None, local: LocalReads | None = None,
+                  records: RecoveryRecords | None = None) -> None:
     add_decoding_in_handlers(
         pb_grpc.add_BenefactorServicer_to_server,
         BenefactorServicer(store, info, replicator, garbage, scrubber, ingest, tokens,
-                           recoder, puts, local),
+                           recoder, puts, local, records),
         server,
         codecs={"PutChunk": (chunkwire.decode_put, None),
                 "PutChunks": (chunkwire.decode_puts, None),

@@ -28,6 +28,7 @@ def serve_active(args: argparse.Namespace, data_dir: Path, stop: threading.Event
     DIRECTORY: the managers' addresses by member id, for `mosafs status`."""
     from mosafs.addresses import advertised_address
     from mosafs.manager import follow_servicer, pools
+    from mosafs.manager.backups import Backups
     from mosafs.manager.core import Manager, ManagerConfig
     from mosafs.manager.metadata import MetadataStore
     from mosafs.manager.pools import DEFAULT_POOL
@@ -53,6 +54,9 @@ def serve_active(args: argparse.Namespace, data_dir: Path, stop: threading.Event
                           has=peers.has, tokens=_token_authority(args, store),
                           recode=peers.recode, delete=peers.delete_chunks)
         _register_metrics(manager)
+        manager.backups = Backups(store, lambda: [b.info.address for b in
+                                                  manager.registry.statuses() if b.alive],
+                                  peers.put_recovery_record, data_dir / "spool")
         serve_standbys = follow_servicer.add_to_server(journal, store, data_dir / "spool")
 
         def add_services(server: Any) -> None:

@@ -91,6 +91,7 @@ class Manager:
         # The managers of the cluster for `mosafs status` (set by the process that serves:
         # mosafs.manager.active); None: this one keeps no replication log.
         self.managers: Callable[[], list[manager_pb2.ManagerMember]] | None = None
+        self.backups: Any = None  # mosafs.manager.backups.Backups, set where it serves
         self.registry = Registry(store, lease_s=self.config.benefactor_lease_s, clock=clock)
         self.leases = LeaseTable(self.config.write_lease_s, clock=clock)
         self.replicator = (Replicator(store, self.registry, copy, clock=clock,

@@ -111,6 +111,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                          "leaves the in-sync set")
     ha.add_argument("--standby-of", metavar="HOST:PORT",
                     help="run as a standby of the active manager at HOST:PORT")
+    ha.add_argument("--recover", metavar="HOST:PORT[,HOST:PORT]",
+                    help="every manager is lost: rebuild this one, in an empty --data-dir, "
+                         "from the newest metadata backup recorded on these benefactors "
+                         "(`mosafs backup`), report what they hold that is newer, then "
+                         "serve (docs/coordination.md, \"Metadata backups\")")
     failover = parser.add_argument_group(
         "failover", "managers that elect the active one among themselves through etcd "
         "(docs/coordination.md): each starts as a standby, and the one elected serves as "
@@ -160,6 +165,9 @@ def run(args: argparse.Namespace) -> int:
     if args.standby_of and args.etcd:
         raise ConfigError("--standby-of and --etcd exclude each other: a failover member "
                           "follows whoever etcd names as active")
+    if args.recover and (args.standby_of or args.etcd):
+        raise ConfigError("--recover rebuilds a lone manager: start it without --standby-of "
+                          "and --etcd, then the others as its standbys")
     if args.standby_of:
         if args.standbys is not None:
             raise ConfigError("--standbys is for the active manager; a standby "
@@ -170,6 +178,8 @@ def run(args: argparse.Namespace) -> int:
     # Two managers on one data directory would each hand out leases and placements the
     # other does not know about.
     with exclusive(data_dir / "manager.lock", f"another manager is running on {data_dir}"):
+        if args.recover:
+            _recover(args, data_dir)
         if args.etcd:
             from mosafs.manager.ha_main import run_ha
             status = run_ha(args, data_dir, stop, listen_host, metrics_url)
@@ -178,3 +188,21 @@ def run(args: argparse.Namespace) -> int:
             status = serve_active(args, data_dir, stop, listen_host, metrics_url)
     log.info("stopped")
     return status
+
+
+def _recover(args: argparse.Namespace, data_dir: Path) -> None:
+    """--recover: the metadata rebuilt from the benefactors (mosafs.manager.recovery)."""
+    from mosafs.manager.recovery import REPORT_FILE, recover
+    from mosafs.rpc.managers import parse_managers
+    from mosafs.rpc.peers import BenefactorPeers
+
+    peers = BenefactorPeers()
+    try:
+        report = recover(data_dir, parse_managers(args.recover, "--recover"), peers,
+                         map_size=args.map_size)
+    finally:
+        peers.close()
+    log.info("recovered from backup %s (log entry %d) through %d benefactor(s); %d blob(s) "
+             "newer than it kept%s; report in %s", report.backup, report.seq,
+             len(report.benefactors), len(report.after_backup),
+             f" in {report.kept_in}" if report.kept_in else "", data_dir / REPORT_FILE)

@@ -11,7 +11,7 @@ import grpc
 
 from mosafs._proto import manager_pb2 as pb
 from mosafs._proto import manager_pb2_grpc
-from mosafs.errors import MosafsError
+from mosafs.errors import FailedPrecondition, MosafsError
 from mosafs.manager.batches import Batches
 from mosafs.manager.core import Manager
 from mosafs.manager.folders import policy_of
@@ -255,6 +255,24 @@ class ManagerServicer(manager_pb2_grpc.ManagerServicer):
 
     def Scrub(self, request: pb.ClusterScrubRequest, context: Ctx) -> Iterator[pb.ScrubEvent]:
         yield from self._m.scrub()
+
+    # --- metadata backups (mosafs.manager.backups) -----------------------------------------
+
+    def SnapshotMetadata(self, request: pb.SnapshotMetadataRequest,
+                         context: Ctx) -> Iterator[pb.MetadataPart]:
+        for data, total, seq, epoch in self._backups().snapshot():
+            yield pb.MetadataPart(data=data, total_bytes=total, seq=seq, epoch=epoch)
+
+    def RecordBackup(self, request: pb.RecordBackupRequest,
+                     context: Ctx) -> pb.RecordBackupResponse:
+        name, kept = self._backups().record(request.inode, request.version, request.seq,
+                                            request.epoch)
+        return pb.RecordBackupResponse(name=name, benefactors=kept)
+
+    def _backups(self) -> Any:
+        if self._m.backups is None:
+            raise FailedPrecondition("this manager takes no metadata backups")
+        return self._m.backups
 
     def Fsck(self, request: pb.FsckRequest, context: Ctx) -> pb.FsckReport:
         result = self._m.fsck(repair=request.repair)

@@ -23,7 +23,8 @@ _WRITES = ("OpenWrite", "RenewLease", "CommitVersion", "AbortWrite", "FindChunks
 _STATUS = ("ListBenefactors", "GetClusterStatus", "GetFolderSettings", "ListFolderSettings",
            "GetPool", "ListPools", "GetDrainStatus")
 _ADMIN = ("CollectGarbage", "Scrub", "Fsck", "SetFolderSettings", "Prune", "CreatePool",
-          "UpdatePool", "DeletePool", "MoveBenefactor", "DrainBenefactor", "RemoveBenefactor")
+          "UpdatePool", "DeletePool", "MoveBenefactor", "DrainBenefactor", "RemoveBenefactor",
+          "SnapshotMetadata", "RecordBackup")
 _REGISTRY = ("RegisterBenefactor", "Heartbeat", "ReportInventory", "ReportCorruptChunks")
 
 MANAGER_ACCESS: dict[str, frozenset[str]] = {
@@ -38,7 +39,9 @@ BENEFACTOR_ACCESS: dict[str, frozenset[str]] = {
     # Clients store and read; a benefactor pushing a replica puts to its peer.
     "PutChunk": USERS | BENEFACTOR,
     "PutChunks": USERS | BENEFACTOR,
-    "GetChunk": USERS | BENEFACTOR,
+    # A manager rebuilt from the benefactors reads its backup's chunks (it has no token
+    # keys yet: its certificate is the root the keys derive from anyway).
+    "GetChunk": USERS | BENEFACTOR | MANAGER,
     "OpenLocal": USERS,
     "HasChunks": USERS | MANAGER,
     "GetInfo": ANY,
@@ -48,6 +51,10 @@ BENEFACTOR_ACCESS: dict[str, frozenset[str]] = {
     "DeleteChunks": MANAGER,
     "Scrub": MANAGER,
     "RecodeChunk": MANAGER,
+    # Disaster recovery (docs/coordination.md, "Metadata backups").
+    "PutRecoveryRecord": MANAGER,
+    "ListRecoveryRecords": MANAGER,
+    "ListChunks": MANAGER,
 }
 
 # A standby manager follows the active one's log (docs/standby.md).

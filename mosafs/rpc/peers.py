@@ -116,6 +116,31 @@ class BenefactorPeers:
                                 f"{len(ids)} ids")
         return list(reply.present)
 
+    def recovery_records(self, address: str) -> list[tuple[str, bytes]]:
+        """(name, bytes) of the recovery records kept at ADDRESS, oldest first."""
+        reply = call(self._stub(address).ListRecoveryRecords,
+                     bpb.ListRecoveryRecordsRequest(), timeout=PUT_TIMEOUT_S)
+        return [(r.name, bytes(r.data)) for r in reply.records]
+
+    def inventory(self, address: str) -> Iterator[tuple[bytes, int]]:
+        """(id, size) of every blob stored at ADDRESS."""
+        for page in stream(self._stub(address).ListChunks, bpb.ListChunksRequest(),
+                           timeout=SCRUB_TIMEOUT_S):
+            if len(page.ids) != len(page.sizes):
+                raise InternalError(f"benefactor {address} sent {len(page.ids)} ids and "
+                                    f"{len(page.sizes)} sizes")
+            yield from zip((bytes(i) for i in page.ids), (int(n) for n in page.sizes),
+                           strict=True)
+
+    def benefactor_id(self, address: str) -> str:
+        return str(call(self._stub(address).GetInfo, bpb.GetInfoRequest(),
+                        timeout=PUT_TIMEOUT_S).id)
+
+    def put_recovery_record(self, address: str, name: str, data: bytes) -> None:
+        """Keep recovery record NAME on the benefactor at ADDRESS (metadata backups)."""
+        call(self._stub(address).PutRecoveryRecord, bpb.RecoveryRecord(name=name, data=data),
+             timeout=PUT_TIMEOUT_S)
+
     def close(self) -> None:
         with self._lock:
             for ch in self._channels.values():

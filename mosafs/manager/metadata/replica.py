@@ -9,6 +9,8 @@ from collections.abc import Sequence
 from dataclasses import fields
 from pathlib import Path
 
+import lmdb
+
 from mosafs._proto import replication_pb2
 from mosafs.errors import InvalidArgument
 from mosafs.manager.metadata.base import StoreBase, _rerun_if_grown
@@ -17,9 +19,13 @@ from mosafs.manager.replog import position, stamp
 
 
 class ReplicaOps(StoreBase):
-    def snapshot_to(self, path: Path) -> tuple[int, int]:
-        """Write a compact copy of the database, as one read transaction sees it, to PATH
-        (an LMDB data file); (seq, epoch): the log position it holds."""
+    def snapshot_to(self, path: Path, *, compact: bool = True) -> tuple[int, int]:
+        """Write a copy of the database, as one read transaction sees it, to PATH (an
+        LMDB data file); (seq, epoch): the log position it holds. COMPACT renumbers the
+        pages (smallest file); a plain copy keeps every page where it is, so that two
+        copies share their unchanged pages (metadata backups deduplicate by that)."""
+        if not compact:
+            return self._plain_copy(path)
         with self._map.gate.shared(), self._env.begin() as txn:
             where = position(txn.get, self._db.meta)
             fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
@@ -29,6 +35,24 @@ class ReplicaOps(StoreBase):
             finally:
                 os.close(fd)
         return where
+
+    def _plain_copy(self, path: Path) -> tuple[int, int]:
+        """A plain copy takes its own read transaction (LMDB offers no other), so the
+        position is read from the copy itself."""
+        with self._map.gate.shared():
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+            try:
+                self._env.copyfd(fd, compact=False)
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+        copy = lmdb.open(str(path), subdir=False, readonly=True, lock=False,
+                         max_dbs=len(fields(_Dbs)) + 1)
+        try:
+            with copy.begin(db=copy.open_db(b"meta", create=False)) as txn:
+                return position(txn.get, None)
+        finally:
+            copy.close()
 
     @_rerun_if_grown
     def apply_log(self, entries: Sequence[replication_pb2.LogEntry]) -> tuple[int, int]:

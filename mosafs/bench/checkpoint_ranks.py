@@ -25,7 +25,6 @@ from __future__ import annotations
 import datetime
 import multiprocessing
 import os
-import queue as queues
 import statistics
 import time
 import traceback
@@ -45,6 +44,7 @@ from mosafs.bench.checkpoint import (
     step_rng,
 )
 from mosafs.bench.procs import BenchError, cpu_seconds
+from mosafs.bench.workers import collect, running
 from mosafs.bench.write import _Mosafs, progress
 
 TARGET_SCALING = 1.8
@@ -72,7 +72,7 @@ def _rank_main(rank: int, ranks: int, gpu: int | None, params: dict[str, Any],
     try:
         _rank(rank, ranks, params, lambda: barrier.wait(BARRIER_TIMEOUT_S), out.put)
     except BaseException:  # to the parent, which fails the pass
-        out.put(("error", rank, traceback.format_exc(limit=10)))
+        out.put(("error", f"rank {rank}: {traceback.format_exc(limit=10)}"))
         barrier.abort()
 
 
@@ -154,38 +154,11 @@ def _pass(ranks: int, gpus: int, params: dict[str, Any],
     placed = [r % gpus if gpus else None for r in range(ranks)]
     procs = [ctx.Process(target=_rank_main, args=(r, ranks, placed[r], params, barrier, out),
                          daemon=True, name=f"rank-{r}") for r in range(ranks)]
-    for p in procs:
-        p.start()
-    try:
-        rows = _collect(out, procs)
-    finally:
-        for p in procs:
-            p.join(timeout=60)
-            if p.is_alive():
-                p.kill()
-                p.join()
+    with running(procs, 60) as alive:
+        rows = [item[1:] for item in collect(out, len(procs), alive)]
     after = _cpu(pids)
     return {"ranks": ranks, "gpus_of_ranks": placed, **_aggregate(rows, ranks),
             "cluster_cpu_s": {k: round(after[k] - before.get(k, 0.0), 2) for k in after}}
-
-
-def _collect(out: Any, procs: list[Any]) -> list[tuple[Any, ...]]:
-    rows: list[tuple[Any, ...]] = []
-    done = 0
-    while done < len(procs):
-        try:
-            item = out.get(timeout=5.0)
-        except queues.Empty:
-            if not all(p.is_alive() for p in procs):
-                raise BenchError("a rank ended without reporting") from None
-            continue
-        if item[0] == "error":
-            raise BenchError(f"rank {item[1]} failed:\n{item[2]}")
-        if item[0] == "done":
-            done += 1
-        else:
-            rows.append(item[1:])
-    return rows
 
 
 def _aggregate(rows: list[tuple[Any, ...]], ranks: int) -> dict[str, Any]:

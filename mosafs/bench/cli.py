@@ -231,11 +231,16 @@ def _run_checkpoint(args: argparse.Namespace) -> int:
                             device=args.device, local_dir=args.local_dir,
                             up_args=args.up_arg, keep=args.keep, seed=args.seed,
                             command=" ".join(["mosafs", "bench", *sys.argv[2:]]))
-    if args.json:
+    return _print_result(result, args.json, format_table)
+
+
+def _print_result(result: dict[str, Any], as_json: bool,
+                  table: Callable[[dict[str, Any]], str]) -> int:
+    if as_json:
         json.dump(result, sys.stdout)
         print()
     else:
-        print(format_table(result))
+        print(table(result))
     return 0  # a missed target is a figure, not a failure: see "targets" in the JSON
 
 
@@ -246,12 +251,7 @@ def _run_checkpoint_ranks(args: argparse.Namespace) -> int:
                                   changed=args.changed, device=args.device,
                                   up_args=args.up_arg, keep=args.keep, seed=args.seed,
                                   command=" ".join(["mosafs", "bench", *sys.argv[2:]]))
-    if args.json:
-        json.dump(result, sys.stdout)
-        print()
-    else:
-        print(format_table(result))
-    return 0
+    return _print_result(result, args.json, format_table)
 
 
 def _add_metadata_benchmark(sub: Any) -> None:

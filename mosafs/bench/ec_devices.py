@@ -39,6 +39,7 @@ from collections.abc import Callable
 from typing import Any
 
 from mosafs.bench.procs import BenchError
+from mosafs.bench.workers import collect, running
 
 MiB = 1 << 20
 GiB = 1 << 30
@@ -111,20 +112,7 @@ def _process_main(visible: int, seed: int, total: int, reps: int,
 def _collect(out: Any, workers: int, reps: int, alive: Callable[[], bool]) -> list[float]:
     """Per round, the aggregate GB/s; BenchError with a worker's traceback if one failed."""
     rounds: dict[int, list[tuple[float, float, int]]] = {}
-    done = 0
-    while done < workers:
-        try:
-            item = out.get(timeout=5.0)
-        except queues.Empty:
-            if not alive():
-                raise BenchError("a worker ended without reporting") from None
-            continue
-        if item[0] == "error":
-            raise BenchError(f"a worker failed:\n{item[1]}")
-        if item[0] == "done":
-            done += 1
-            continue
-        _, i, start, end, nbytes = item[:5]
+    for _, i, start, end, nbytes, *_rest in collect(out, workers, alive):
         rounds.setdefault(i, []).append((start, end, nbytes))
     rates = []
     for i in range(reps):
@@ -144,16 +132,8 @@ def _processes(gpus: list[int], total: int, reps: int,
     procs = [ctx.Process(target=_process_main, daemon=True,
                          args=(g, 11 + n, total, reps, parity, barrier, out))
              for n, g in enumerate(gpus)]
-    for p in procs:
-        p.start()
-    try:
-        return _collect(out, len(procs), reps, lambda: all(p.is_alive() for p in procs))
-    finally:
-        for p in procs:
-            p.join(timeout=30)
-            if p.is_alive():
-                p.kill()
-                p.join()
+    with running(procs, 30) as alive:
+        return _collect(out, len(procs), reps, alive)
 
 
 def _threads(lanes: list[list[int]], total: int, reps: int,

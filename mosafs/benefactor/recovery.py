@@ -15,6 +15,7 @@ import re
 import threading
 from pathlib import Path
 
+from mosafs.benefactor.chunkstore import fsync_dir
 from mosafs.errors import InvalidArgument
 
 DIR_NAME = "recovery"
@@ -55,7 +56,7 @@ class RecoveryRecords:
             names = self._names()
             for old in names[:-self._keep]:
                 (self._dir / old).unlink(missing_ok=True)
-            _fsync_dir(self._dir)
+            fsync_dir(self._dir)
             return min(len(names), self._keep)
 
     def records(self) -> list[tuple[str, bytes]]:
@@ -76,10 +77,3 @@ class RecoveryRecords:
         except FileNotFoundError:
             return []
 
-
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)

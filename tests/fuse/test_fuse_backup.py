@@ -60,7 +60,7 @@ def test_fuse_recovery_from_the_newest_backup_after_every_manager_is_lost(
     before = {f"model.0.{i}": _data(f"before {i}", 2 * MiB + i) for i in range(4)}
     for name, data in before.items():
         (cluster.mountpoint / name).write_bytes(data)
-    for i in range(60):  # a store of a few hundred KiB
+    for i in range(400):  # a store where one change leaves most pages as they were
         (cluster.mountpoint / f"small.{i}").write_bytes(_data(f"small {i}", 1000))
         before[f"small.{i}"] = _data(f"small {i}", 1000)
     first = harness.cli_json("backup", "--data-dir", str(cluster.data_dir))
@@ -80,17 +80,20 @@ def test_fuse_recovery_from_the_newest_backup_after_every_manager_is_lost(
 
     procs = tmp_path / "procs"
     port = _free_port()
-    for i, b in enumerate(benefactors):
+    for i, b in enumerate(benefactors):  # each on its disk and address, as a host keeps
         by_hand.append(harness.start(f"benefactor-{i}", [
             "benefactor", "--data-dir", b["data_dir"], "--manager", f"127.0.0.1:{port}",
-            "--tls-dir", str(tls), "--tls-name", f"benefactor-{i}"], procs))
-    addresses = ",".join(p.ready["address"] for p in by_hand)
+            "--listen", b["address"], "--tls-dir", str(tls), "--tls-name",
+            f"benefactor-{i}"], procs))
+    addresses = ",".join(p.ready["address"] for p in by_hand)  # the benefactors
     rebuilt = tmp_path / "manager"
     manager = harness.start("manager", [
         "manager", "--data-dir", str(rebuilt), "--listen", f"127.0.0.1:{port}",
         "--tls-dir", str(tls), "--tls-name", "manager", "--recover", addresses], procs)
     manager.expected_noise = list(KEPT_NOISE)
-    by_hand.append(manager)
+    # Stopped last (the list is stopped from its end): a benefactor that outlives its
+    # manager warns that it is unreachable.
+    by_hand.insert(0, manager)
     report = json.loads((rebuilt / "recovery-report.json").read_text())
     assert report["backup"] == newest["name"] and report["seq"] == newest["seq"]
     assert sorted(report["benefactors"]) == sorted(addresses.split(","))
@@ -98,6 +101,10 @@ def test_fuse_recovery_from_the_newest_backup_after_every_manager_is_lost(
     assert report["after_backup_bytes"] >= len(after)
     assert report["kept_in"] == f"/.mosafs/recovered/after-{newest['name']}"
 
+    admin = ("--manager", f"127.0.0.1:{port}", "--tls-dir", str(tls), "--tls-name", "admin")
+    harness.wait_for(lambda: sum(b["alive"] for b in harness.cli_json(
+        "status", *admin)["benefactors"]) == len(benefactors), timeout=30,
+        what="the benefactors to register with the rebuilt manager")
     mnt = tmp_path / "mnt-recovered"
     mnt.mkdir()
     by_hand.append(harness.start("mount", [
@@ -108,7 +115,6 @@ def test_fuse_recovery_from_the_newest_backup_after_every_manager_is_lost(
     assert not (mnt / "late.bin").exists()  # committed after the backup: its name is lost
     kept = mnt / ".mosafs" / "recovered" / f"after-{newest['name']}"
     assert kept.stat().st_size == report["after_backup_bytes"]
-    admin = ("--manager", f"127.0.0.1:{port}", "--tls-dir", str(tls), "--tls-name", "admin")
     assert harness.cli("fsck", *admin).returncode == 0
     versions = harness.cli_json("versions", str(mnt / "model.0.0"))
     assert len(versions["versions"]) == 2

@@ -23,7 +23,6 @@ log = logging.getLogger("mosafs.up")
 
 ADDRESSES_FILE = "managers.json"  # DATA_DIR/run/: each member's address, kept across starts
 ACTIVE_TIMEOUT_S = 60.0
-RESTART_BACKOFF_S = 1.0
 
 
 class ManagerGroup:
@@ -40,7 +39,6 @@ class ManagerGroup:
         self.members: list[Any] = []  # their Child records, in order
         self.etcd: Any = None
         self._args: dict[str, list[str]] = {}
-        self._restarts: dict[str, float] = {}
 
     @property
     def failover(self) -> bool:
@@ -99,13 +97,10 @@ class ManagerGroup:
 
     def exited(self, child: Any) -> bool:
         """CHILD, a member that exited: start it again (True) where this is a failover
-        group; False where the cluster cannot go on without it."""
+        group; False where the cluster cannot go on without it. A member that does not
+        start again (Unavailable from SPAWN) stops `up` with that error."""
         if not self.failover or child not in self.members:
             return False
-        now = time.monotonic()
-        if now < self._restarts.get(child.name, 0.0):
-            return True  # started again a moment ago; it is coming back
-        self._restarts[child.name] = now + RESTART_BACKOFF_S
         log.warning("manager %s exited with status %s; starting it again on %s",
                     child.name, child.popen.returncode, child.ready["address"])
         args = self._args[child.name] = _with_listen(self._args[child.name],

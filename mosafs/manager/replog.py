@@ -14,9 +14,8 @@ least N).
 
 Concurrency: LMDB runs one write transaction at a time, so seals happen in commit order
 and sequence numbers have no gaps; entries may be appended out of order by the threads
-that committed them and are released to followers in sequence order. One lock guards
-everything here, with two conditions on it: followers wait for new entries, writers for
-confirmations.
+that committed them and are released to followers in sequence order. One condition
+variable guards everything here.
 
 The in-sync set: a standby joins it when it has applied every entry appended so far, and
 leaves it when it holds an entry unconfirmed for `lag_timeout_s` (or its entries were
@@ -162,12 +161,7 @@ class ReplicationLog:
         self._lag_timeout_s = lag_timeout_s
         self._wait_timeout_s = wait_timeout_s
         self._clock = clock
-        # One lock, two conditions: followers wait for new entries (_cond), writers for
-        # confirmations (_acks), so that neither kind is woken by the other's news (every
-        # commit woke every waiting writer, every confirmation every idle follower).
-        lock = threading.RLock()  # Condition()'s own default
-        self._cond = threading.Condition(lock)
-        self._acks = threading.Condition(lock)
+        self._cond = threading.Condition()
         self._next = last_seq + 1
         self._base = (last_seq, last_epoch)  # the position just before the first entry kept
         self._entries: OrderedDict[int, bytes] = OrderedDict()
@@ -234,7 +228,7 @@ class ReplicationLog:
                         f"metadata change {seq} is stored on the active manager, but fewer "
                         f"than {self.standbys} standby manager(s) confirmed it within "
                         f"{self._wait_timeout_s:g} s")
-                self._acks.wait(min(left, self._lag_timeout_s / 4))
+                self._cond.wait(min(left, self._lag_timeout_s / 4))
 
     def serve(self) -> None:
         """The manager serves from now on: its writes are acknowledged to clients, so they
@@ -279,7 +273,7 @@ class ReplicationLog:
             self._followers = [old for old in self._followers if old.attached] + [f]
             log.info("standby %s follows from %s", member,
                      f"entry {last_seq}" if on_history else "a snapshot")
-            self._wake_all()
+            self._cond.notify_all()
             return f
 
     def snapshot_started(self, f: Follower) -> None:
@@ -341,7 +335,7 @@ class ReplicationLog:
                 self._publish_in_sync(frozenset(x.member for x in self._followers
                                                 if x.in_sync))
             self._trim()
-            self._acks.notify_all()
+            self._cond.notify_all()
 
     def detach(self, f: Follower) -> None:
         with self._cond:
@@ -349,12 +343,7 @@ class ReplicationLog:
                 f.attached = False
                 self._leave(f, "it disconnected", news=False)
             self._followers = [x for x in self._followers if x.attached]
-            self._wake_all()
-
-    def _wake_all(self) -> None:
-        """Under the lock: news for followers and writers alike."""
-        self._cond.notify_all()
-        self._acks.notify_all()
+            self._cond.notify_all()
 
     def close(self) -> None:
         """The manager is stopping: its standbys' streams end, which is no news."""

@@ -63,10 +63,14 @@ class ManagerGroup:
         # Its log stays in its own directory: etcd's warnings (a slow disk) are not ours.
         self.etcd = EtcdServer(self._data_dir / "etcd")
         self.etcd.start()
+        from mosafs.manager.ha_main import fixed_listen
+
         kept = self._kept_addresses()
         for i in range(self._count):
             name = "manager" if i == 0 else f"manager-{i}"
-            listen = kept.get(name, "127.0.0.1:0")
+            # A port of its own from the first start on: a restart serves where clients
+            # and benefactors were told.
+            listen = kept.get(name) or fixed_listen("127.0.0.1:0")
             self.members.append(self._start(name, [
                 *self._base_args, "--data-dir", str(self._data_dir / name),
                 "--listen", listen, "--etcd", self.etcd.endpoint, "--standbys", "1"]))
@@ -103,21 +107,23 @@ class ManagerGroup:
             return False
         log.warning("manager %s exited with status %s; starting it again on %s",
                     child.name, child.popen.returncode, child.ready["address"])
-        args = self._args[child.name] = _with_listen(self._args[child.name],
-                                                     child.ready["address"])
-        self.members[self.members.index(child)] = self._spawn(child.name, args)
+        self.members[self.members.index(child)] = self._spawn(child.name,
+                                                              self._args[child.name])
         return True
 
     def wait_active(self, timeout: float = ACTIVE_TIMEOUT_S) -> str:
         """The address of the active manager, once one answers as active."""
         from mosafs._proto import manager_pb2 as mpb
+        from mosafs.admin.common import Manager, ask
+        from mosafs.rpc.channels import PROCESS_IDENTITY
 
         deadline = time.monotonic() + timeout
         last: MosafsError | None = None
         while time.monotonic() < deadline:
             for address in self.addresses:
                 try:
-                    _ask(address, "GetClusterStatus", mpb.ClusterStatusRequest())
+                    ask(Manager(address, PROCESS_IDENTITY), "GetClusterStatus",
+                        mpb.ClusterStatusRequest(), timeout=5)
                     return address
                 except MosafsError as exc:
                     last = exc
@@ -128,22 +134,3 @@ class ManagerGroup:
     def stop_etcd(self) -> None:
         if self.etcd is not None:
             self.etcd.stop()
-
-
-def _with_listen(args: list[str], address: str) -> list[str]:
-    """ARGS with --listen ADDRESS (the member's kept address)."""
-    out = list(args)
-    if "--listen" in out:
-        out[out.index("--listen") + 1] = address
-    else:
-        out += ["--listen", address]
-    return out
-
-
-def _ask(address: str, method: str, request: Any) -> Any:
-    from mosafs._proto import manager_pb2_grpc as mgrpc
-    from mosafs.rpc.channels import channel
-    from mosafs.rpc.errors import call
-
-    with channel(address) as ch:
-        return call(getattr(mgrpc.ManagerStub(ch), method), request, timeout=5)

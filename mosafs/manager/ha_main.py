@@ -23,10 +23,9 @@ from pathlib import Path
 from typing import Any
 
 from mosafs.errors import ConfigError
+from mosafs.manager.active import STOP_GRACE_S
 
 log = logging.getLogger("mosafs.manager")
-
-STOP_GRACE_S = 2.0
 
 
 def fixed_listen(listen: str) -> str:

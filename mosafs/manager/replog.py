@@ -209,6 +209,12 @@ class ReplicationLog:
         with self._cond:
             deadline = self._clock() + self._wait_timeout_s
             while True:
+                # Deposed, or stopping: nothing will be acknowledged, so fail now rather
+                # than wait out the deadline (and hold the stopping process meanwhile).
+                self._check_fence(seq)
+                if self._closing:
+                    raise Unavailable(f"metadata change {seq} is stored on the manager but "
+                                      f"not acknowledged: the manager is stopping")
                 self._drop_laggards()
                 in_sync = [f for f in self._followers if f.in_sync]
                 self._publish_in_sync(frozenset(f.member for f in in_sync))
@@ -349,6 +355,7 @@ class ReplicationLog:
         """The manager is stopping: its standbys' streams end, which is no news."""
         with self._cond:
             self._closing = True
+            self._cond.notify_all()  # waiting writers fail at once
 
     # -- figures -------------------------------------------------------------------------
 

@@ -286,3 +286,37 @@ def test_a_laggard_is_unpublished_before_anything_it_lacks_is_acknowledged() -> 
     lands[0] = True
     journal.wait_confirmed(2)  # b unpublished first, then acknowledged
     assert published[-1] == frozenset({"c"})
+
+
+def _waiting_writer(journal: ReplicationLog, failed: list[str]) -> threading.Thread:
+    """A writer waiting for entry 1's confirmations; its failure's message into FAILED."""
+    def wait() -> None:
+        try:
+            journal.wait_confirmed(1)
+        except Unavailable as exc:
+            failed.append(exc.message)
+    thread = threading.Thread(target=wait)
+    thread.start()
+    time.sleep(0.2)
+    return thread
+
+
+def test_writers_waiting_fail_at_once_when_deposed_or_stopping() -> None:
+    valid = [True]
+    for how in ("deposed", "stopping"):
+        valid[0] = True
+        journal = ReplicationLog(epoch=1, last_seq=0, last_epoch=0, standbys=1,
+                                 wait_timeout_s=30, fence=lambda: valid[0])
+        journal.serve()
+        journal.append(1, [])
+        failed: list[str] = []
+        writer = _waiting_writer(journal, failed)
+        started = time.monotonic()
+        if how == "deposed":
+            valid[0] = False  # the lease lapsed: no confirmation will be waited for
+        else:
+            journal.close()
+        writer.join(timeout=10)
+        assert failed, how
+        assert ("no longer the active one" if how == "deposed" else "stopping") in failed[0]
+        assert time.monotonic() - started < 5  # not the 30 s deadline

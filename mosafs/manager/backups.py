@@ -120,8 +120,9 @@ class Backups:
         block_map = self._store.block_map(inode, version)
         if not block_map.chunks:
             raise InvalidArgument(f"inode {inode} version {version} holds no backup: empty")
-        name = record_name(int(self._clock() * 1000), seq)
-        data = Descriptor(name, int(self._clock() * 1000), seq, epoch, inode,
+        created_ms = int(self._clock() * 1000)
+        name = record_name(created_ms, seq)
+        data = Descriptor(name, created_ms, seq, epoch, inode,
                           int(block_map.version), int(block_map.size),
                           [(bytes(c.id), int(c.length)) for c in block_map.chunks]).encode()
         stored, failed = 0, []

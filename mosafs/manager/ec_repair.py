@@ -87,8 +87,10 @@ class FragmentRepairer:
     def __init__(self, store: MetadataStore, registry: Registry, recode: RecodeFn,
                  copy: CopyFn, *, tokens: TokenAuthority | None = None,
                  clock: Clock = time.monotonic, retry_s: float = 2.0, per_worker: int = 2,
-                 per_link: int = 2, max_inflight_bytes: int = 256 * MiB,
-                 workers: int = 16) -> None:
+                 per_link: int = 2, per_sender: int = 0,
+                 max_inflight_bytes: int = 256 * MiB, workers: int = 16) -> None:
+        """PER_SENDER: repairs that may wait for slots reading from one benefactor (0: two
+        rounds of its link's slots)."""
         self._store = store
         self._registry = registry
         self._recode = recode
@@ -98,6 +100,7 @@ class FragmentRepairer:
         self._retry_s = retry_s
         self._per_worker = per_worker
         self._per_link = per_link
+        self._per_sender = per_sender or 2 * per_link
         self._max_inflight_bytes = max_inflight_bytes
         self._pool = ThreadPoolExecutor(workers, thread_name_prefix="ec-repair")
         self._lock = threading.Lock()
@@ -110,6 +113,9 @@ class FragmentRepairer:
         self._queue: OrderedDict[bytes, None] = OrderedDict()
         self._convert_queue: OrderedDict[bytes, None] = OrderedDict()
         self._later: dict[bytes, float] = {}  # id -> clock() to examine it again
+        # Repairs whose sender's window of waiting plans is full: sender -> ids (_unpark).
+        self._parked: dict[str, deque[bytes]] = {}
+        self._parked_ids: set[bytes] = set()
         self._plans: dict[bytes, Plan] = {}  # waiting or running, one per chunk
         self._repairs: deque[Plan] = deque()
         self._conversions: deque[Plan] = deque()
@@ -138,7 +144,7 @@ class FragmentRepairer:
             queue = self._convert_queue if convert else self._queue
             for cid in ids:
                 if cid not in self._plans and cid not in self._later \
-                        and cid not in self._queue:
+                        and cid not in self._queue and cid not in self._parked_ids:
                     queue[cid] = None
         self.wakeup.set()
 
@@ -155,11 +161,12 @@ class FragmentRepairer:
         """Whether any of IDS is queued or has a request waiting or running."""
         with self._lock:
             return any(cid in self._queue or cid in self._convert_queue or cid in self._plans
+                       or cid in self._parked_ids
                        for cid in ids)
 
     def busy(self) -> bool:
         with self._lock:
-            return bool(self._queue or self._convert_queue or self._plans)
+            return bool(self._queue or self._convert_queue or self._plans or self._parked)
 
     def oldest_work_ns(self) -> int | None:
         """Wall ns when the oldest running request started (None: none runs)."""
@@ -219,24 +226,26 @@ class FragmentRepairer:
                 view = Redundancy(self._store, self._registry)
                 cap = self._cap()
                 records = self._store.chunk_records(batch)
+                senders = self._waiting_senders(waiting)
                 for i, (cid, rec) in enumerate(zip(batch, records, strict=True)):
-                    if len(waiting) >= cap:  # a round of slots is planned: the rest later
+                    if len(waiting) >= cap:  # rounds of slots are planned: the rest later
                         with self._lock:
                             for rest in reversed(batch[i:]):
                                 queue[rest] = None
                                 queue.move_to_end(rest, last=False)
                         break
-                    self._examine(cid, rec, view)
+                    self._examine(cid, rec, view, senders)
             self._dispatch()
             return 0.0 if self._more() else TICK_S
 
     def _cap(self) -> int:
-        """Plans that may wait for a slot, of each kind: two rounds of every live
+        """Plans that may wait for a slot, of each kind: four rounds of every live
         benefactor's slots, so that each plan is made with the load of its time (plans
         made all at once, long before they can run, left some workers a backlog at the
         end while the others were idle), and the dispatcher has plans on other links to
-        start while some wait for a busy one."""
-        return 2 * self._per_worker * max(1, len(self._registry.live()))
+        start while some wait for a busy one. Repairs are bounded per sender too
+        (`per_sender`), which binds first where every benefactor sends."""
+        return 4 * self._per_worker * max(1, len(self._registry.live()))
 
     def _more(self) -> bool:
         """Whether a step now would find something to plan."""
@@ -257,6 +266,7 @@ class FragmentRepairer:
         now = self._clock()
         cap = self._cap()
         with self._lock:
+            self._unpark()
             for cid in [c for c, at in self._later.items() if at <= now]:
                 del self._later[cid]
                 self._queue[cid] = None
@@ -274,8 +284,38 @@ class FragmentRepairer:
                 del queue[cid]
             return batch, queue, waiting
 
+    def _waiting_senders(self, waiting: deque[Plan]) -> Counter[str]:
+        """Per benefactor, the waiting plans of WAITING that read from it."""
+        with self._lock:
+            return Counter(s for p in waiting for s in {s for s, _ in p.transfers()})
+
+    def _unpark(self) -> None:
+        """Under the lock: the parked repairs of each sender with room in its window go
+        back to the front of the queue, as many as it has room for."""
+        if not self._parked:
+            return
+        senders = Counter(s for p in self._repairs for s in {s for s, _ in p.transfers()})
+        for sender in list(self._parked):
+            ids = self._parked[sender]
+            for _ in range(max(0, self._per_sender - senders[sender])):
+                if not ids:
+                    break
+                cid = ids.popleft()
+                self._parked_ids.discard(cid)
+                self._queue[cid] = None
+                self._queue.move_to_end(cid, last=False)
+            if not ids:
+                del self._parked[sender]
+
     def _examine(self, cid: bytes, rec: metadata_pb2.ChunkRecord | None,
-                 view: Redundancy) -> None:
+                 view: Redundancy, senders: Counter[str]) -> None:
+        """Plan CID's next request. SENDERS: waiting plans per benefactor they read from;
+        a repair reading from one whose window is full (`per_sender`) is parked until it
+        has room (`_unpark`), so that each sender's link gets its share of the plans
+        waiting, whatever order the queue holds the chunks in (a queue that held one
+        survivor's chunks last left its link idle for most of a rebuild and busy alone at
+        the end: docs/benchmarks.md, "Rebuild"). Not possible now: examined again after
+        retry_s."""
         with self._lock:
             if cid in self._plans:
                 return  # examined again when its request ends
@@ -292,6 +332,13 @@ class FragmentRepairer:
                 if converts or view.missing(rec):
                     self._later[cid] = self._clock() + self._retry_s  # not possible now
                 return
+            reads_from = {s for s, _ in found.transfers()}
+            full = [s for s in reads_from if senders[s] >= self._per_sender]
+            if found.kind == REBUILD and full:
+                self._parked.setdefault(full[0], deque()).append(cid)
+                self._parked_ids.add(cid)
+                return
+            senders.update(reads_from)
             self._plans[cid] = found
             self._load.add(found)
             self._inflight_bytes += found.store_bytes
@@ -323,6 +370,7 @@ class FragmentRepairer:
                     self._started[p.cid] = time.time_ns()
                     self._pool.submit(self._run, p, addresses)
                 queue.extend(held)
+            self._unpark()  # the plans that started left room in their senders' windows
 
     def _may_start(self, p: Plan) -> bool:
         """Whether P may start now: a slot free on its worker (one conversion each), and

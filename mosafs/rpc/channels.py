@@ -38,6 +38,7 @@ def _keepalive_ms() -> int:
 
 
 KEEPALIVE_MS = _keepalive_ms()
+CONNECT_TIMEOUT_MS = 5000  # how long one connection attempt may take
 
 _OPTIONS = [
     ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
@@ -51,8 +52,12 @@ _OPTIONS = [
     # A peer that went away (a restarted manager) is tried again every 2 s at most, not
     # after grpc's default backoff of up to two minutes.
     ("grpc.initial_reconnect_backoff_ms", 100),
-    ("grpc.min_reconnect_backoff_ms", 100),
     ("grpc.max_reconnect_backoff_ms", 2000),
+    # gRPC reads this one as the time a connection attempt may take (its "minimum connect
+    # timeout"), not as a backoff: at 100 ms, a connection opened over a busy link (its
+    # handshake queued behind bulk transfers) or to a loaded host failed, and the peer was
+    # avoided as unreachable (docs/benchmarks.md, "Rebuild": a survivor idle for 2 s).
+    ("grpc.min_reconnect_backoff_ms", CONNECT_TIMEOUT_MS),
     # Retries with backoff of the RPCs that may run twice (reads, and puts: a chunk put
     # again is a no-op) when a server is unreachable or busy; the buffer lets a put of a
     # whole chunk be sent again.

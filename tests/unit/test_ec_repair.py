@@ -245,6 +245,58 @@ def test_rebuilds_reserve_links_at_both_ends(ec: Manager, cluster: Benefactors,
     assert ec.cluster_status().ec_short_chunks == 0
 
 
+def test_every_sender_gets_a_share_of_the_plans_whatever_the_queue_order(
+        ec: Manager, cluster: Benefactors, clock: Clock) -> None:
+    """ec:1+1 chunks on (b0, b1) and a few on (b0, b2), queued b1's first (the walk of a
+    dead benefactor's holdings goes by chunk id); b0 dies. Each lost fragment has one
+    sender, so b2's link may only be used by b2's chunks: they are planned at once, while
+    b1's requests run, not after b1's backlog (the repairer's window of waiting plans is
+    shared out per sender, `per_sender`)."""
+    ec.store.update_pool("default", redundancy="ec:1+1", ec_min_chunk=0)
+    chunks = sorted((data(f"s{n}", 64 * 1024 + n) for n in range(120)), key=chunk_id)
+    coder = make_coder("isal")
+    for n, chunk in enumerate(chunks):
+        pair = ("b0", "b1") if n < 110 else ("b0", "b2")
+        frags = coder.fragments(chunk, 1, 1)
+        fids = tuple(chunk_id(f) for f in frags)
+        for fid, f, h in zip(fids, frags, pair, strict=True):
+            cluster.of(h).put(fid, bytes(f))
+        ino = new_file(ec.store, f"s{n}")
+        lease = ec.open_write(ino, "test")
+        ec.commit_version(lease.lease_id, ino, [(chunk_id(chunk), len(chunk))], [],
+                          fragments=[(chunk_id(chunk), Fragments(1, 1, fids, pair))])
+    settle(ec)
+    gate = threading.Event()
+    senders: list[str] = []
+    recode = cluster.recode
+
+    def held_back(address: str, request: bpb.RecodeChunkRequest,
+                  timeout: float) -> bpb.RecodeChunkResponse:
+        senders.append(request.fragments[0].address or address)  # "": the worker's own
+        gate.wait(30)
+        return recode(address, request, timeout)
+
+    assert ec.repairer is not None and ec.replicator is not None
+    ec.repairer._recode = held_back
+    cluster.down.add("127.0.0.1:7000")
+    keep_alive(ec, clock, [f"b{i}" for i in range(1, N)])
+    try:
+        deadline = time.monotonic() + 10
+        while "127.0.0.1:7002" not in senders and time.monotonic() < deadline:
+            ec.replicator.step()
+            ec.repairer.step()
+            time.sleep(0.01)
+        assert "127.0.0.1:7002" in senders, f"b2 idle while b1 sends: {senders}"
+        # b1's link: its two transfers; no more started while they run.
+        assert senders.count("127.0.0.1:7001") == 2, senders
+        assert ec.repairer.pending([chunk_id(c) for c in chunks])
+    finally:
+        gate.set()
+    settle(ec, rounds=3000)
+    status = ec.cluster_status()
+    assert status.ec_short_chunks == 0 and status.ec_rebuilt_fragments == len(chunks)
+
+
 def test_holes_and_corrupt_fragments_are_rebuilt(ec: Manager, cluster: Benefactors) -> None:
     chunk = data("holes", 3 * MiB)
     # An optimistic write stored four of six: two holes.

@@ -86,7 +86,7 @@ def serve_active(args: argparse.Namespace, data_dir: Path, stop: threading.Event
             log.info("manager serving %s on %s (default pool: %s, %s, W=%d, %s)", data_dir,
                      address, pool.chunker, pools.scheme(pool), pool.stripe_width,
                      pool.write_semantics)
-            status = _serve_until_stopped(stop, leadership)
+            status = _serve_until_stopped(stop, leadership, journal)
         finally:
             for loop in background:
                 loop.stop()
@@ -116,21 +116,29 @@ def _members(journal: Any, member: str, address: str,
     return describe
 
 
-def _serve_until_stopped(stop: threading.Event, leadership: Any) -> int:
-    """0 once STOP is set; EXIT_DEPOSED as soon as LEADERSHIP (if any) is no longer valid."""
+def _serve_until_stopped(stop: threading.Event, leadership: Any, journal: Any) -> int:
+    """0 once STOP is set; EXIT_DEPOSED as soon as LEADERSHIP (if any) is no longer valid,
+    or the replication log JOURNAL (if any) is broken (a change reached the standbys that
+    this manager could not store: a standby has to take over)."""
     from mosafs.procutil import wait_for_stop
 
-    if leadership is None:
+    if leadership is None and journal is None:
         wait_for_stop(stop)
         log.info("stopping")
         return 0
     while not stop.wait(0.2):
-        if not leadership.valid():
+        if leadership is not None and not leadership.valid():
             log.error("this manager is no longer the active one (its lease in the "
                       "coordination service lapsed); stopping, acknowledging nothing more")
             return EXIT_DEPOSED
+        if journal is not None and (why := journal.broken):
+            log.error("%s; stopping, so that a standby takes over", why)
+            if leadership is not None:
+                leadership.resign()
+            return EXIT_DEPOSED
     log.info("stopping")
-    leadership.resign()
+    if leadership is not None:
+        leadership.resign()
     return 0
 
 

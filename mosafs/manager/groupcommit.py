@@ -33,6 +33,7 @@ from typing import Any, Generic, Protocol, TypeVar
 import lmdb
 
 from mosafs import metrics
+from mosafs.errors import MosafsError
 
 log = logging.getLogger(__name__)
 
@@ -57,7 +58,13 @@ class Journal(Protocol):
         """The group's sequence number, stored in TXN just before its commit."""
 
     def append(self, seq: int, ops: list[Any]) -> None:
-        """The group committed (or, with no OPS, failed after its seal)."""
+        """The group's entry, shipped to the standbys just before its local commit."""
+
+    def replay(self, seq: int, ops: list[Any]) -> None:
+        """The local commit of entry SEQ failed after it was shipped: make this database
+        hold it all the same (grow the map if it was full, apply OPS and the position in a
+        transaction of their own), or raise (the log is then broken: nothing more is
+        acknowledged)."""
 
 
 class GroupCommitter:
@@ -140,6 +147,11 @@ class GroupCommitter:
                     outcomes = [self._one(txn, r, ops) for r in group]
                     if journal is not None and ops:
                         seq = journal.seal(txn)
+                        # Shipped before the local commit, so that the standbys apply it
+                        # while this disk flushes (docs/standby.md, "Shipped before the
+                        # local commit"): a change waits for the slower of the two flushes,
+                        # not for both in turn.
+                        journal.append(seq, ops)
                     flushed = time.perf_counter()
                     txn.commit()
                     metrics.MANAGER_COMMIT_FLUSH_SECONDS.observe(time.perf_counter() - flushed)
@@ -148,23 +160,37 @@ class GroupCommitter:
                     txn.abort()
                     raise
         except BaseException as exc:  # the group's commit failed: nothing of it is stored
-            if journal is not None and seq:
-                journal.append(seq, [])
-            for r in group:
-                r.future.set_exception(exc)
-            if not isinstance(exc, lmdb.MapFullError | lmdb.DiskError | OSError):
-                log.exception("bug in a group commit")
-            return
+            if not (journal is not None and seq and self._replayed(journal, seq, ops, exc)):
+                for r in group:
+                    r.future.set_exception(exc)
+                # LMDB's and the system's errors are the disk's (full, too large, failing);
+                # a MosafsError is the log refusing a seal (broken, or deposed).
+                if not isinstance(exc, lmdb.Error | OSError | MosafsError):
+                    log.exception("bug in a group commit")
+                return
         self.groups += 1
         self.bodies += len(group)
-        if journal is not None and seq:
-            journal.append(seq, ops)
         for r, (ok, value) in zip(group, outcomes, strict=True):
             r.seq = seq
             if ok:
                 r.future.set_result(value)
             else:
                 r.future.set_exception(value)
+
+    @staticmethod
+    def _replayed(journal: Journal, seq: int, ops: list[Any], exc: BaseException) -> bool:
+        """Entry SEQ (OPS) was shipped and its local commit failed with EXC: whether
+        replaying it stored it here after all (its bodies' outcomes then stand)."""
+        try:
+            journal.replay(seq, ops)
+        except BaseException as again:
+            log.error("metadata change %d reached the standbys but not this manager's "
+                      "database (%s, then %s): this manager acknowledges nothing more; "
+                      "stop it and let a standby take over", seq, exc, again)
+            return False
+        log.info("metadata change %d stored by replaying its log entry after its commit "
+                 "failed (%s)", seq, exc)
+        return True
 
     def _one(self, txn: lmdb.Transaction[bytes], request: _Request[Any],
              ops: list[Any]) -> tuple[bool, Any]:

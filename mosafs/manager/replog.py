@@ -50,6 +50,8 @@ LAG_TIMEOUT_S = 5.0          # an in-sync standby silent this long on an entry l
 WAIT_TIMEOUT_S = 30.0        # a writer waits this long for N in-sync standbys to confirm
 BATCH_BYTES = 4 << 20        # entries sent to a follower in one message
 
+Op = tuple[int, bytes, bytes | None]  # (sub-database index, key, value; None: deleted)
+
 
 def position(get: Callable[..., Any], meta: Any) -> tuple[int, int]:
     """(seq, epoch) of the last log entry a database holds, (0, 0) if none: GET is a
@@ -74,7 +76,7 @@ class Recorder:
 
     def __init__(self, txn: lmdb.Transaction[bytes], index: Mapping[Any, int]) -> None:
         self.txn = txn
-        self.ops: list[tuple[int, bytes, bytes | None]] = []
+        self.ops: list[Op] = []
         self._index = index
         self.get = txn.get
         self.cursor = txn.cursor
@@ -111,7 +113,7 @@ class Recorder:
                            "before the log is attached, do it")
 
 
-def encode(seq: int, epoch: int, ops: list[tuple[int, bytes, bytes | None]]) -> bytes:
+def encode(seq: int, epoch: int, ops: list[Op]) -> bytes:
     entry = replication_pb2.LogEntry(seq=seq, epoch=epoch)
     add = entry.ops.add
     for db, key, value in ops:
@@ -170,6 +172,7 @@ class ReplicationLog:
         self._bytes = 0
         self._followers: list[Follower] = []
         self._closing = False
+        self._broken: str | None = None  # why nothing may be acknowledged any more
 
     # -- the writers' side -----------------------------------------------------------------
 
@@ -177,14 +180,34 @@ class ReplicationLog:
         """The next sequence number, stored in TXN (inside the write transaction, just
         before its commit: LMDB's writer lock puts seals in commit order)."""
         with self._cond:
+            if self._broken is not None:
+                raise Unavailable(self._broken)
             seq = self._next
             self._next += 1
         stamp(txn, meta, seq, self.epoch)
         return seq
 
-    def append(self, seq: int, ops: list[tuple[int, bytes, bytes | None]]) -> None:
-        """The entry of SEQ, committed (or, with no OPS, a transaction that was sealed and
-        then failed to commit: its number still has to reach the standbys)."""
+    def fail(self, seq: int, why: str) -> None:
+        """Entry SEQ was shipped but this manager could not store it (its commit and the
+        replay both failed): its database and its standbys' differ from here on, so it
+        acknowledges nothing more and seals nothing more (`broken`: the manager stops, and
+        a standby, which has every acknowledged change, takes over)."""
+        with self._cond:
+            self._broken = (f"metadata change {seq} reached the standbys but not this "
+                            f"manager's database ({why}): this manager acknowledges nothing "
+                            f"more")
+            self._cond.notify_all()
+
+    @property
+    def broken(self) -> str | None:
+        """Why this log acknowledges nothing more (None: it does)."""
+        with self._cond:
+            return self._broken
+
+    def append(self, seq: int, ops: list[Op]) -> None:
+        """The entry of SEQ: a group commit's, just before its local commit; a single
+        transaction's, once committed (or, with no OPS, sealed and then failed to commit:
+        its number still has to reach the standbys)."""
         data = encode(seq, self.epoch, ops)
         with self._cond:
             self._early[seq] = data
@@ -245,6 +268,8 @@ class ReplicationLog:
             self._serving = True
 
     def _check_fence(self, seq: int) -> None:
+        if self._broken is not None:
+            raise Unavailable(self._broken)
         if self._fence is not None and not self._fence():
             raise Unavailable(f"metadata change {seq} is not acknowledged: this manager is "
                               f"no longer the active one (its coordination lease lapsed)")

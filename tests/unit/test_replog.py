@@ -5,6 +5,9 @@ processes and the Follow stream are tested in tests/services/test_standby.py."""
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -320,3 +323,82 @@ def test_writers_waiting_fail_at_once_when_deposed_or_stopping() -> None:
         assert failed, how
         assert ("no longer the active one" if how == "deposed" else "stopping") in failed[0]
         assert time.monotonic() - started < 5  # not the 30 s deadline
+
+
+# -- shipped before the local commit (docs/standby.md) -------------------------------------
+
+def test_replaying_an_entry_stores_what_a_standby_applies(
+        pair: tuple[MetadataStore, Standby], tmp_path: Path) -> None:
+    """A group's entry reaches the standbys before its local commit; if that commit fails,
+    the manager replays the entry: its database must then hold what a standby that
+    applied the entry holds."""
+    active, standby = pair
+    journal = start_log(active)
+    f = journal.attach("s1", *standby.position())
+    send_snapshot(active, journal, f, standby, tmp_path)
+    (tmp_path / "copy").mkdir()
+    active.snapshot_to(tmp_path / "copy" / "data.mdb")  # the active's, before the entries
+    copy = MetadataStore(tmp_path / "copy", map_size=MAP)
+    try:
+        workload(active, "replayed")
+        batch = journal.next_entries(f, timeout=0)
+        assert batch
+        entries = [replication_pb2.LogEntry.FromString(b) for b in batch]
+        journal.confirmed(f, standby.apply(entries))
+        for entry in entries:
+            copy._replay(entry.seq, entry.epoch, [
+                (op.db, op.key, None if op.delete else op.value) for op in entry.ops])
+        assert dump(copy) == dump(standby.store) == dump(active)
+        assert copy.log_position() == active.log_position()
+    finally:
+        copy.close()
+
+
+# A store with a log, a first change, then a file size limit at its data file's size: the
+# next commit has to grow the file and fails (EFBIG), as a full disk fails it.
+UNSTORABLE = """
+import json, resource, signal, sys
+from pathlib import Path
+from mosafs.errors import MosafsError
+from mosafs.manager.metadata import ROOT_INODE, MetadataStore
+from mosafs.manager.replog import ReplicationLog
+
+signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # EFBIG, not the signal
+path = Path(sys.argv[1])
+store = MetadataStore(path, map_size=1 << 30)
+seq, epoch = store.log_position()
+journal = ReplicationLog(epoch=epoch + 1, last_seq=seq, last_epoch=epoch, standbys=0)
+store.attach_log(journal)
+journal.serve()
+store.mkdir(ROOT_INODE, "before", 0o755)
+limit = (path / "data.mdb").stat().st_size
+resource.setrlimit(resource.RLIMIT_FSIZE, (limit, resource.RLIM_INFINITY))
+out = {"errors": []}
+for name in ("big-" + "x" * 200, "after"):
+    try:
+        store.mkdir(ROOT_INODE, name, 0o755)
+    except Exception as exc:
+        out["errors"].append(f"{type(exc).__name__}: {exc}")
+out.update(broken=journal.broken, shipped=journal.last_seq, stored=store.log_position()[0])
+resource.setrlimit(resource.RLIMIT_FSIZE, (resource.RLIM_INFINITY, resource.RLIM_INFINITY))
+out["names"] = sorted(name for name, _ in store.readdir(ROOT_INODE)[0])
+print(json.dumps(out))
+"""
+
+
+def test_a_change_shipped_but_not_stored_here_stops_every_acknowledgement(
+        tmp_path: Path) -> None:
+    run = subprocess.run([sys.executable, "-P", "-c", UNSTORABLE, str(tmp_path / "db")],
+                         capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stderr[-3000:]
+    out = json.loads(run.stdout)
+    # The change reached the log (the standbys) and not the database: the commit failed,
+    # and so did its replay. Its caller was told; so is every later writer, at its seal.
+    assert out["shipped"] == out["stored"] + 1, out
+    assert "reached the standbys but not this manager's database" in out["broken"]
+    assert "File too large" in out["errors"][0], out
+    assert out["errors"][1].startswith("Unavailable: metadata change"), out
+    assert [n for n in out["names"] if n != "before"] == [], out
+    # Said once, as an error, with no traceback: the disk's failure is not a bug.
+    assert "stop it and let a standby take over" in run.stderr
+    assert "Traceback" not in run.stderr and "bug in" not in run.stderr, run.stderr

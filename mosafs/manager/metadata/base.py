@@ -39,7 +39,7 @@ from mosafs.manager.metadata.schema import (
     _Dbs,
 )
 from mosafs.manager.metadata.tx import Tx, holders_of, sync_holdings
-from mosafs.manager.replog import Recorder, ReplicationLog, position
+from mosafs.manager.replog import Op, Recorder, ReplicationLog, position, stamp
 
 log = logging.getLogger("mosafs.manager.metadata")
 # Reader slots: py-lmdb holds one per read transaction object until Python frees it (an
@@ -127,14 +127,15 @@ class StoreBase:
             return self._writes
 
     @contextmanager
-    def _write(self, *, grows: bool = False) -> Iterator[Tx]:
+    def _write(self, *, grows: bool = False, logged: bool = True) -> Iterator[Tx]:
         """One write transaction. GROWS: it adds data (a new name, version, attribute), so
         it is refused near the ceiling, keeping the reserve for the writes that free
         space. A full map raises MapGrown once the map grew (the caller runs again:
-        @_rerun_if_grown), else NoSpace."""
+        @_rerun_if_grown), else NoSpace. LOGGED: with a replication log attached, its
+        changes are an entry of their own (not for replaying an entry)."""
         self._map.prepare(grows=grows)
         seen = self._map.map_size
-        journal = self.log
+        journal = self.log if logged else None
         seq = 0
         try:
             with self._map.gate.shared(), self._env.begin(write=True) as txn:
@@ -189,7 +190,21 @@ class StoreBase:
         """From now on every write transaction is recorded in JOURNAL, and none returns
         before its entry is confirmed (mosafs.manager.replog)."""
         self.log = journal
-        self._committer.journal = _Journal(journal, self._db_index, self._db.meta)
+        self._committer.journal = _Journal(journal, self._db_index, self._db.meta,
+                                           self._replay)
+
+    @_rerun_if_grown
+    def _replay(self, seq: int, epoch: int, ops: list[Op]) -> None:
+        """Store entry (SEQ, EPOCH) of this manager's own log, whose commit failed after
+        it was shipped: its OPS and its position, in a transaction of their own."""
+        dbs = list(self._db_index)
+        with self._write(logged=False) as tx:
+            for db, key, value in ops:
+                if value is None:
+                    tx.txn.delete(key, db=dbs[db])
+                else:
+                    tx.txn.put(key, value, db=dbs[db])
+            stamp(tx.txn, self._db.meta, seq, epoch)
 
     def log_position(self) -> tuple[int, int]:
         """(seq, epoch) of the last replication log entry this database holds."""
@@ -274,8 +289,9 @@ class StoreBase:
 class _Journal:
     """The group committer's view of a replication log (groupcommit.Journal)."""
 
-    def __init__(self, journal: ReplicationLog, index: dict[Any, int], meta: Any) -> None:
-        self._log, self._index, self._meta = journal, index, meta
+    def __init__(self, journal: ReplicationLog, index: dict[Any, int], meta: Any,
+                 replay: Callable[[int, int, list[Op]], None]) -> None:
+        self._log, self._index, self._meta, self._replay = journal, index, meta, replay
 
     def wrap(self, txn: lmdb.Transaction[bytes]) -> tuple[Any, list[Any]]:
         rec = Recorder(txn, self._index)
@@ -286,3 +302,10 @@ class _Journal:
 
     def append(self, seq: int, ops: list[Any]) -> None:
         self._log.append(seq, ops)
+
+    def replay(self, seq: int, ops: list[Any]) -> None:
+        try:
+            self._replay(seq, self._log.epoch, ops)
+        except BaseException as exc:
+            self._log.fail(seq, str(exc) or type(exc).__name__)
+            raise

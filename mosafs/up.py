@@ -306,7 +306,7 @@ class Cluster:
         if self.args.chunk_tokens == "off":
             manager_args += ["--chunk-tokens", "off"]
         self.managers = ManagerGroup(self._spawn, self.data_dir, self.args.managers,
-                                     manager_args, self.args.log_dir)
+                                     manager_args)
         self.managers.start()
         self.manager = self.managers.members[0]
         self.standbys = self.managers.members[1:]

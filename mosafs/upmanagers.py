@@ -30,12 +30,11 @@ class ManagerGroup:
     BASE_ARGS: every member's `mosafs manager` arguments but its data directory."""
 
     def __init__(self, spawn: Callable[[str, list[str]], Any], data_dir: Path, count: int,
-                 base_args: list[str], log_dir: Path) -> None:
+                 base_args: list[str]) -> None:
         self._spawn = spawn
         self._data_dir = data_dir
         self._count = count
         self._base_args = base_args
-        self._log_dir = log_dir
         self.members: list[Any] = []  # their Child records, in order
         self.etcd: Any = None
         self._args: dict[str, list[str]] = {}

@@ -132,9 +132,8 @@ def _serve_until_stopped(stop: threading.Event, leadership: Any, journal: Any) -
                       "coordination service lapsed); stopping, acknowledging nothing more")
             return EXIT_DEPOSED
         if journal is not None and (why := journal.broken):
+            # Its lease is resigned by its owner (ha_main) as it stops.
             log.error("%s; stopping, so that a standby takes over", why)
-            if leadership is not None:
-                leadership.resign()
             return EXIT_DEPOSED
     log.info("stopping")
     if leadership is not None:

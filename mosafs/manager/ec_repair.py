@@ -89,7 +89,7 @@ class FragmentRepairer:
                  clock: Clock = time.monotonic, retry_s: float = 2.0, per_worker: int = 2,
                  per_link: int = 2, per_sender: int = 0,
                  max_inflight_bytes: int = 256 * MiB, workers: int = 16) -> None:
-        """PER_SENDER: repairs that may wait for slots reading from one benefactor (0: two
+        """PER_SENDER: repairs that may wait for slots sending from one benefactor (0: two
         rounds of its link's slots)."""
         self._store = store
         self._registry = registry
@@ -266,7 +266,6 @@ class FragmentRepairer:
         now = self._clock()
         cap = self._cap()
         with self._lock:
-            self._unpark()
             for cid in [c for c, at in self._later.items() if at <= now]:
                 del self._later[cid]
                 self._queue[cid] = None
@@ -285,16 +284,15 @@ class FragmentRepairer:
             return batch, queue, waiting
 
     def _waiting_senders(self, waiting: deque[Plan]) -> Counter[str]:
-        """Per benefactor, the waiting plans of WAITING that read from it."""
         with self._lock:
-            return Counter(s for p in waiting for s in {s for s, _ in p.transfers()})
+            return _senders(waiting)
 
     def _unpark(self) -> None:
         """Under the lock: the parked repairs of each sender with room in its window go
         back to the front of the queue, as many as it has room for."""
         if not self._parked:
             return
-        senders = Counter(s for p in self._repairs for s in {s for s, _ in p.transfers()})
+        senders = _senders(self._repairs)
         for sender in list(self._parked):
             ids = self._parked[sender]
             for _ in range(max(0, self._per_sender - senders[sender])):
@@ -309,7 +307,7 @@ class FragmentRepairer:
 
     def _examine(self, cid: bytes, rec: metadata_pb2.ChunkRecord | None,
                  view: Redundancy, senders: Counter[str]) -> None:
-        """Plan CID's next request. SENDERS: waiting plans per benefactor they read from;
+        """Plan CID's next request. SENDERS: waiting plans per benefactor they send from;
         a repair reading from one whose window is full (`per_sender`) is parked until it
         has room (`_unpark`), so that each sender's link gets its share of the plans
         waiting, whatever order the queue holds the chunks in (a queue that held one
@@ -332,7 +330,7 @@ class FragmentRepairer:
                 if converts or view.missing(rec):
                     self._later[cid] = self._clock() + self._retry_s  # not possible now
                 return
-            reads_from = {s for s, _ in found.transfers()}
+            reads_from = _sending(found)
             full = [s for s in reads_from if senders[s] >= self._per_sender]
             if found.kind == REBUILD and full:
                 self._parked.setdefault(full[0], deque()).append(cid)
@@ -370,7 +368,9 @@ class FragmentRepairer:
                     self._started[p.cid] = time.time_ns()
                     self._pool.submit(self._run, p, addresses)
                 queue.extend(held)
-            self._unpark()  # the plans that started left room in their senders' windows
+            # The plans that started left room in their senders' windows (nothing else
+            # empties a window: a plan leaves it only by starting).
+            self._unpark()
 
     def _may_start(self, p: Plan) -> bool:
         """Whether P may start now: a slot free on its worker (one conversion each), and
@@ -556,3 +556,14 @@ class FragmentRepairer:
                 done[1] += p.length
                 self._pending.pop(p.cid, None)
         return swapped
+
+
+def _sending(p: Plan) -> set[str]:
+    """The benefactors P's transfers leave from (what it reads from peers, and its puts'
+    worker)."""
+    return {s for s, _ in p.transfers()}
+
+
+def _senders(plans: Iterable[Plan]) -> Counter[str]:
+    """Per benefactor, how many of PLANS send from it."""
+    return Counter(s for p in plans for s in _sending(p))

@@ -63,8 +63,13 @@ def run_ha(args: argparse.Namespace, data_dir: Path, stop: threading.Event,
 
         def publish(members: frozenset[str]) -> bool:
             # The leader is a member of its own set: restarted on its own data, it may
-            # lead again.
-            return bool(coord.set_in_sync(leadership, set(members) | {member}))
+            # lead again. Not landed while etcd cannot be reached: writers wait, and
+            # the standby's confirmation stream goes on.
+            try:
+                return bool(coord.set_in_sync(leadership, set(members) | {member}))
+            except CoordinationUnavailable as exc:
+                log.warning("the in-sync set could not be published: %s", exc.message)
+                return False
 
         def directory() -> dict[str, str]:
             try:

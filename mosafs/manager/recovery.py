@@ -22,7 +22,6 @@ or a stand-in), never through grpc here.
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import time
@@ -35,11 +34,13 @@ import blake3
 
 from mosafs.errors import ConfigError, MosafsError, NotFound, Unavailable
 from mosafs.manager.backups import RECOVERED_FOLDER, SYSTEM_FOLDER, Descriptor, decode
+from mosafs.manager.metadata import ROOT_INODE
+from mosafs.manager.standby import fsync_dir
+from mosafs.procutil import write_json_atomic
 
 log = logging.getLogger("mosafs.manager")
 
 REPORT_FILE = "recovery-report.json"
-ROOT_INODE = 1
 FETCH_TIMEOUT_S = 120.0
 
 
@@ -79,7 +80,7 @@ def recover(data_dir: Path, addresses: Sequence[str], peers: Any, *,
                     unreachable=unreachable)
     with MetadataStore(lmdb_dir, map_size=map_size) as store:
         _reconcile(store, reachable, peers, report)
-    (data_dir / REPORT_FILE).write_text(json.dumps(report.as_dict(), indent=1) + "\n")
+    write_json_atomic(data_dir / REPORT_FILE, report.as_dict())
     return report
 
 
@@ -120,6 +121,7 @@ def _fetch(descriptor: Descriptor, addresses: list[str], peers: Any, lmdb_dir: P
         out.flush()
         os.fsync(out.fileno())
     os.replace(tmp, lmdb_dir / "data.mdb")
+    fsync_dir(lmdb_dir)
 
 
 def _chunk(cid: bytes, length: int, addresses: list[str], peers: Any, i: int,

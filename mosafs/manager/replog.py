@@ -31,7 +31,7 @@ import struct
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -111,6 +111,17 @@ class Recorder:
     def drop(self, db: Any, delete: bool = True) -> None:
         raise RuntimeError("emptying a sub-database is not logged: only upgrades at open, "
                            "before the log is attached, do it")
+
+
+def apply_ops(txn: lmdb.Transaction[bytes], dbs: Sequence[Any], ops: Iterable[Op]) -> None:
+    """Apply OPS (a log entry's changes: sub-database index into DBS, key, value; None:
+    deleted) in TXN: a standby applying the active manager's entries, and the active
+    manager replaying its own."""
+    for db, key, value in ops:
+        if value is None:
+            txn.delete(key, db=dbs[db])
+        else:
+            txn.put(key, value, db=dbs[db])
 
 
 def encode(seq: int, epoch: int, ops: list[Op]) -> bytes:

@@ -89,7 +89,7 @@ class Standby:
         shutil.rmtree(replaced, ignore_errors=True)
         os.rename(live, replaced)
         os.rename(self._dir / INCOMING, live)
-        _fsync_dir(self._dir)
+        fsync_dir(self._dir)
         shutil.rmtree(replaced)
         self.store = MetadataStore(live, map_size=self._map_size)
 
@@ -99,7 +99,7 @@ class Standby:
         live, incoming = self._dir / STORE, self._dir / INCOMING
         if not live.exists() and (self._dir / REPLACED).exists() and incoming.exists():
             os.rename(incoming, live)
-            _fsync_dir(self._dir)
+            fsync_dir(self._dir)
         shutil.rmtree(incoming, ignore_errors=True)
         shutil.rmtree(self._dir / REPLACED, ignore_errors=True)
 
@@ -110,7 +110,7 @@ class Standby:
         shutil.rmtree(self._dir / INCOMING, ignore_errors=True)
 
 
-def _fsync_dir(path: Path) -> None:
+def fsync_dir(path: Path) -> None:
     fd = os.open(path, os.O_RDONLY)
     try:
         os.fsync(fd)

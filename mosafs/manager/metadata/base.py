@@ -39,7 +39,7 @@ from mosafs.manager.metadata.schema import (
     _Dbs,
 )
 from mosafs.manager.metadata.tx import Tx, holders_of, sync_holdings
-from mosafs.manager.replog import Op, Recorder, ReplicationLog, position, stamp
+from mosafs.manager.replog import Op, Recorder, ReplicationLog, apply_ops, position, stamp
 
 log = logging.getLogger("mosafs.manager.metadata")
 # Reader slots: py-lmdb holds one per read transaction object until Python frees it (an
@@ -97,7 +97,9 @@ class StoreBase:
         # The replication log of an active manager with standbys (mosafs.manager.replog,
         # attach_log); None: nothing is recorded.
         self.log: ReplicationLog | None = None
-        self._db_index = {getattr(self._db, f.name): i for i, f in enumerate(fields(_Dbs))}
+        # The sub-databases in schema order: a log entry's changes name them by index.
+        self._dbs = [getattr(self._db, f.name) for f in fields(_Dbs)]
+        self._db_index = {db: i for i, db in enumerate(self._dbs)}
         self._initialise()
 
     def close(self) -> None:
@@ -197,13 +199,8 @@ class StoreBase:
     def _replay(self, seq: int, epoch: int, ops: list[Op]) -> None:
         """Store entry (SEQ, EPOCH) of this manager's own log, whose commit failed after
         it was shipped: its OPS and its position, in a transaction of their own."""
-        dbs = list(self._db_index)
         with self._write(logged=False) as tx:
-            for db, key, value in ops:
-                if value is None:
-                    tx.txn.delete(key, db=dbs[db])
-                else:
-                    tx.txn.put(key, value, db=dbs[db])
+            apply_ops(tx.txn, self._dbs, ops)
             stamp(tx.txn, self._db.meta, seq, epoch)
 
     def log_position(self) -> tuple[int, int]:

@@ -15,7 +15,7 @@ from mosafs._proto import replication_pb2
 from mosafs.errors import InvalidArgument
 from mosafs.manager.metadata.base import StoreBase, _rerun_if_grown
 from mosafs.manager.metadata.schema import _Dbs
-from mosafs.manager.replog import position, stamp
+from mosafs.manager.replog import apply_ops, position, stamp
 
 
 class ReplicaOps(StoreBase):
@@ -59,7 +59,7 @@ class ReplicaOps(StoreBase):
         """Apply ENTRIES (the next ones of the log, in order) in one durable write
         transaction; the position reached. InvalidArgument, and nothing applied, for an
         entry that does not follow the one before it or names no sub-database."""
-        dbs = [getattr(self._db, f.name) for f in fields(_Dbs)]
+        dbs = self._dbs
         with self._write(grows=True) as tx:
             seq, epoch = position(tx.txn.get, self._db.meta)
             for entry in entries:
@@ -67,14 +67,12 @@ class ReplicaOps(StoreBase):
                     raise InvalidArgument(
                         f"log entry {entry.seq} of epoch {entry.epoch} does not follow "
                         f"entry {seq} of epoch {epoch}")
-                for op in entry.ops:
-                    if op.db >= len(dbs):
-                        raise InvalidArgument(f"log entry {entry.seq} names sub-database "
-                                              f"{op.db}, which this schema lacks")
-                    if op.delete:
-                        tx.txn.delete(op.key, db=dbs[op.db])
-                    else:
-                        tx.txn.put(op.key, op.value, db=dbs[op.db])
+                unknown = next((op.db for op in entry.ops if op.db >= len(dbs)), None)
+                if unknown is not None:
+                    raise InvalidArgument(f"log entry {entry.seq} names sub-database "
+                                          f"{unknown}, which this schema lacks")
+                apply_ops(tx.txn, dbs, ((op.db, op.key, None if op.delete else op.value)
+                                        for op in entry.ops))
                 seq, epoch = entry.seq, entry.epoch
             stamp(tx.txn, self._db.meta, seq, epoch)
         return seq, epoch

@@ -33,8 +33,13 @@ with the same rebuild machinery; what changes is how many benefactors share the 
 The target (issue 19): with 6 survivors, rebuilding a dead benefactor's data at least 3x
 faster than with 2 (`targets`, on each comparison).
 
+The emulated hosts use reno, a loss-based TCP congestion control as Linux's default
+(cubic) is, whatever the host's default (`--congestion`; docs/benchmarks.md, "Congestion
+control").
+
 Not wired into `mosafs bench`: run it as `python -m mosafs.bench.ec_rebuild [--dead-mib N]
-[--rate-mbit R] [--links netns|ratelimit] [--keep DIR]` (root for netns).
+[--rate-mbit R] [--links netns|ratelimit] [--congestion NAME|host] [--keep DIR]` (root
+for netns).
 """
 
 from __future__ import annotations
@@ -67,6 +72,10 @@ POLL_S = 0.02
 TIMEOUT_S = 900.0
 LEASE_S = 1.0
 BIN_S = 0.25  # bins of link traffic: a quarter second
+# The links' TCP congestion control: loss-based, as Linux's default (cubic) is. The host
+# here defaults to BBR, which over tbf links stalled connections for seconds at random
+# (docs/benchmarks.md, "Congestion control"); a namespace may always take reno.
+CONGESTION = "reno"
 
 
 @dataclass(frozen=True)
@@ -94,17 +103,20 @@ def _code(redundancy: str) -> tuple[int, int]:
 
 def run_rebuild(*, dead_mib: int = 64, rate_bit: int = RATE_1GBIT, mode: str = "netns",
                 chunk_mib: int = 1, cases: tuple[Case, ...] = CASES,
-                keep: Path | None = None) -> dict[str, Any]:
-    """Rebuild every case; the figures (JSON-able), with the 6-vs-2 speedups."""
+                keep: Path | None = None, congestion: str = CONGESTION) -> dict[str, Any]:
+    """Rebuild every case; the figures (JSON-able), with the 6-vs-2 speedups. CONGESTION:
+    the namespaces' TCP congestion control ("": the host's)."""
     if mode == "netns" and (reason := links_unavailable()):
         raise BenchError(f"{reason} (use mode='ratelimit')")
-    links = Links(rate_bit=rate_bit, mode=mode)
+    links = Links(rate_bit=rate_bit, mode=mode,
+                  congestion=congestion if mode == "netns" else "")
     out: dict[str, Any] = {
         "benchmark": "ec rebuild (mosafs.bench.ec_rebuild.run_rebuild)",
         "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
         "machine": machine_info(),
         "params": {"dead_mib": dead_mib, "chunk_mib": chunk_mib, "benefactor_lease_s": LEASE_S,
-                   "links": {"rate_bit_s": rate_bit, "per": "benefactor", "mode": mode},
+                   "links": {"rate_bit_s": rate_bit, "per": "benefactor", "mode": mode,
+                             "congestion": links.congestion or _host_congestion()},
                    "units": "seconds; MB/s = 10^6 bytes/s"},
         "cases": [],
     }
@@ -115,6 +127,13 @@ def run_rebuild(*, dead_mib: int = 64, rate_bit: int = RATE_1GBIT, mode: str = "
                                           chunk_mib))
     out["comparisons"] = comparisons(out["cases"])
     return out
+
+
+def _host_congestion() -> str:
+    try:
+        return Path("/proc/sys/net/ipv4/tcp_congestion_control").read_text().strip()
+    except OSError:
+        return "unknown"
 
 
 def comparisons(cases: list[dict[str, Any]]) -> dict[str, Any]:
@@ -378,6 +397,9 @@ def main(argv: list[str]) -> int:
                         help="comma-separated case numbers to run, from 1 (default: all: "
                              + "; ".join(f"{i + 1} {c.name}" for i, c in enumerate(CASES))
                              + ")")
+    parser.add_argument("--congestion", default=CONGESTION, metavar="NAME",
+                        help=f"TCP congestion control of the emulated hosts (netns; "
+                             f"default {CONGESTION}; 'host': the host's default)")
     parser.add_argument("--keep", type=Path, help="keep the work directory here")
     parser.add_argument("--json", action="store_true", help="print the JSON result")
     args = parser.parse_args(argv)
@@ -388,7 +410,8 @@ def main(argv: list[str]) -> int:
     try:
         result = run_rebuild(dead_mib=args.dead_mib, rate_bit=args.rate_mbit * 1_000_000,
                              mode=args.links, chunk_mib=args.chunk_mib, cases=cases,
-                             keep=args.keep)
+                             keep=args.keep,
+                             congestion="" if args.congestion == "host" else args.congestion)
     except (BenchError, MosafsError) as exc:  # said in one message, no traceback
         print(f"ec_rebuild: {exc}", file=sys.stderr)
         return 1

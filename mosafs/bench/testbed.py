@@ -56,6 +56,12 @@ class Links:
     mode: str = "netns"  # netns | ratelimit
     burst_bytes: int = 512 * 1024  # tbf needs a bucket of rate/HZ at least
     latency_ms: int = 20
+    # TCP congestion control in every namespace (netns), or "" for the host's default.
+    # BBR over these tbf links stalled single connections for 1-2 s at a time (a fifth of
+    # the link used while nothing else competed), a loss-based one does not
+    # (docs/benchmarks.md, "Congestion control"); a namespace may take any of the host's
+    # net.ipv4.tcp_allowed_congestion_control, which always has reno.
+    congestion: str = ""
 
 
 def links_unavailable() -> str | None:
@@ -66,6 +72,14 @@ def links_unavailable() -> str | None:
         if shutil.which(tool) is None:
             return f"emulated links need iproute2 ({tool} is not installed)"
     return None
+
+
+def allowed_congestion() -> list[str]:
+    """The congestion controls a network namespace may choose here."""
+    try:
+        return Path("/proc/sys/net/ipv4/tcp_allowed_congestion_control").read_text().split()
+    except OSError:
+        return []
 
 
 def _run(*cmd: str) -> None:
@@ -145,6 +159,17 @@ class Testbed:
                 _run("ip", "-n", b, "route", "add", "default", "via", f"{SUBNET}.{i}.1")
         if self.peers:
             _run("ip", "netns", "exec", c, "sysctl", "-qw", "net.ipv4.ip_forward=1")
+        if self.links.congestion:
+            self._set_congestion(self.links.congestion)
+
+    def _set_congestion(self, name: str) -> None:
+        if name not in allowed_congestion():
+            raise BenchError(f"congestion control {name!r} is not allowed in a network "
+                             f"namespace here (net.ipv4.tcp_allowed_congestion_control: "
+                             f"{' '.join(allowed_congestion()) or 'unreadable'})")
+        for ns in self.namespaces:
+            _run("ip", "netns", "exec", ns, "sysctl", "-qw",
+                 f"net.ipv4.tcp_congestion_control={name}")
 
     # -- processes -----------------------------------------------------------------------
 

@@ -219,32 +219,57 @@ def fits(p: Plan, sending: Counter[str], receiving: Counter[str], per_link: int)
 
 
 def _least_busy_sources(fragments: tuple[tuple[int, str], ...], worker: str,
-                        sending: Counter[str]) -> tuple[tuple[int, str], ...]:
-    """FRAGMENTS to read, WORKER's own first, then those whose holders send least."""
-    return tuple(sorted(fragments, key=lambda f: (f[1] != worker, sending[f[1]], f[0])))
+                        sending: Counter[str], pairs: Counter[tuple[str, str]],
+                        ) -> tuple[tuple[int, str], ...]:
+    """FRAGMENTS to read, WORKER's own first, then those whose holders send least to
+    others than WORKER, then those that send to WORKER already (`mixing`), then those that
+    send least."""
+    return tuple(sorted(fragments, key=lambda f: (
+        f[1] != worker, sending[f[1]] - pairs[f[1], worker], -pairs[f[1], worker],
+        sending[f[1]], f[0])))
 
 
-def _least_busy_targets(pool: tuple[str, ...], worker: str,
-                        receiving: Counter[str]) -> list[str]:
-    """POOL, WORKER first (its put is local), then those that receive least."""
-    return sorted(pool, key=lambda t: (t != worker, receiving[t]))
+def _least_busy_targets(pool: tuple[str, ...], worker: str, receiving: Counter[str],
+                        pairs: Counter[tuple[str, str]]) -> list[str]:
+    """POOL, WORKER first (its put is local), then those that receive least from others
+    than WORKER, then those that receive from WORKER already (`mixing`), then those that
+    receive least."""
+    return sorted(pool, key=lambda t: (t != worker, receiving[t] - pairs[worker, t],
+                                       -pairs[worker, t], receiving[t]))
+
+
+def mixing(transfers: list[tuple[str, str]], sending: Counter[str], receiving: Counter[str],
+           pairs: Counter[tuple[str, str]]) -> int:
+    """How many running transfers would share a link with TRANSFERS but not their other
+    end: a link that carries one peer's transfers only is one TCP connection, as each of
+    two survivors' links is; a link shared between peers carries connections that compete
+    at both of their ends and leave capacity unused (docs/erasure_pools.md, "Pairs")."""
+    return sum(sending[s] + receiving[r] - 2 * pairs[s, r] for s, r in transfers)
 
 
 def rebound(p: Plan, may_start: Callable[[Plan], bool], sending: Counter[str],
-            receiving: Counter[str]) -> Plan | None:
+            receiving: Counter[str],
+            pairs: Counter[tuple[str, str]] | None = None) -> Plan | None:
     """REBUILD P made again with the links of now: for each rebuilder that could run it
     (a holder of a readable fragment, or a benefactor that could take a rebuilt one), its
     own fragment and the least busy senders as sources, itself and the least busy
     receivers among P's targets and spares as targets; of those MAY_START allows, the one
-    that leaves the busiest link least busy (None: none may start now)."""
+    that leaves the busiest link least busy, then the one that mixes fewest peers on a
+    link (PAIRS: running transfers per sender and receiver; `mixing`), then the one that
+    adds least (None: none may start now)."""
     if p.kind != REBUILD or not p.spare:
         return None
     k = p.expect.k
     pool = tuple(dict.fromkeys((*(m.holder for m in p.moves), *p.spare)))
-    best: tuple[tuple[int, int], Plan] | None = None
-    for worker in dict.fromkeys((*(h for _, h in p.fragments), *pool)):
-        sources = _least_busy_sources(p.fragments, worker, sending)
-        targets = _least_busy_targets(pool, worker, receiving)
+    best: tuple[tuple[int, int, int], Plan] | None = None
+    pairs = pairs if pairs is not None else Counter()
+    # Rebuilders: the holders of readable fragments, and of the benefactors that could
+    # take a rebuilt one the least busy few (a large pool's every member, each with a sort
+    # of the pool, would cost a dispatch milliseconds per plan).
+    takers = sorted(pool, key=lambda b: sending[b] + receiving[b])[:len(p.moves) + 3]
+    for worker in dict.fromkeys((*(h for _, h in p.fragments), *takers)):
+        sources = _least_busy_sources(p.fragments, worker, sending, pairs)
+        targets = _least_busy_targets(pool, worker, receiving, pairs)
         moves = tuple(replace(m, holder=t) for m, t in zip(p.moves, targets, strict=False))
         size = p.store_bytes // len(p.moves)
         local = sum(h == worker for _, h in sources[:k])
@@ -255,7 +280,8 @@ def rebound(p: Plan, may_start: Callable[[Plan], bool], sending: Counter[str],
             continue
         busiest = [sending[s] for s, _ in q.transfers()] + \
             [receiving[r] for _, r in q.transfers()]
-        score = (max(busiest, default=0), sum(busiest))
+        score = (max(busiest, default=0), mixing(q.transfers(), sending, receiving, pairs),
+                 sum(busiest))
         if best is None or score < best[0]:
             best = (score, q)
     return None if best is None else best[1]

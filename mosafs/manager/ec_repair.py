@@ -123,6 +123,7 @@ class FragmentRepairer:
         self._converting: Counter[str] = Counter()  # worker -> conversions running
         self._sending: Counter[str] = Counter()  # benefactor -> transfers out, running
         self._receiving: Counter[str] = Counter()  # benefactor -> transfers in, running
+        self._pairs: Counter[tuple[str, str]] = Counter()  # (sender, receiver) -> running
         self._started: dict[bytes, int] = {}  # chunk id -> wall ns its request started
         self._load = Load()
         self._inflight_bytes = 0
@@ -355,11 +356,14 @@ class FragmentRepairer:
                 held: deque[Plan] = deque()
                 while queue:
                     p = queue.popleft()
-                    if not self._may_start(p):
-                        q = rebound(p, self._may_start, self._sending, self._receiving)
-                        if q is None:
-                            held.append(p)
-                            continue
+                    # Bound again whenever it may start: the links' peers of now decide
+                    # (ec_plans.mixing), not those of when it was planned.
+                    q = rebound(p, self._may_start, self._sending, self._receiving,
+                                self._pairs)
+                    if q is None and not self._may_start(p):
+                        held.append(p)
+                        continue
+                    if q is not None:
                         self._rebind(p, q)
                         p = q
                     self._running[p.worker] += 1
@@ -384,15 +388,17 @@ class FragmentRepairer:
         self._load.add(p, -1)
         self._load.add(q)
         self._plans[q.cid] = q
-        self.rebound += 1
+        self.rebound += q.transfers() != p.transfers() or q.moves != p.moves
 
     def _reserve(self, p: Plan, sign: int) -> None:
         for sender, receiver in p.transfers():
             self._sending[sender] += sign
             self._receiving[receiver] += sign
+            self._pairs[sender, receiver] += sign
         if sign < 0:
             self._sending += Counter()  # drop zeros
             self._receiving += Counter()
+            self._pairs += Counter()
 
     def _run(self, p: Plan, addresses: dict[str, str]) -> None:
         ok = False

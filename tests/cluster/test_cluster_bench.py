@@ -110,3 +110,23 @@ def test_cluster_bench_gpu_configuration_without_a_gpu_is_an_error() -> None:
     done = cli("bench", "series", "--links", "none", "--configs", "CA-GPU cdc 1024K")
     assert done.returncode == 2
     assert "GPU hash backend requested but" in done.stderr
+
+
+def test_emulated_hosts_take_the_congestion_control_asked_for(links: None,
+                                                              tmp_path: Path) -> None:
+    from mosafs.bench.procs import BenchError
+    from mosafs.bench.testbed import Links, Testbed
+
+    with Testbed(tmp_path / "bed", 1, links=Links(rate_bit=100_000_000,
+                                                  congestion="reno")) as bed:
+        assert len(bed.namespaces) == 2
+        for ns in bed.namespaces:
+            got = subprocess.run(["ip", "netns", "exec", ns, "sysctl", "-n",
+                                  "net.ipv4.tcp_congestion_control"],
+                                 capture_output=True, text=True, check=True).stdout.strip()
+            assert got == "reno", ns
+        assert bed.status()["benefactors"][0]["alive"]
+    # One the host does not allow namespaces is refused by name, and nothing is left.
+    with pytest.raises(BenchError, match="'nonesuch' is not allowed"):
+        Testbed(tmp_path / "bad", 1, links=Links(congestion="nonesuch")).__enter__()
+    assert namespaces() == []

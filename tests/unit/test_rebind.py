@@ -60,3 +60,40 @@ def test_nothing_starts_while_every_choice_is_busy() -> None:
     assert rebound(p, lambda x: fits(x, sending, receiving, 2), sending, receiving) is None
     # Without spares a plan is not bound again (moves of live fragments, conversions).
     assert rebound(rebuild("b0", "b2", ()), lambda x: True, sending, receiving) is None
+
+
+def one_sender(sender: str, pool: tuple[str, ...], cid: bytes = b"c" * 32) -> Plan:
+    """ec:1+1, fragment 1 lost with dead b9: its only other fragment on SENDER, so SENDER
+    sends it to one of POOL (the rebuilder SENDER or the target reading from it)."""
+    return Plan(cid, REBUILD, sender, "p", 1000, read_bytes=0, store_bytes=1024,
+                moves=(FragmentMove(1, IDS[1], "b9", pool[0]),), expect=Layout(1, 1, IDS[:2]),
+                fragments=((0, sender),), spare=pool[1:])
+
+
+def test_a_sender_keeps_to_the_receiver_it_already_sends_to() -> None:
+    # b0 sends to b1 (one transfer of two slots); b2 and b3 are idle. Sending the next
+    # fragment to b1 keeps b0's link one connection to one peer, as two survivors' links
+    # are; b2 and b3 stay free for the other senders.
+    sending = Counter({"b0": 1})
+    receiving = Counter({"b1": 1})
+    pairs = Counter({("b0", "b1"): 1})
+    p = one_sender("b0", ("b2", "b3", "b1"))
+    q = rebound(p, lambda x: fits(x, sending, receiving, 2), sending, receiving, pairs)
+    assert q is not None and q.transfers() == [("b0", "b1")]
+    # Without the pairs, the idlest receiver wins, and b0's link carries two peers.
+    q = rebound(p, lambda x: fits(x, sending, receiving, 2), sending, receiving)
+    assert q is not None and q.transfers()[0][1] in {"b2", "b3"}
+
+
+def test_of_two_receivers_as_busy_the_one_another_sender_feeds_is_avoided() -> None:
+    # b2 receives from b5, b4 from b0 itself, one transfer each: b0's next fragment goes
+    # to b4 (its link and b4's carry b0's connection only), not to b2 (b2's would carry
+    # two senders' connections, competing).
+    sending = Counter({"b0": 1, "b5": 1})
+    receiving = Counter({"b2": 1, "b4": 1})
+    pairs = Counter({("b5", "b2"): 1, ("b0", "b4"): 1})
+    p = one_sender("b0", ("b2", "b4"))
+    q = rebound(p, lambda x: fits(x, sending, receiving, 2), sending, receiving, pairs)
+    assert q is not None and q.transfers() == [("b0", "b4")]
+    q = rebound(p, lambda x: fits(x, sending, receiving, 2), sending, receiving)
+    assert q is not None and q.transfers() == [("b0", "b2")]  # as busy: the planned one

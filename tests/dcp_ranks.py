@@ -22,7 +22,6 @@ import argparse
 import json
 import os
 import re
-import socket
 import subprocess
 import sys
 import time
@@ -30,6 +29,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
+from mosafs.coordination.etcd_server import free_port
 from tests.harness import NOISE
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -153,12 +153,6 @@ def main() -> None:
 
 
 # The test's side.
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
 
 def run_ranks(phase: str, folder: Path, workdir: Path, *, device: str = "cpu",
               world: int = 2, timeout: float = 120) -> list[dict[str, Any]]:

@@ -12,13 +12,13 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import socket
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import blake3
 import pytest
 
+from mosafs.coordination.etcd_server import free_port
 from tests import harness
 from tests.conftest import UpCluster
 
@@ -29,12 +29,6 @@ KEPT_NOISE = [r"WARNING mosafs\.manager\[\d+\]: \d+ blobs \(\d+ bytes\) on the b
 
 def _data(seed: str, size: int) -> bytes:
     return blake3.blake3(seed.encode()).digest(length=size)
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @pytest.fixture
@@ -79,7 +73,7 @@ def test_fuse_recovery_from_the_newest_backup_after_every_manager_is_lost(
     shutil.rmtree(cluster.data_dir / "manager")  # every manager (there was one) is lost
 
     procs = tmp_path / "procs"
-    port = _free_port()
+    port = free_port()
     for i, b in enumerate(benefactors):  # each on its disk and address, as a host keeps
         by_hand.append(harness.start(f"benefactor-{i}", [
             "benefactor", "--data-dir", b["data_dir"], "--manager", f"127.0.0.1:{port}",

@@ -8,7 +8,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -22,6 +21,7 @@ import pytest
 
 from mosafs._proto import benefactor_pb2 as pb
 from mosafs._proto import benefactor_pb2_grpc as pb_grpc
+from mosafs.coordination.etcd_server import free_port
 from mosafs.ids import chunk_id
 from mosafs.rpc.channels import MAX_MESSAGE_BYTES, channel
 from tests.harness import Proc, start
@@ -34,12 +34,6 @@ STANDALONE_ENV = {"MOSAFS_MANAGER": ""}
 
 def blob(seed: str, size: int) -> bytes:
     return blake3.blake3(seed.encode()).digest(length=size)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def code_of(method: Callable[..., Any], request: Any) -> tuple[grpc.StatusCode, str]:

@@ -226,6 +226,11 @@ class FragmentRepairer:
             if batch:
                 view = Redundancy(self._store, self._registry)
                 cap = self._cap()
+                # A chunk with a request waiting or running is examined again when that
+                # request ends; its record read now may be from before that end (as the
+                # replicator's examination, mosafs.manager.replication._examine).
+                with self._lock:
+                    running = {cid for cid in batch if cid in self._plans}
                 records = self._store.chunk_records(batch)
                 senders = self._waiting_senders(waiting)
                 for i, (cid, rec) in enumerate(zip(batch, records, strict=True)):
@@ -235,7 +240,8 @@ class FragmentRepairer:
                                 queue[rest] = None
                                 queue.move_to_end(rest, last=False)
                         break
-                    self._examine(cid, rec, view, senders)
+                    if cid not in running:
+                        self._examine(cid, rec, view, senders)
             self._dispatch()
             return 0.0 if self._more() else TICK_S
 

@@ -521,6 +521,12 @@ class Replicator:
     def _examine(self, ids: list[bytes], view: Redundancy) -> None:
         if not ids:
             return
+        with self._lock:
+            # An id queued again while its copy runs (enqueue does not look) is read below
+            # as it was before that copy; if the copy ends before the lock is taken again,
+            # the stale record would plan it a second time. Such ids wait: the copy's end
+            # queues them again, to be read afresh.
+            copying = {cid for cid in ids if self._inflight[cid]}
         records = self._store.chunk_records(ids)
         groups: dict[tuple[str, str], list[tuple[bytes, int]]] = defaultdict(list)
         planned: dict[str, int] = dict(self._planned_bytes())
@@ -528,7 +534,7 @@ class Replicator:
         conversions: list[tuple[bytes, str, int]] = []
         with self._lock:
             for cid, rec in zip(ids, records, strict=True):
-                if self._inflight[cid]:
+                if cid in copying or self._inflight[cid]:
                     continue  # examined again when its copies end
                 self._inflight.pop(cid, None)
                 missing = view.missing(rec) if rec is not None and rec.refcount else 0

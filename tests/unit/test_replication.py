@@ -8,9 +8,12 @@ was asked and answers as a benefactor would.
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Sequence
 from pathlib import Path
+
+import pytest
 
 from mosafs import metrics
 from mosafs.manager.core import Manager, ManagerConfig
@@ -243,3 +246,58 @@ def test_unit_lost_chunks_are_examined_with_backoff_and_at_once_on_a_return(
     assert examined < read.count(lost) <= examined + 2
     assert ("b1", "b2", 1) in copies.asked
     assert mgr.cluster_status().lost_chunks == 0
+
+
+class HeldCopies(Copies):
+    """Copies that wait for `release` before they answer (a copy in flight)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.release = threading.Event()
+        self.started = threading.Event()
+
+    def __call__(self, source: str, target: str, ids: Sequence[bytes],
+                 timeout: float) -> tuple[list[bool], str]:
+        self.started.set()
+        assert self.release.wait(30), "the test never released the copy"
+        return super().__call__(source, target, ids, timeout)
+
+
+def test_unit_a_chunk_queued_again_while_it_is_copied_is_copied_once(
+        store: MetadataStore, clock: Clock, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A chunk queued again while its copy runs (a commit that names it, say) is examined
+    with a record read before that copy ended; the copy ending between that read and the
+    plan must not make it plan a second copy from the stale record."""
+    copies = HeldCopies()
+    mgr = manager(store, clock, copies)
+    join(mgr, "b1", "b2", "b3")
+    ino = new_file(store, "f")
+    lease = mgr.open_write(ino, "test")
+    c = cid(7)
+    mgr.commit_version(lease.lease_id, ino, [(c, 1024)], [(c, ["b1"])])  # one copy short
+    replicator = mgr.replicator
+    assert replicator is not None
+    for _ in range(100):
+        replicator.step()
+        if copies.started.wait(0.05):
+            break
+    assert copies.started.is_set(), "the copy did not start"
+    replicator.enqueue([c])  # queued again while its copy runs
+
+    read = store.chunk_records
+
+    def read_then_let_the_copy_end(ids: list[bytes]) -> list[object]:
+        records = read(ids)  # as the chunk was: one copy
+        copies.release.set()
+        deadline = time.monotonic() + 30
+        while replicator.busy() and c not in replicator._queue:
+            assert time.monotonic() < deadline, "the copy did not end"
+            time.sleep(0.01)
+        return records
+
+    monkeypatch.setattr(store, "chunk_records", read_then_let_the_copy_end)
+    replicator.step()
+    monkeypatch.setattr(store, "chunk_records", read)
+    settle(mgr)
+    assert len(copies.asked) == 1, copies.asked
+    assert len(store.chunk(c).benefactor_ids) == 2  # type: ignore[union-attr]

@@ -135,6 +135,15 @@ def tls_identity(args: Any, role: str, *, found: str = "",
     return identity
 
 
+def fsync_dir(path: str | os.PathLike[str]) -> None:
+    """Make the entries of directory PATH (renames, new files) durable."""
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
 def write_json_atomic(path: str | os.PathLike[str], payload: dict[str, Any]) -> None:
     path = Path(path)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")

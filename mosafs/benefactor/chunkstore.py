@@ -39,7 +39,7 @@ from typing import Self
 from mosafs import ids
 from mosafs.errors import ConfigError, IntegrityError, InvalidArgument, NoSpace, NotFound
 from mosafs.ids import check_id, chunk_id
-from mosafs.procutil import write_json_atomic
+from mosafs.procutil import fsync_dir, write_json_atomic
 
 log = logging.getLogger(__name__)
 
@@ -167,15 +167,6 @@ def _listing(path: str | Path, *, missing_ok: bool = True) -> list[os.DirEntry[s
         if missing_ok:
             return []
         raise
-
-
-def fsync_dir(path: Path) -> None:
-    """Make the entries of directory PATH (renames, new files) durable."""
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def load_or_create_identity(data_dir: Path) -> str:

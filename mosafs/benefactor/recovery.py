@@ -15,8 +15,8 @@ import re
 import threading
 from pathlib import Path
 
-from mosafs.benefactor.chunkstore import fsync_dir
 from mosafs.errors import InvalidArgument
+from mosafs.procutil import fsync_dir
 
 DIR_NAME = "recovery"
 KEEP = 8

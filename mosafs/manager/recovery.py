@@ -35,8 +35,7 @@ import blake3
 from mosafs.errors import ConfigError, MosafsError, NotFound, Unavailable
 from mosafs.manager.backups import RECOVERED_FOLDER, SYSTEM_FOLDER, Descriptor, decode
 from mosafs.manager.metadata import ROOT_INODE
-from mosafs.manager.standby import fsync_dir
-from mosafs.procutil import write_json_atomic
+from mosafs.procutil import fsync_dir, write_json_atomic
 
 log = logging.getLogger("mosafs.manager")
 

@@ -19,6 +19,7 @@ from pathlib import Path
 from mosafs._proto import replication_pb2
 from mosafs.errors import InvalidArgument
 from mosafs.manager.metadata import MetadataStore
+from mosafs.procutil import fsync_dir
 
 log = logging.getLogger("mosafs.manager.standby")
 
@@ -108,11 +109,3 @@ class Standby:
             os.close(self._incoming)
             self._incoming = None
         shutil.rmtree(self._dir / INCOMING, ignore_errors=True)
-
-
-def fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)

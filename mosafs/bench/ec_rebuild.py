@@ -34,8 +34,8 @@ The target (issue 19): with 6 survivors, rebuilding a dead benefactor's data at 
 faster than with 2 (`targets`, on each comparison).
 
 The emulated hosts use reno, a loss-based TCP congestion control as Linux's default
-(cubic) is, whatever the host's default (`--congestion`; docs/benchmarks.md, "Congestion
-control").
+(cubic) is, whatever the host's default (`--congestion`; docs/benchmarks.md, "Pairs, and
+the links' congestion control").
 
 Not wired into `mosafs bench`: run it as `python -m mosafs.bench.ec_rebuild [--dead-mib N]
 [--rate-mbit R] [--links netns|ratelimit] [--congestion NAME|host] [--keep DIR]` (root
@@ -61,7 +61,13 @@ from typing import Any
 from mosafs.argtypes import bounded_int
 from mosafs.bench.procs import BenchError, _record, kill_pids
 from mosafs.bench.storage import Writers
-from mosafs.bench.testbed import RATE_1GBIT, Links, Testbed, links_unavailable
+from mosafs.bench.testbed import (
+    RATE_1GBIT,
+    Links,
+    Testbed,
+    host_congestion,
+    links_unavailable,
+)
 from mosafs.bench.workloads import MAX_SIZE, Workload
 from mosafs.bench.write import _work_dir, machine_info, progress
 from mosafs.errors import MosafsError
@@ -74,7 +80,8 @@ LEASE_S = 1.0
 BIN_S = 0.25  # bins of link traffic: a quarter second
 # The links' TCP congestion control: loss-based, as Linux's default (cubic) is. The host
 # here defaults to BBR, which over tbf links stalled connections for seconds at random
-# (docs/benchmarks.md, "Congestion control"); a namespace may always take reno.
+# (docs/benchmarks.md, "Pairs, and the links' congestion control"); a namespace may always
+# take reno.
 CONGESTION = "reno"
 
 
@@ -116,7 +123,7 @@ def run_rebuild(*, dead_mib: int = 64, rate_bit: int = RATE_1GBIT, mode: str = "
         "machine": machine_info(),
         "params": {"dead_mib": dead_mib, "chunk_mib": chunk_mib, "benefactor_lease_s": LEASE_S,
                    "links": {"rate_bit_s": rate_bit, "per": "benefactor", "mode": mode,
-                             "congestion": links.congestion or _host_congestion()},
+                             "congestion": links.congestion or host_congestion()},
                    "units": "seconds; MB/s = 10^6 bytes/s"},
         "cases": [],
     }
@@ -127,13 +134,6 @@ def run_rebuild(*, dead_mib: int = 64, rate_bit: int = RATE_1GBIT, mode: str = "
                                           chunk_mib))
     out["comparisons"] = comparisons(out["cases"])
     return out
-
-
-def _host_congestion() -> str:
-    try:
-        return Path("/proc/sys/net/ipv4/tcp_congestion_control").read_text().strip()
-    except OSError:
-        return "unknown"
 
 
 def comparisons(cases: list[dict[str, Any]]) -> dict[str, Any]:

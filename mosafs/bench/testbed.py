@@ -59,7 +59,8 @@ class Links:
     # TCP congestion control in every namespace (netns), or "" for the host's default.
     # BBR over these tbf links stalled single connections for 1-2 s at a time (a fifth of
     # the link used while nothing else competed), a loss-based one does not
-    # (docs/benchmarks.md, "Congestion control"); a namespace may take any of the host's
+    # (docs/benchmarks.md, "Pairs, and the links' congestion control"); a namespace may
+    # take any of the host's
     # net.ipv4.tcp_allowed_congestion_control, which always has reno.
     congestion: str = ""
 
@@ -74,12 +75,22 @@ def links_unavailable() -> str | None:
     return None
 
 
-def allowed_congestion() -> list[str]:
-    """The congestion controls a network namespace may choose here."""
+def _tcp_setting(name: str) -> list[str]:
+    """The words of /proc/sys/net/ipv4/NAME ([] where it cannot be read)."""
     try:
-        return Path("/proc/sys/net/ipv4/tcp_allowed_congestion_control").read_text().split()
+        return Path("/proc/sys/net/ipv4", name).read_text().split()
     except OSError:
         return []
+
+
+def allowed_congestion() -> list[str]:
+    """The congestion controls a network namespace may choose here."""
+    return _tcp_setting("tcp_allowed_congestion_control")
+
+
+def host_congestion() -> str:
+    """The host's default congestion control (what new namespaces start with)."""
+    return " ".join(_tcp_setting("tcp_congestion_control")) or "unknown"
 
 
 def _run(*cmd: str) -> None:
@@ -163,10 +174,11 @@ class Testbed:
             self._set_congestion(self.links.congestion)
 
     def _set_congestion(self, name: str) -> None:
-        if name not in allowed_congestion():
+        allowed = allowed_congestion()
+        if name not in allowed:
             raise BenchError(f"congestion control {name!r} is not allowed in a network "
                              f"namespace here (net.ipv4.tcp_allowed_congestion_control: "
-                             f"{' '.join(allowed_congestion()) or 'unreadable'})")
+                             f"{' '.join(allowed) or 'unreadable'})")
         for ns in self.namespaces:
             _run("ip", "netns", "exec", ns, "sysctl", "-qw",
                  f"net.ipv4.tcp_congestion_control={name}")

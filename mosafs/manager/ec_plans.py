@@ -218,24 +218,29 @@ def fits(p: Plan, sending: Counter[str], receiving: Counter[str], per_link: int)
         all(receiving[b] == 0 or receiving[b] + n <= per_link for b, n in into.items())
 
 
+def _by_peers(worker: str, load: Counter[str], paired: Callable[[str], int],
+              ) -> Callable[[str], tuple[bool, int, int, int]]:
+    """Sort key of benefactors to exchange with WORKER: WORKER itself first (local), then
+    those with the fewest transfers with others than WORKER (LOAD less PAIRED: `mixing`),
+    then those already paired with it, then the least loaded."""
+    def key(b: str) -> tuple[bool, int, int, int]:
+        with_worker = paired(b)
+        return (b != worker, load[b] - with_worker, -with_worker, load[b])
+    return key
+
+
 def _least_busy_sources(fragments: tuple[tuple[int, str], ...], worker: str,
                         sending: Counter[str], pairs: Counter[tuple[str, str]],
                         ) -> tuple[tuple[int, str], ...]:
-    """FRAGMENTS to read, WORKER's own first, then those whose holders send least to
-    others than WORKER, then those that send to WORKER already (`mixing`), then those that
-    send least."""
-    return tuple(sorted(fragments, key=lambda f: (
-        f[1] != worker, sending[f[1]] - pairs[f[1], worker], -pairs[f[1], worker],
-        sending[f[1]], f[0])))
+    """FRAGMENTS to read, by their holders (`_by_peers` of what they send), data first."""
+    key = _by_peers(worker, sending, lambda b: pairs[b, worker])
+    return tuple(sorted(fragments, key=lambda f: (*key(f[1]), f[0])))
 
 
 def _least_busy_targets(pool: tuple[str, ...], worker: str, receiving: Counter[str],
                         pairs: Counter[tuple[str, str]]) -> list[str]:
-    """POOL, WORKER first (its put is local), then those that receive least from others
-    than WORKER, then those that receive from WORKER already (`mixing`), then those that
-    receive least."""
-    return sorted(pool, key=lambda t: (t != worker, receiving[t] - pairs[worker, t],
-                                       -pairs[worker, t], receiving[t]))
+    """POOL by `_by_peers` of what they receive (WORKER first: its put is local)."""
+    return sorted(pool, key=_by_peers(worker, receiving, lambda b: pairs[worker, b]))
 
 
 def mixing(transfers: list[tuple[str, str]], sending: Counter[str], receiving: Counter[str],

@@ -507,6 +507,9 @@ def test_services_benefactor_registers_again_when_manager_forgets_it(
     procs.append(fresh)
     wait_for(lambda: alive_at(fresh, bid), "registration with the fresh manager")
     assert "registering again" in proc.log()
+    # The manager records the registration before the benefactor logs its answer.
+    wait_for(lambda: proc.log().count("registered with manager") == 2,
+             "the second registration in the benefactor's log")
     assert proc.log().count("registered with manager") == 2
     stop_clean(proc)
 

@@ -335,6 +335,7 @@ class _Run:
     seed: int
     local: Path
     m: _Mosafs  # the cluster
+    prepare: bool = True  # on a GPU: mosafs.checkpoint.prepare before step 1
 
     @property
     def folder(self) -> Path:
@@ -345,8 +346,12 @@ class _Run:
 def run_checkpoint(*, size_mib: int = 1024, steps: int = 5, changed: float = 0.10,
                    device: str | None = None, local_dir: Path | None = None,
                    up_args: Sequence[str] = (), keep: Path | None = None, seed: int = 0,
+                   prepare: bool = True,
                    command: str = "mosafs bench checkpoint") -> dict[str, Any]:
-    """The whole benchmark; the result as one JSON-able dict. Cleans up whatever happens."""
+    """The whole benchmark; the result as one JSON-able dict. Cleans up whatever happens.
+    PREPARE: on a GPU, the process's one-time costs are paid before step 1
+    (mosafs.checkpoint.prepare, timed apart in `warmup_s`), as a training job would at
+    start; without, step 1 pays them."""
     torch = _import("torch")
     device = resolve_device(torch, device)
     started = time.perf_counter()
@@ -360,6 +365,7 @@ def run_checkpoint(*, size_mib: int = 1024, steps: int = 5, changed: float = 0.1
         "params": {"size_mib": size_mib, "state_dict_bytes": sum(t.nbytes for t in plan),
                    "header_bytes": header, "tensors": len(plan), "steps": steps,
                    "changed": changed, "device": device, "seed": seed, "up_args": up,
+                   "prepare": prepare and device != "cpu",
                    "as_issue": (size_mib * MiB == ISSUE_SIZE and changed <= ISSUE_CHANGED
                                 and device == "cuda"),
                    "units": "seconds; bytes; ratio_vs_local = save_blocking_s / "
@@ -371,7 +377,7 @@ def run_checkpoint(*, size_mib: int = 1024, steps: int = 5, changed: float = 0.1
         progress(f"work directory {workdir}, local directory {local}")
         m = _Mosafs(workdir, [a for a in up if a != "--insecure"], tls="--insecure" not in up)
         run = _Run(torch, device, plan, make_state(torch, plan, device, seed), changed, seed,
-                   local, m)
+                   local, m, prepare and device != "cpu")
         _sync(torch, device)
         result.update(_with_cluster(run, steps))
         result["targets"] = verdicts(result["steps"], result["loads"], device=device,
@@ -417,6 +423,11 @@ def _warm_up(run: _Run) -> dict[str, float]:
     check_equal(run.torch, checkpoint.load(run.m.mnt / "warmup.safetensors",
                                            device=run.device), small, "warm-up")
     out["library_save_load_s"] = round(time.perf_counter() - start, 3)
+    if run.prepare:
+        start = time.perf_counter()
+        parts = checkpoint.prepare(run.device)
+        out["prepare_s"] = round(time.perf_counter() - start, 3)
+        out.update({f"prepare_{k}": round(v, 3) for k, v in parts.items()})
     return out
 
 

@@ -201,6 +201,9 @@ def _add_checkpoint_benchmark(sub: Any) -> None:
                    help="passed to `mosafs up` (repeatable; write --up-arg=--flag=value)")
     c.add_argument("--seed", type=int, default=0,
                    help="the tensors' content and the changed subsets (default 0)")
+    c.add_argument("--no-prepare", dest="prepare", action="store_false",
+                   help="on a GPU, leave the process's one-time costs (mosafs.checkpoint."
+                        "prepare) to the first save instead of paying them before step 1")
     c.add_argument("--ranks", type=_rank_counts, metavar="N,N",
                    help="instead: passes of N rank processes (one GPU each, round-robin), "
                         "each saving a --size-mib shard: steps 1..--steps then one all new, "
@@ -230,6 +233,7 @@ def _run_checkpoint(args: argparse.Namespace) -> int:
     result = run_checkpoint(size_mib=args.size_mib, steps=args.steps, changed=args.changed,
                             device=args.device, local_dir=args.local_dir,
                             up_args=args.up_arg, keep=args.keep, seed=args.seed,
+                            prepare=args.prepare,
                             command=" ".join(["mosafs", "bench", *sys.argv[2:]]))
     return _print_result(result, args.json, format_table)
 

@@ -115,6 +115,32 @@ def _snapshot(found: list[Source], on_gpu: bool) -> list[Source]:
             else s for s in found]
 
 
+def prepare(device: str = "cuda", *, chunker: str | None = None) -> dict[str, float]:
+    """Pay the one-time costs of this process's first save from DEVICE ("cuda", "cuda:1")
+    now, outside any save (docs/checkpoint.md, "Preparing"): chunk and hash a feed's
+    worth of scratch bytes there (CHUNKER: the pool's spec, default DESIGN's), and pin
+    the staging buffers for the copies out. Optional: the first save pays them
+    otherwise. The seconds each part took."""
+    import torch
+
+    from mosafs.checkpoint.cluster import UPLOADS_PER_FILE
+    from mosafs.checkpoint.device import prepare_device
+    from mosafs.chunking import DEFAULT_SPEC
+    from mosafs.chunking.gpu import gpu_unavailable_reason
+    from mosafs.client.files.context import GPU_PINNED_BYTES
+    from mosafs.errors import ConfigError
+
+    place = torch.device(device)
+    if place.type != "cuda":
+        raise ConfigError(f"prepare is for saves from a GPU, not from {device!r}")
+    reason = gpu_unavailable_reason()
+    if reason is not None:
+        raise ConfigError(f"prepare({device!r}): the GPU backend cannot run: {reason}")
+    index = place.index if place.index is not None else torch.cuda.current_device()
+    return prepare_device(index, chunker or DEFAULT_SPEC, pinned_bytes=GPU_PINNED_BYTES,
+                          uploads=UPLOADS_PER_FILE)
+
+
 def load(path: PathLike, *, device: str = "cpu",
          figures: dict[str, Any] | None = None) -> dict[str, Any]:
     """The newest version of PATH (a safetensors file in a mosafs mount) as torch tensors

@@ -29,6 +29,7 @@ from mosafs.client.files.context import ClientConfig, ClientContext
 
 T = TypeVar("T")
 MiB = 1 << 20
+UPLOADS_PER_FILE = 16  # put groups in flight per save (each with a pinned staging buffer)
 
 
 @dataclass(frozen=True)
@@ -86,7 +87,7 @@ class Client:
     async def _serve(self) -> None:
         config = ClientConfig(manager=self.manager, hash_backend="cpu",
                               cpu_threads=max(2, min(8, os.cpu_count() or 2)),
-                              window_bytes=256 * MiB, uploads_per_file=16)
+                              window_bytes=256 * MiB, uploads_per_file=UPLOADS_PER_FILE)
         async with trio.open_nursery() as nursery:
             # The identity goes to this client's channels only: the application's process
             # keeps its own (mosafs.rpc.security's process-wide one is not touched).

@@ -315,6 +315,14 @@ class _Staging:
                     return self._free.pop(i)[:n]
         return self._pin(max(n, GROUP_BYTES))[:n]
 
+    def reserve(self, count: int, n: int) -> None:
+        """At least COUNT free buffers of N bytes or more (pinned now if missing)."""
+        with self._lock:
+            missing = count - sum(len(buf) >= n for buf in self._free)
+        made = [self._pin(n) for _ in range(max(0, missing))]
+        with self._lock:
+            self._free.extend(made)
+
     def give(self, view: np.ndarray) -> None:
         base = view.base if isinstance(view.base, np.ndarray) else view
         with self._lock:
@@ -330,6 +338,34 @@ class _Staging:
 
 
 STAGING = _Staging()  # shared by the saves of the process
+
+
+def prepare_device(index: int, spec: str, *, pinned_bytes: int, uploads: int) -> dict[str, float]:
+    """The one-time costs of a process's first GPU save, paid now (docs/checkpoint.md,
+    "Preparing"): two feeds' worth of random bytes chunked and hashed on GPU INDEX with
+    chunker SPEC (the stream's device buffers and CuPy's memory pool grow to a feed, the
+    kernels load), and UPLOADS staging buffers pinned for the copies out. Seconds each."""
+    import cupy
+
+    from mosafs.chunking import make_chunker
+
+    started = time.perf_counter()
+    chunker: Any = make_chunker(spec, "gpu", pinned_bytes=pinned_bytes)
+    with cupy.cuda.Device(index):
+        # Random bytes, so that the chunks are of the usual sizes and counts; two feeds,
+        # so that one is in flight while the next is queued, as in a save.
+        scratch = cupy.asarray(np.frombuffer(np.random.default_rng(0).bytes(FEED_BYTES),
+                                             dtype=np.uint8))
+        stream = chunker.stream(pipelined=True, keep_data=False, device_input=index)
+        batches = [b for _ in range(2)
+                   for b in stream.feed_device_batch(int(scratch.data.ptr), FEED_BYTES)]
+        batches += stream.finish_batch()
+        for batch in batches:
+            batch.release()
+        del scratch
+    hashed = time.perf_counter()
+    STAGING.reserve(uploads, GROUP_BYTES)
+    return {"hash_s": hashed - started, "pin_s": time.perf_counter() - hashed}
 
 
 def _feeds(pieces: list[_Piece], size: int) -> list[list[tuple[_Piece, int, int]]]:

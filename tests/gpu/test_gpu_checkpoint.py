@@ -9,7 +9,8 @@ where the tensors are, only new chunks copied to the host), against a real `mosa
   once do not reach the file; one that fails in the background (no benefactor in its
   folder's pool) reports the error through its handle and leaves the file as it was;
 - an erasure-coded pool gets the parity computed on the GPU; the file reads back;
-- `load(..., device="cuda")` gives the tensors back on the GPU.
+- `load(..., device="cuda")` gives the tensors back on the GPU;
+- `prepare("cuda")` pays a process's one-time costs: a save after it pins nothing.
 """
 
 from __future__ import annotations
@@ -93,6 +94,24 @@ def test_gpu_checkpoint_file_chunks_and_dedupe(up: UpCluster, torch: Any,
 
     back = checkpoint.load(path, device="cuda")
     assert all(back[k].is_cuda and torch.equal(back[k], tensors[k]) for k in tensors)
+
+
+def test_gpu_checkpoint_prepare_pays_the_first_saves_costs(up: UpCluster, torch: Any) -> None:
+    """prepare() hashes scratch bytes on the GPU and pins the staging buffers; a save
+    afterwards pins nothing more and writes the library's bytes."""
+    from mosafs import checkpoint
+    from mosafs.checkpoint.cluster import UPLOADS_PER_FILE
+    from mosafs.checkpoint.device import GROUP_BYTES, STAGING
+
+    figures = checkpoint.prepare("cuda")
+    assert set(figures) == {"hash_s", "pin_s"} and figures["hash_s"] > 0, figures
+    assert sum(len(b) >= GROUP_BYTES for b in STAGING._free) >= UPLOADS_PER_FILE
+    path = up.mountpoint / "prepared.safetensors"
+    tensors = state(torch, 5)
+    result = checkpoint.save(tensors, path)
+    assert isinstance(result, checkpoint.SaveResult)
+    assert result.phases["pin_s"] == 0.0, result.phases
+    assert path.read_bytes() == host_bytes(torch, tensors)
 
 
 def test_gpu_checkpoint_non_blocking_snapshot(up: UpCluster, torch: Any) -> None:

@@ -23,6 +23,7 @@ from mosafs.rpc.channels import PROCESS_IDENTITY
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 MiB = 1 << 20
+GPU_PINNED_BYTES = 256 * MiB  # the default bound of a process's pinned pool (GPU backend)
 
 
 @dataclass(frozen=True)
@@ -42,7 +43,7 @@ class ClientConfig:
     cpu_threads: int = 2              # chunking/hashing threads (the GIL is released there)
     # The GPU backend's pinned pool in this process (gpu_runtime.GpuRuntime): resident
     # memory, so part of the mount's (or each worker's) RSS budget.
-    gpu_pinned_bytes: int = 256 * MiB
+    gpu_pinned_bytes: int = GPU_PINNED_BYTES
     spill_dir: Path | None = None     # temp files for non-sequential writes
     attr_timeout: float = 1.0
     dedupe_with_index: bool = True    # also ask the manager's chunk index before sending

@@ -28,6 +28,7 @@ made waited for its own target while links that could have served it stood idle.
 
 from __future__ import annotations
 
+import heapq
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
@@ -253,25 +254,38 @@ def mixing(transfers: list[tuple[str, str]], sending: Counter[str], receiving: C
 
 
 def rebound(p: Plan, may_start: Callable[[Plan], bool], sending: Counter[str],
-            receiving: Counter[str],
-            pairs: Counter[tuple[str, str]] | None = None) -> Plan | None:
+            receiving: Counter[str], pairs: Counter[tuple[str, str]] | None = None,
+            per_link: int | None = None) -> Plan | None:
     """REBUILD P made again with the links of now: for each rebuilder that could run it
     (a holder of a readable fragment, or a benefactor that could take a rebuilt one), its
     own fragment and the least busy senders as sources, itself and the least busy
     receivers among P's targets and spares as targets; of those MAY_START allows, the one
     that leaves the busiest link least busy, then the one that mixes fewest peers on a
     link (PAIRS: running transfers per sender and receiver; `mixing`), then the one that
-    adds least (None: none may start now)."""
+    adds least (None: none may start now). PER_LINK: the slots of a link each way, as
+    MAY_START counts them; a plan that no choice could fit is then refused before any is
+    made."""
     if p.kind != REBUILD or not p.spare:
         return None
     k = p.expect.k
     pool = tuple(dict.fromkeys((*(m.holder for m in p.moves), *p.spare)))
+    if per_link is not None:
+        if not p.copies and sum(sending[h] < per_link for _, h in p.fragments) < k:
+            # Every choice reads K fragments: from holders with a slot free out, or its
+            # own, and a rebuilder that holds one puts out of its own link. Most plans
+            # waiting while the links are busy end here, at the cost of K+M counts (each
+            # choice made costs a sort of the pool: a dispatch of 800 plans at 100
+            # benefactors took 0.75 s of CPU; docs/erasure_pools.md, "Concurrency").
+            return None
+        pool = tuple(b for b in pool if receiving[b] < per_link)  # the others take nothing
+        if not pool:
+            return None
     best: tuple[tuple[int, int, int], Plan] | None = None
     pairs = pairs if pairs is not None else Counter()
     # Rebuilders: the holders of readable fragments, and of the benefactors that could
     # take a rebuilt one the least busy few (a large pool's every member, each with a sort
     # of the pool, would cost a dispatch milliseconds per plan).
-    takers = sorted(pool, key=lambda b: sending[b] + receiving[b])[:len(p.moves) + 3]
+    takers = heapq.nsmallest(len(p.moves) + 3, pool, key=lambda b: sending[b] + receiving[b])
     for worker in dict.fromkeys((*(h for _, h in p.fragments), *takers)):
         sources = _least_busy_sources(p.fragments, worker, sending, pairs)
         targets = _least_busy_targets(pool, worker, receiving, pairs)

@@ -365,7 +365,7 @@ class FragmentRepairer:
                     # Bound again whenever it may start: the links' peers of now decide
                     # (ec_plans.mixing), not those of when it was planned.
                     q = rebound(p, self._may_start, self._sending, self._receiving,
-                                self._pairs)
+                                self._pairs, self._per_link)
                     if q is None and not self._may_start(p):
                         held.append(p)
                         continue

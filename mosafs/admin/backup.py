@@ -25,7 +25,6 @@ from mosafs.errors import InvalidArgument, MosafsError, NotFound
 log = logging.getLogger("mosafs.backup")
 
 MiB = 1 << 20
-ROOT_INODE = 1
 WRITE_PIECE = 8 * MiB
 SNAPSHOT_TIMEOUT_S = 3600.0
 
@@ -116,6 +115,7 @@ def _write(manager: Manager, path: Path) -> tuple[int, int, int]:
 async def _write_version(ctx: Any, path: Path) -> tuple[int, int, int]:
     from mosafs.client.files.writer import WriteSession
     from mosafs.manager.backups import BACKUP_FILE, BACKUP_FOLDER, SYSTEM_FOLDER
+    from mosafs.manager.metadata.schema import ROOT_INODE
 
     folder = await _folder(ctx, ROOT_INODE, SYSTEM_FOLDER)
     folder = await _folder(ctx, folder, BACKUP_FOLDER)

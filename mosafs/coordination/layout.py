@@ -3,8 +3,8 @@
     /mosafs/<cluster>/leader            {"member", "address"}, under the leader's lease;
                                         its create revision is the leader's epoch
     /mosafs/<cluster>/in_sync           {"members": [...], "epoch": the writer's epoch}
-    /mosafs/<cluster>/members/<member>  {"address", "applied_seq", "published"}, under
-                                        the lease of the process that published it
+    /mosafs/<cluster>/members/<member>  {"address"}, under the lease of the process that
+                                        published it
 
 Values are JSON so that `etcdctl get --prefix /mosafs/` reads well to a person.
 """
@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import json
 import logging
-import time
 from dataclasses import dataclass
 
 from mosafs.coordination.gateway import CoordinationUnavailable, KeyValue
@@ -31,13 +30,11 @@ class LeaderInfo:
 
 @dataclass(frozen=True)
 class MemberInfo:
-    """What a manager last published about itself. `published` is its wall-clock time
-    then (time.time()), for showing how old a record is; never for deciding anything."""
+    """What a manager published about itself: where it serves (`mosafs status` shows it
+    beside each standby; how far a standby is comes from the active manager's log)."""
 
     member: str
     address: str
-    applied_seq: int
-    published: float
 
 
 class Keys:
@@ -90,17 +87,15 @@ def decode_in_sync(value: bytes) -> set[str]:
                                       f"mosafs's: {value!r}") from exc
 
 
-def encode_member(address: str, applied_seq: int) -> bytes:
-    return json.dumps({"address": address, "applied_seq": int(applied_seq),
-                       "published": time.time()}, sort_keys=True).encode()
+def encode_member(address: str) -> bytes:
+    return json.dumps({"address": address}).encode()
 
 
 def decode_member(name: str, kv: KeyValue) -> MemberInfo | None:
     """The record in KV, or None (logged) for one that is not mosafs's."""
     try:
         body = json.loads(kv.value)
-        return MemberInfo(name, str(body["address"]), int(body["applied_seq"]),
-                          float(body.get("published", 0.0)))
+        return MemberInfo(name, str(body["address"]))
     except (ValueError, KeyError, TypeError) as exc:
         log.debug("member record %r is malformed: %r", kv.key, exc)
         return None

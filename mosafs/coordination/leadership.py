@@ -374,12 +374,10 @@ class Coordinator:
 
     # -- member records -------------------------------------------------------------------
 
-    def publish(self, member: str, address: str, applied_seq: int) -> None:
-        """Publish MEMBER's ADDRESS and APPLIED_SEQ under this process's member lease: the
-        record vanishes within the TTL once this process dies. Every call is an etcd
-        write: publish on change, at most a few times a second."""
-        self._session.put(self._gw(), self.keys.member(member),
-                          encode_member(address, applied_seq))
+    def publish(self, member: str, address: str) -> None:
+        """Publish MEMBER's ADDRESS under this process's member lease: the record vanishes
+        within the TTL once this process dies. Every call is an etcd write."""
+        self._session.put(self._gw(), self.keys.member(member), encode_member(address))
 
     def members(self) -> dict[str, MemberInfo]:
         """Every member record, by member id."""

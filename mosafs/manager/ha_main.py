@@ -77,7 +77,7 @@ def run_ha(args: argparse.Namespace, data_dir: Path, stop: threading.Event,
             except CoordinationUnavailable:
                 return {}  # `mosafs status` shows the members without their addresses
 
-        _publish_member(coord, member, address, 0)
+        _publish_member(coord, member, address)
         try:
             return serve_active(args, data_dir, stop, listen_host, metrics_url,
                                 leadership=leadership, on_in_sync=publish,
@@ -106,7 +106,7 @@ def _standby_until_elected(args: argparse.Namespace, data_dir: Path, stop: threa
                 name="mosafs-leader-watch")
             watcher.start()
             seq, epoch = standby.position()
-            _publish_member(coord, member, address, seq)
+            _publish_member(coord, member, address)
             write_ready_file(args.ready_file, address=address, data_dir=str(data_dir),
                              role="standby", member=member)
             log.info("manager %s on %s: a standby at log entry %d (epoch %d), "
@@ -124,12 +124,12 @@ def _standby_until_elected(args: argparse.Namespace, data_dir: Path, stop: threa
         standby.close()
 
 
-def _publish_member(coord: Any, member: str, address: str, seq: int) -> None:
+def _publish_member(coord: Any, member: str, address: str) -> None:
     """This member's record in etcd (its address, for `mosafs status`); best effort."""
     from mosafs.coordination import CoordinationUnavailable
 
     try:
-        coord.publish(member, address, seq)
+        coord.publish(member, address)
     except CoordinationUnavailable as exc:
         log.info("member record not published (etcd: %s)", exc)
 

@@ -70,7 +70,7 @@ def say(**fields):
 
 coord = Coordinator([endpoint], cluster, member, ttl_s=float(ttl))
 if mode == "publish":
-    coord.publish(member, member + ":7000", 42)
+    coord.publish(member, member + ":7000")
     say(event="published")
     while True:
         time.sleep(1)
@@ -446,13 +446,13 @@ def test_only_the_current_leader_writes_the_in_sync_set(
 def test_member_records_vanish_when_their_process_dies(
         children: Callable[..., Child], coordinator: Callable[..., Coordinator]) -> None:
     observer = coordinator("observer")
-    observer.publish("observer", "observer:7000", 40)
+    observer.publish("observer", "observer:7000")
     standby = children("standby", "publish")
     standby.expect("published", 30)
     records = observer.members()
     assert set(records) == {"observer", "standby"}
-    assert (records["standby"].address, records["standby"].applied_seq) == ("standby:7000", 42)
-    assert records["observer"].applied_seq == 40
+    assert records["standby"].address == "standby:7000"
+    assert records["observer"].address == "observer:7000"
 
     time.sleep(2 * TTL)  # kept alive past its TTL while the process lives
     assert "standby" in observer.members()
@@ -461,8 +461,8 @@ def test_member_records_vanish_when_their_process_dies(
     took = wait_until(lambda: "standby" not in observer.members(), TTL + 5,
                       "the dead member's record to go")
     assert took <= TTL + 2
-    observer.publish("observer", "observer:7000", 41)
-    assert observer.members()["observer"].applied_seq == 41
+    observer.publish("observer", "observer:7001")  # published again: the record follows
+    assert observer.members()["observer"].address == "observer:7001"
     observer.close()
     assert coordinator("other").members() == {}
 
@@ -479,7 +479,7 @@ def test_an_unreachable_etcd_is_one_clear_error() -> None:
             coord.leader()
         assert caught.value.exit_code == 7
         with pytest.raises(CoordinationUnavailable):
-            coord.publish("a", "a:7000", 1)
+            coord.publish("a", "a:7000")
         stop = threading.Event()
         threading.Timer(0.5, stop.set).start()
         assert coord.campaign("a:7000", lambda: True, stop) is None  # waits, never raises

@@ -127,7 +127,8 @@ def test_the_per_link_shortcut_loses_no_choice() -> None:
         receiving = Counter({b: rng.choice([0, 0, 1, 2]) for b in bids})
         pairs: Counter[tuple[str, str]] = Counter()
 
-        def may(x: Plan) -> bool:
+        def may(x: Plan, sending: Counter[str] = sending,
+                receiving: Counter[str] = receiving) -> bool:
             return fits(x, sending, receiving, 2)
 
         full = rebound(p, may, sending, receiving, pairs)

@@ -117,7 +117,7 @@ def _snapshot(found: list[Source], on_gpu: bool) -> list[Source]:
 
 def prepare(device: str = "cuda", *, chunker: str | None = None) -> dict[str, float]:
     """Pay the one-time costs of this process's first save from DEVICE ("cuda", "cuda:1")
-    now, outside any save (docs/checkpoint.md, "Preparing"): chunk and hash a feed's
+    now, outside any save (docs/checkpoint.md, "Preparing"): chunk and hash two feeds'
     worth of scratch bytes there (CHUNKER: the pool's spec, default DESIGN's), and pin
     the staging buffers for the copies out. Optional: the first save pays them
     otherwise. The seconds each part took."""

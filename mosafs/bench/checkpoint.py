@@ -354,6 +354,7 @@ def run_checkpoint(*, size_mib: int = 1024, steps: int = 5, changed: float = 0.1
     start; without, step 1 pays them."""
     torch = _import("torch")
     device = resolve_device(torch, device)
+    prepare = prepare and device != "cpu"
     started = time.perf_counter()
     plan = plan_state(size_mib * MiB)
     header = file_order(plan)[1]
@@ -365,7 +366,7 @@ def run_checkpoint(*, size_mib: int = 1024, steps: int = 5, changed: float = 0.1
         "params": {"size_mib": size_mib, "state_dict_bytes": sum(t.nbytes for t in plan),
                    "header_bytes": header, "tensors": len(plan), "steps": steps,
                    "changed": changed, "device": device, "seed": seed, "up_args": up,
-                   "prepare": prepare and device != "cpu",
+                   "prepare": prepare,
                    "as_issue": (size_mib * MiB == ISSUE_SIZE and changed <= ISSUE_CHANGED
                                 and device == "cuda"),
                    "units": "seconds; bytes; ratio_vs_local = save_blocking_s / "
@@ -377,7 +378,7 @@ def run_checkpoint(*, size_mib: int = 1024, steps: int = 5, changed: float = 0.1
         progress(f"work directory {workdir}, local directory {local}")
         m = _Mosafs(workdir, [a for a in up if a != "--insecure"], tls="--insecure" not in up)
         run = _Run(torch, device, plan, make_state(torch, plan, device, seed), changed, seed,
-                   local, m, prepare and device != "cpu")
+                   local, m, prepare)
         _sync(torch, device)
         result.update(_with_cluster(run, steps))
         result["targets"] = verdicts(result["steps"], result["loads"], device=device,

@@ -60,8 +60,8 @@ class Links:
     # BBR over these tbf links stalled single connections for 1-2 s at a time (a fifth of
     # the link used while nothing else competed), a loss-based one does not
     # (docs/benchmarks.md, "Pairs, and the links' congestion control"); a namespace may
-    # take any of the host's
-    # net.ipv4.tcp_allowed_congestion_control, which always has reno.
+    # take any of the host's net.ipv4.tcp_allowed_congestion_control, which always has
+    # reno.
     congestion: str = ""
 
 

@@ -87,16 +87,21 @@ async def _save(ctx: Any, where: Any, plan: Layout, found: list[Source], result:
     return result
 
 
-def _device_ready(found: list[Source]) -> None:
-    """Wait for the work queued on the tensors' devices (the caller's streams): the save
-    reads them on streams of its own. Without CuPy a GPU save cannot run: an error,
-    never a silent copy to the host."""
+def _require_gpu(what: str) -> None:
+    """ConfigError naming WHAT where the GPU backend cannot run: a GPU save is never a
+    silent copy to the host."""
     from mosafs.chunking.gpu import gpu_unavailable_reason
     from mosafs.errors import ConfigError
 
     reason = gpu_unavailable_reason()
     if reason is not None:
-        raise ConfigError(f"tensors on a GPU, but the GPU backend cannot run: {reason}")
+        raise ConfigError(f"{what}, but the GPU backend cannot run: {reason}")
+
+
+def _device_ready(found: list[Source]) -> None:
+    """Wait for the work queued on the tensors' devices (the caller's streams): the save
+    reads them on streams of its own."""
+    _require_gpu("tensors on a GPU")
     import cupy
 
     for device in {s.device for s in found if s.on_device}:
@@ -126,16 +131,13 @@ def prepare(device: str = "cuda", *, chunker: str | None = None) -> dict[str, fl
     from mosafs.checkpoint.cluster import UPLOADS_PER_FILE
     from mosafs.checkpoint.device import prepare_device
     from mosafs.chunking import DEFAULT_SPEC
-    from mosafs.chunking.gpu import gpu_unavailable_reason
     from mosafs.client.files.context import GPU_PINNED_BYTES
     from mosafs.errors import ConfigError
 
     place = torch.device(device)
     if place.type != "cuda":
         raise ConfigError(f"prepare is for saves from a GPU, not from {device!r}")
-    reason = gpu_unavailable_reason()
-    if reason is not None:
-        raise ConfigError(f"prepare({device!r}): the GPU backend cannot run: {reason}")
+    _require_gpu(f"prepare({device!r})")
     index = place.index if place.index is not None else torch.cuda.current_device()
     return prepare_device(index, chunker or DEFAULT_SPEC, pinned_bytes=GPU_PINNED_BYTES,
                           uploads=UPLOADS_PER_FILE)

@@ -13,6 +13,7 @@ import json
 import logging
 import os
 import signal
+import socket
 import sys
 import threading
 from collections.abc import Callable, Iterator
@@ -133,6 +134,14 @@ def tls_identity(args: Any, role: str, *, found: str = "",
         raise ConfigError(f"{Path(directory) / name}.crt is a {identity.role} certificate; "
                           f"this process needs a {role} one")
     return identity
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A port free on HOST now (another process may take it before we bind it: callers
+    retry)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind((host, 0))
+        return int(sock.getsockname()[1])
 
 
 def fsync_dir(path: str | os.PathLike[str]) -> None:

@@ -29,7 +29,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
-from mosafs.coordination.etcd_server import free_port
+from mosafs.procutil import free_port
 from tests.harness import NOISE
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -19,7 +19,6 @@ import logging
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -31,6 +30,7 @@ from etcd3gw.client import Etcd3Client
 
 from mosafs.coordination.gateway import CoordinationUnavailable
 from mosafs.errors import ConfigError
+from mosafs.procutil import free_port
 
 log = logging.getLogger("mosafs.coordination")
 
@@ -72,14 +72,6 @@ def die_with_parent(argv: list[str]) -> list[str]:
     ties PR_SET_PDEATHSIG to the *thread* that forked: start the child from a thread that
     lives as long as the process (the main thread)."""
     return [sys.executable, "-I", "-S", "-c", _LAUNCHER, str(os.getpid()), *argv]
-
-
-def free_port(host: str = "127.0.0.1") -> int:
-    """A port free on HOST now (another process may take it before we bind it: callers
-    retry)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind((host, 0))
-        return int(sock.getsockname()[1])
 
 
 class EtcdServer:

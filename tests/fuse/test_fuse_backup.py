@@ -18,7 +18,7 @@ from pathlib import Path
 import blake3
 import pytest
 
-from mosafs.coordination.etcd_server import free_port
+from mosafs.procutil import free_port
 from tests import harness
 from tests.conftest import UpCluster
 

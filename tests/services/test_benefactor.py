@@ -21,8 +21,8 @@ import pytest
 
 from mosafs._proto import benefactor_pb2 as pb
 from mosafs._proto import benefactor_pb2_grpc as pb_grpc
-from mosafs.coordination.etcd_server import free_port
 from mosafs.ids import chunk_id
+from mosafs.procutil import free_port
 from mosafs.rpc.channels import MAX_MESSAGE_BYTES, channel
 from tests.harness import Proc, start
 

@@ -102,7 +102,8 @@ class Child:
                 [sys.executable, "-P", "-c", MEMBER, etcd.endpoint, cluster, member,
                  str(TTL), mode], stdout=subprocess.PIPE, stderr=log, text=True)
         self.lines: queue.Queue[dict[str, Any]] = queue.Queue()
-        threading.Thread(target=self._read, daemon=True).start()
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
 
     def _read(self) -> None:
         assert self.popen.stdout is not None
@@ -133,6 +134,9 @@ class Child:
         self.kill(signal.SIGCONT)  # a stopped process takes SIGKILL, but be sure
         self.kill()
         self.popen.wait(timeout=30)
+        # The process is gone, so its stdout ends: the reader finishes before the pipe is
+        # closed under it (closing first raised in the reader, seen once in a rehearsal).
+        self._reader.join(timeout=30)
         assert self.popen.stdout is not None
         self.popen.stdout.close()
 

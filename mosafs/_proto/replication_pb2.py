@@ -24,27 +24,33 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1bmosafs/v1/replication.proto\x12\tmosafs.v1\"?\n\x05LogOp\x12\n\n\x02\x64\x62\x18\x01 \x01(\r\x12\x0b\n\x03key\x18\x02 \x01(\x0c\x12\r\n\x05value\x18\x03 \x01(\x0c\x12\x0e\n\x06\x64\x65lete\x18\x04 \x01(\x08\"E\n\x08LogEntry\x12\x0b\n\x03seq\x18\x01 \x01(\x04\x12\r\n\x05\x65poch\x18\x02 \x01(\x04\x12\x1d\n\x03ops\x18\x03 \x03(\x0b\x32\x10.mosafs.v1.LogOp\"C\n\x0b\x46ollowHello\x12\x0e\n\x06member\x18\x01 \x01(\t\x12\x10\n\x08last_seq\x18\x02 \x01(\x04\x12\x12\n\nlast_epoch\x18\x03 \x01(\x04\"T\n\rFollowRequest\x12\'\n\x05hello\x18\x01 \x01(\x0b\x32\x16.mosafs.v1.FollowHelloH\x00\x12\x13\n\tacked_seq\x18\x02 \x01(\x04H\x00\x42\x05\n\x03msg\"k\n\x0cSnapshotPart\x12\x0e\n\x06offset\x18\x01 \x01(\x04\x12\x0c\n\x04\x64\x61ta\x18\x02 \x01(\x0c\x12\x13\n\x0btotal_bytes\x18\x03 \x01(\x04\x12\x0c\n\x04\x64one\x18\x04 \x01(\x08\x12\x0b\n\x03seq\x18\x05 \x01(\x04\x12\r\n\x05\x65poch\x18\x06 \x01(\x04\"m\n\rFollowMessage\x12+\n\x08snapshot\x18\x01 \x01(\x0b\x32\x17.mosafs.v1.SnapshotPartH\x00\x12(\n\x07\x65ntries\x18\x02 \x01(\x0b\x32\x15.mosafs.v1.LogEntriesH\x00\x42\x05\n\x03msg\"\x1d\n\nLogEntries\x12\x0f\n\x07\x65ntries\x18\x01 \x03(\x0c\x32V\n\x12ManagerReplication\x12@\n\x06\x46ollow\x12\x18.mosafs.v1.FollowRequest\x1a\x18.mosafs.v1.FollowMessage(\x01\x30\x01\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1bmosafs/v1/replication.proto\x12\tmosafs.v1\"\x14\n\x12\x46\x65\x65\x64\x41\x64\x64ressRequest\" \n\x10\x46\x65\x65\x64\x41\x64\x64ressReply\x12\x0c\n\x04port\x18\x01 \x01(\r\"?\n\x05LogOp\x12\n\n\x02\x64\x62\x18\x01 \x01(\r\x12\x0b\n\x03key\x18\x02 \x01(\x0c\x12\r\n\x05value\x18\x03 \x01(\x0c\x12\x0e\n\x06\x64\x65lete\x18\x04 \x01(\x08\"E\n\x08LogEntry\x12\x0b\n\x03seq\x18\x01 \x01(\x04\x12\r\n\x05\x65poch\x18\x02 \x01(\x04\x12\x1d\n\x03ops\x18\x03 \x03(\x0b\x32\x10.mosafs.v1.LogOp\"C\n\x0b\x46ollowHello\x12\x0e\n\x06member\x18\x01 \x01(\t\x12\x10\n\x08last_seq\x18\x02 \x01(\x04\x12\x12\n\nlast_epoch\x18\x03 \x01(\x04\"T\n\rFollowRequest\x12\'\n\x05hello\x18\x01 \x01(\x0b\x32\x16.mosafs.v1.FollowHelloH\x00\x12\x13\n\tacked_seq\x18\x02 \x01(\x04H\x00\x42\x05\n\x03msg\"k\n\x0cSnapshotPart\x12\x0e\n\x06offset\x18\x01 \x01(\x04\x12\x0c\n\x04\x64\x61ta\x18\x02 \x01(\x0c\x12\x13\n\x0btotal_bytes\x18\x03 \x01(\x04\x12\x0c\n\x04\x64one\x18\x04 \x01(\x08\x12\x0b\n\x03seq\x18\x05 \x01(\x04\x12\r\n\x05\x65poch\x18\x06 \x01(\x04\"\x94\x01\n\rFollowMessage\x12+\n\x08snapshot\x18\x01 \x01(\x0b\x32\x17.mosafs.v1.SnapshotPartH\x00\x12(\n\x07\x65ntries\x18\x02 \x01(\x0b\x32\x15.mosafs.v1.LogEntriesH\x00\x12%\n\x05\x65rror\x18\x03 \x01(\x0b\x32\x14.mosafs.v1.FeedErrorH\x00\x42\x05\n\x03msg\"*\n\tFeedError\x12\x0c\n\x04kind\x18\x01 \x01(\t\x12\x0f\n\x07message\x18\x02 \x01(\t\"\x1d\n\nLogEntries\x12\x0f\n\x07\x65ntries\x18\x01 \x03(\x0c\x32_\n\x12ManagerReplication\x12I\n\x0b\x46\x65\x65\x64\x41\x64\x64ress\x12\x1d.mosafs.v1.FeedAddressRequest\x1a\x1b.mosafs.v1.FeedAddressReplyb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'mosafs.v1.replication_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_LOGOP']._serialized_start=42
-  _globals['_LOGOP']._serialized_end=105
-  _globals['_LOGENTRY']._serialized_start=107
-  _globals['_LOGENTRY']._serialized_end=176
-  _globals['_FOLLOWHELLO']._serialized_start=178
-  _globals['_FOLLOWHELLO']._serialized_end=245
-  _globals['_FOLLOWREQUEST']._serialized_start=247
-  _globals['_FOLLOWREQUEST']._serialized_end=331
-  _globals['_SNAPSHOTPART']._serialized_start=333
-  _globals['_SNAPSHOTPART']._serialized_end=440
-  _globals['_FOLLOWMESSAGE']._serialized_start=442
-  _globals['_FOLLOWMESSAGE']._serialized_end=551
-  _globals['_LOGENTRIES']._serialized_start=553
-  _globals['_LOGENTRIES']._serialized_end=582
-  _globals['_MANAGERREPLICATION']._serialized_start=584
-  _globals['_MANAGERREPLICATION']._serialized_end=670
+  _globals['_FEEDADDRESSREQUEST']._serialized_start=42
+  _globals['_FEEDADDRESSREQUEST']._serialized_end=62
+  _globals['_FEEDADDRESSREPLY']._serialized_start=64
+  _globals['_FEEDADDRESSREPLY']._serialized_end=96
+  _globals['_LOGOP']._serialized_start=98
+  _globals['_LOGOP']._serialized_end=161
+  _globals['_LOGENTRY']._serialized_start=163
+  _globals['_LOGENTRY']._serialized_end=232
+  _globals['_FOLLOWHELLO']._serialized_start=234
+  _globals['_FOLLOWHELLO']._serialized_end=301
+  _globals['_FOLLOWREQUEST']._serialized_start=303
+  _globals['_FOLLOWREQUEST']._serialized_end=387
+  _globals['_SNAPSHOTPART']._serialized_start=389
+  _globals['_SNAPSHOTPART']._serialized_end=496
+  _globals['_FOLLOWMESSAGE']._serialized_start=499
+  _globals['_FOLLOWMESSAGE']._serialized_end=647
+  _globals['_FEEDERROR']._serialized_start=649
+  _globals['_FEEDERROR']._serialized_end=691
+  _globals['_LOGENTRIES']._serialized_start=693
+  _globals['_LOGENTRIES']._serialized_end=722
+  _globals['_MANAGERREPLICATION']._serialized_start=724
+  _globals['_MANAGERREPLICATION']._serialized_end=819
 # @@protoc_insertion_point(module_scope)

@@ -6,6 +6,16 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 
 DESCRIPTOR: _descriptor.FileDescriptor
 
+class FeedAddressRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class FeedAddressReply(_message.Message):
+    __slots__ = ("port",)
+    PORT_FIELD_NUMBER: _ClassVar[int]
+    port: int
+    def __init__(self, port: _Optional[int] = ...) -> None: ...
+
 class LogOp(_message.Message):
     __slots__ = ("db", "key", "value", "delete")
     DB_FIELD_NUMBER: _ClassVar[int]
@@ -63,12 +73,22 @@ class SnapshotPart(_message.Message):
     def __init__(self, offset: _Optional[int] = ..., data: _Optional[bytes] = ..., total_bytes: _Optional[int] = ..., done: _Optional[bool] = ..., seq: _Optional[int] = ..., epoch: _Optional[int] = ...) -> None: ...
 
 class FollowMessage(_message.Message):
-    __slots__ = ("snapshot", "entries")
+    __slots__ = ("snapshot", "entries", "error")
     SNAPSHOT_FIELD_NUMBER: _ClassVar[int]
     ENTRIES_FIELD_NUMBER: _ClassVar[int]
+    ERROR_FIELD_NUMBER: _ClassVar[int]
     snapshot: SnapshotPart
     entries: LogEntries
-    def __init__(self, snapshot: _Optional[_Union[SnapshotPart, _Mapping]] = ..., entries: _Optional[_Union[LogEntries, _Mapping]] = ...) -> None: ...
+    error: FeedError
+    def __init__(self, snapshot: _Optional[_Union[SnapshotPart, _Mapping]] = ..., entries: _Optional[_Union[LogEntries, _Mapping]] = ..., error: _Optional[_Union[FeedError, _Mapping]] = ...) -> None: ...
+
+class FeedError(_message.Message):
+    __slots__ = ("kind", "message")
+    KIND_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    kind: str
+    message: str
+    def __init__(self, kind: _Optional[str] = ..., message: _Optional[str] = ...) -> None: ...
 
 class LogEntries(_message.Message):
     __slots__ = ("entries",)

@@ -11,7 +11,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from mosafs.errors import MosafsError
+from mosafs.errors import ConfigError, MosafsError
 
 log = logging.getLogger("mosafs.manager")
 
@@ -57,13 +57,20 @@ def serve_active(args: argparse.Namespace, data_dir: Path, stop: threading.Event
         manager.backups = Backups(store, lambda: [b.info.address for b in
                                                   manager.registry.statuses() if b.alive],
                                   peers.put_recovery_record, data_dir / "spool")
-        serve_standbys = follow_servicer.add_to_server(journal, store, data_dir / "spool")
+        standby_feed = _feed(args, journal, store, data_dir, listen_host)
+        serve_standbys = follow_servicer.add_to_server(
+            standby_feed.port if standby_feed is not None else None)
 
         def add_services(server: Any) -> None:
             add_to_server(manager)(server)
             serve_standbys(server)
 
-        srv, port = listen(add_services, args.listen, label="manager")
+        try:
+            srv, port = listen(add_services, args.listen, label="manager")
+        except BaseException:
+            if standby_feed is not None:
+                standby_feed.close()
+            raise
         if journal is not None:
             journal.serve()
         replicator, repairer = manager.replicator, manager.repairer
@@ -92,11 +99,27 @@ def serve_active(args: argparse.Namespace, data_dir: Path, stop: threading.Event
                 loop.stop()
             if journal is not None:
                 journal.close()
+            if standby_feed is not None:
+                standby_feed.close()
             srv.stop(STOP_GRACE_S).wait()
             repairer.close()
             replicator.close()
             peers.close()
     return status
+
+
+def _feed(args: argparse.Namespace, journal: Any, store: Any, data_dir: Path,
+          host: str) -> Any:
+    """The listener of the standbys' feed (None without a log to feed)."""
+    from mosafs.manager.follow_servicer import Feed
+
+    if journal is None:
+        return None
+    try:
+        return Feed(journal, store, data_dir / "spool", host, args.feed_port).start()
+    except OSError as exc:
+        raise ConfigError(f"cannot listen for standbys on {host}:{args.feed_port} (in use, "
+                          f"or not an address of this host): {exc}") from None
 
 
 def _members(journal: Any, member: str, address: str,

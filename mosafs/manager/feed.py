@@ -11,7 +11,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from mosafs._proto import replication_pb2 as pb
-from mosafs.errors import FailedPrecondition, InvalidArgument
+from mosafs.errors import FailedPrecondition, InvalidArgument, MosafsError
 from mosafs.manager.metadata import MetadataStore
 from mosafs.manager.replog import Follower, ReplicationLog
 
@@ -19,6 +19,8 @@ log = logging.getLogger("mosafs.manager.feed")
 
 PART_BYTES = 1 << 20  # snapshot bytes per message
 WAIT_S = 1.0          # how long a wait for new entries lasts before it looks again
+NO_LOG = ("this manager keeps no replication log: start it with --standbys N to have "
+          "standbys follow it")
 
 
 def follow(journal: ReplicationLog | None, store: MetadataStore, spool: Path,
@@ -26,19 +28,22 @@ def follow(journal: ReplicationLog | None, store: MetadataStore, spool: Path,
     """What the active manager sends a standby whose stream's requests are REQUESTS: a
     hello first, then confirmations. SPOOL: a folder for snapshot files."""
     if journal is None:
-        raise FailedPrecondition("this manager keeps no replication log: start it with "
-                                 "--standbys N to have standbys follow it")
+        raise FailedPrecondition(NO_LOG)
     first = next(requests, None)
     if first is None or first.WhichOneof("msg") != "hello" or not first.hello.member:
         raise InvalidArgument("a Follow stream starts with a hello naming the standby")
     hello = first.hello
     follower = journal.attach(hello.member, hello.last_seq, hello.last_epoch)
 
+    broke: list[MosafsError] = []  # why the confirmations ended, when they were bad
+
     def take_confirmations() -> None:
         try:
             for request in requests:
                 if request.WhichOneof("msg") == "acked_seq":
                     journal.confirmed(follower, request.acked_seq)
+        except MosafsError as exc:  # a bad request, or the connection broke
+            broke.append(exc)
         except Exception as exc:  # the stream broke: the generator below ends too
             log.info("standby %s: confirmations ended: %s", hello.member, exc)
         finally:
@@ -56,6 +61,9 @@ def follow(journal: ReplicationLog | None, store: MetadataStore, spool: Path,
                 yield pb.FollowMessage(entries=pb.LogEntries(entries=batch))
     finally:
         journal.detach(follower)
+    taker.join()
+    if broke:
+        raise broke[0]  # the standby is told, where it can still hear it
 
 
 def _snapshot(journal: ReplicationLog, follower: Follower, store: MetadataStore,

@@ -1,9 +1,13 @@
-"""The ManagerReplication gRPC service (docs/standby.md): thin, as every servicer here;
-the stream's content comes from mosafs.manager.feed. Requests arrive as bytes and are
-decoded here, so that a malformed one is INVALID_ARGUMENT, not a server error."""
+"""The active manager's side of its standbys' feed (docs/standby.md, "The feed
+connection"), thin as every servicer here: the ManagerReplication gRPC service says where
+the feed listens, and the feed's framed connections (mosafs.rpc.framed) carry what
+mosafs.manager.feed decides. A malformed frame ends that connection with an error frame;
+the manager serves on."""
 
 from __future__ import annotations
 
+import contextlib
+import logging
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -12,46 +16,84 @@ from google.protobuf.message import DecodeError
 
 from mosafs._proto import replication_pb2 as pb
 from mosafs._proto import replication_pb2_grpc
-from mosafs.errors import InvalidArgument
+from mosafs.errors import FailedPrecondition, InvalidArgument, MosafsError
 from mosafs.manager import feed
 from mosafs.manager.metadata import MetadataStore
 from mosafs.manager.replog import ReplicationLog
+from mosafs.rpc import framed
+from mosafs.rpc.access import FEED_ACCESS
 from mosafs.rpc.errors import servicer
+from mosafs.rpc.handlers import add_decoding_in_handlers
 from mosafs.rpc.managers import STANDBY_REFUSAL
 
-SERVICE = "mosafs.v1.ManagerReplication"
+log = logging.getLogger("mosafs.manager.feed")
 
 
-def _decoded(raw: Iterator[bytes]) -> Iterator[pb.FollowRequest]:
-    for data in raw:
+class Feed:
+    """The feed's listener on HOST:PORT (0: a free port) while the manager runs."""
+
+    def __init__(self, journal: ReplicationLog, store: MetadataStore, spool: Path,
+                 host: str, port: int) -> None:
+        self._journal, self._store, self._spool = journal, store, spool
+        self._listener = framed.Listener(host, port, self._serve, method="Follow",
+                                         allowed=FEED_ACCESS, refuse=_send_error)
+        self.port = self._listener.port
+
+    def start(self) -> Feed:
+        self._listener.start()
+        return self
+
+    def close(self) -> None:
+        self._listener.close()
+
+    def _serve(self, conn: framed.Connection) -> None:
         try:
-            yield pb.FollowRequest.FromString(data)
+            for message in feed.follow(self._journal, self._store, self._spool,
+                                       _requests(conn)):
+                conn.send(message.SerializeToString())
+        except framed.Closed:
+            return  # the standby went away, or the manager stops: its log says which
+        except MosafsError as exc:
+            log.info("feed to %s ended: %s", _name(conn), exc.message)
+            _send_error(conn, exc)
+
+
+def _requests(conn: framed.Connection) -> Iterator[pb.FollowRequest]:
+    while (frame := conn.receive()) is not None:
+        try:
+            yield pb.FollowRequest.FromString(frame)
         except DecodeError as exc:
             raise InvalidArgument(f"malformed Follow request: {exc}") from None
 
 
+def _send_error(conn: framed.Connection, exc: MosafsError) -> None:
+    with contextlib.suppress(framed.Closed):
+        conn.send(pb.FollowMessage(error=pb.FeedError(kind=exc.kind, message=exc.message))
+                  .SerializeToString())
+
+
+def _name(conn: framed.Connection) -> str:
+    return conn.peer.name if conn.peer is not None else "a standby"
+
+
 @servicer
-class FollowServicer(replication_pb2_grpc.ManagerReplicationServicer):
-    def __init__(self, journal: ReplicationLog | None, store: MetadataStore,
-                 spool: Path) -> None:
-        self._journal, self._store, self._spool = journal, store, spool
+class FeedAddressServicer(replication_pb2_grpc.ManagerReplicationServicer):
+    def __init__(self, port: int | None) -> None:
+        self._port = port
 
-    def Follow(self, request_iterator: Iterator[bytes],  # type: ignore[override]
-               context: grpc.ServicerContext) -> Iterator[pb.FollowMessage]:
-        yield from feed.follow(self._journal, self._store, self._spool,
-                               _decoded(request_iterator))
+    def FeedAddress(self, request: pb.FeedAddressRequest,
+                    context: grpc.ServicerContext) -> pb.FeedAddressReply:
+        if self._port is None:
+            raise FailedPrecondition(feed.NO_LOG)
+        return pb.FeedAddressReply(port=self._port)
 
 
-def add_to_server(journal: ReplicationLog | None, store: MetadataStore,
-                  spool: Path) -> Callable[[grpc.Server], None]:
-    """The part of the manager's `add_servicer` callback that serves standbys."""
+def add_to_server(feed_port: int | None) -> Callable[[grpc.Server], None]:
+    """The part of the manager's `add_servicer` callback that tells standbys where its
+    feed listens (FEED_PORT; None: it keeps no log to feed)."""
     def add(server: grpc.Server) -> None:
-        follow = FollowServicer(journal, store, spool).Follow
-        handler = grpc.stream_stream_rpc_method_handler(
-            follow, request_deserializer=None,
-            response_serializer=pb.FollowMessage.SerializeToString)
-        server.add_generic_rpc_handlers(
-            (grpc.method_handlers_generic_handler(SERVICE, {"Follow": handler}),))
+        add_decoding_in_handlers(replication_pb2_grpc.add_ManagerReplicationServicer_to_server,
+                                 FeedAddressServicer(feed_port), server)
     return add
 
 

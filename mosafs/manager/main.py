@@ -109,6 +109,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                          "its client is told it failed (it stays stored here; default 30); "
                          "a standby silent on a change for a sixth of this, at most 5 s, "
                          "leaves the in-sync set")
+    ha.add_argument("--feed-port", type=bounded_int(0, 65535), default=0, metavar="PORT",
+                    help="the port, on the host of --listen, where the active manager feeds "
+                         "its log to standbys (they ask for it; default 0: any free port)")
     ha.add_argument("--standby-of", metavar="HOST:PORT",
                     help="run as a standby of the active manager at HOST:PORT")
     ha.add_argument("--recover", metavar="HOST:PORT[,HOST:PORT]",

@@ -57,8 +57,10 @@ BENEFACTOR_ACCESS: dict[str, frozenset[str]] = {
     "ListChunks": MANAGER,
 }
 
-# A standby manager follows the active one's log (docs/standby.md).
-REPLICATION_ACCESS: dict[str, frozenset[str]] = {"Follow": MANAGER}
+# A standby manager follows the active one's log (docs/standby.md): it asks where the
+# feed listens, and the feed's own connections (mosafs.rpc.framed) check FEED_ACCESS.
+REPLICATION_ACCESS: dict[str, frozenset[str]] = {"FeedAddress": MANAGER}
+FEED_ACCESS = MANAGER
 
 ACCESS = {"mosafs.v1.Manager": MANAGER_ACCESS, "mosafs.v1.Benefactor": BENEFACTOR_ACCESS,
           "mosafs.v1.ManagerReplication": REPLICATION_ACCESS}

@@ -1,25 +1,31 @@
-"""A standby manager's Follow stream to the active manager (docs/standby.md): say where it
-stands, install a snapshot if one comes, apply the log entries as they come, confirm
-each batch once it is durable; reconnect with backoff when the stream breaks."""
+"""A standby manager's feed from the active manager (docs/standby.md, "The feed
+connection"): ask the active manager where its feed listens, connect there (a framed TLS
+connection, mosafs.rpc.framed), say where it stands, install a snapshot if one comes,
+apply the log entries as they come, confirm each batch once it is durable; reconnect with
+backoff when the connection breaks."""
 
 from __future__ import annotations
 
 import logging
 import queue
 import threading
-from collections.abc import Iterator
 from typing import Any
 
-import grpc
+from google.protobuf.message import DecodeError
 
+from mosafs import errors
 from mosafs._proto import replication_pb2 as pb
 from mosafs._proto import replication_pb2_grpc
-from mosafs.errors import MosafsError
+from mosafs.addresses import split_address
+from mosafs.errors import InvalidArgument, MosafsError
+from mosafs.rpc import framed
 from mosafs.rpc.channels import channel
-from mosafs.rpc.errors import from_rpc_error
+from mosafs.rpc.errors import call
 
 log = logging.getLogger("mosafs.rpc.follow")
 
+ASK_TIMEOUT_S = 10.0  # the FeedAddress call
+BATCH_BYTES = 16 << 20  # of messages applied in one transaction
 RETRY_S = 0.5      # first wait before reconnecting; doubles up to RETRY_MAX_S
 RETRY_MAX_S = 5.0
 
@@ -37,7 +43,7 @@ class Follower:
         self._standby = standby
         self._member = member
         self._stop = threading.Event()
-        self._call: Any = None
+        self._conn: framed.Connection | None = None
         self._lock = threading.Lock()
         self.connected = threading.Event()  # set while a stream is up
         self._thread = threading.Thread(target=self._run, name="follow", daemon=True)
@@ -48,8 +54,8 @@ class Follower:
     def stop(self) -> None:
         self._stop.set()
         with self._lock:
-            if self._call is not None:
-                self._call.cancel()
+            if self._conn is not None:
+                self._conn.close()
         self._thread.join()
 
     def _run(self) -> None:
@@ -59,16 +65,17 @@ class Follower:
             try:
                 self._follow_once()
                 wait = RETRY_S
-            except grpc.RpcError as exc:
+            except errors.Unavailable as exc:  # unreachable, or the connection ended
                 if self._stop.is_set():
                     return
                 was_up = self.connected.is_set()
-                # A stream that was up and ends is the active manager stopping or dying:
+                # A feed that was up and ends is the active manager stopping or dying:
                 # news, not yet trouble; failing to get one back is.
                 report = log.info if was_up or self._quiet else log.warning
-                report("following %s: %s; again in %.1f s", self._address,
-                       from_rpc_error(exc).message, wait)
+                report("following %s: %s; again in %.1f s", self._address, exc.message, wait)
             except MosafsError as exc:
+                if self._stop.is_set():
+                    return
                 log.error("following %s: %s; again in %.1f s", self._address, exc.message,
                           wait)
             finally:
@@ -77,39 +84,100 @@ class Follower:
             wait = RETRY_S if was_up else min(wait * 2, RETRY_MAX_S)
 
     def _follow_once(self) -> None:
-        seq, epoch = self._standby.position()
-        acks: queue.SimpleQueue[int | None] = queue.SimpleQueue()
-
-        def requests() -> Iterator[pb.FollowRequest]:
-            yield pb.FollowRequest(hello=pb.FollowHello(member=self._member, last_seq=seq,
-                                                        last_epoch=epoch))
-            while (acked := acks.get()) is not None:
-                yield pb.FollowRequest(acked_seq=acked)
-
-        to_active = channel(self._address)
-        stub = replication_pb2_grpc.ManagerReplicationStub(to_active)
+        conn = self._connect()
         with self._lock:
             if self._stop.is_set():
-                to_active.close()
+                conn.close()
                 return
-            self._call = stub.Follow(requests())
+            self._conn = conn
+        acks: queue.SimpleQueue[int | None] = queue.SimpleQueue()
+        # Confirmations leave from a thread of their own: sending them from the thread
+        # that applies cost 10 % of creates/s with 8 writers (docs/benchmarks.md).
+        confirming = threading.Thread(target=self._confirm, args=(conn, acks),
+                                      name="follow-acks", daemon=True)
         try:
-            for message in self._call:
+            seq, epoch = self._standby.position()
+            conn.send(pb.FollowRequest(hello=pb.FollowHello(
+                member=self._member, last_seq=seq, last_epoch=epoch)).SerializeToString())
+            confirming.start()
+            while (frame := conn.receive()) is not None:
                 self.connected.set()
-                reached = self._take(message)
+                reached = self._take(self._arrived(conn, frame))
                 if reached is not None:
                     acks.put(reached)
+            raise framed.Closed("the active manager ended the feed")
         finally:
             acks.put(None)
             with self._lock:
-                self._call = None
-            to_active.close()
+                self._conn = None
+            conn.close()
+            if confirming.is_alive():
+                confirming.join()
 
-    def _take(self, message: pb.FollowMessage) -> int | None:
-        """Apply MESSAGE; the seq reached durably, if it reached one."""
-        if message.WhichOneof("msg") == "snapshot":
-            return self._standby.snapshot_part(message.snapshot)  # type: ignore[no-any-return]
-        entries = [pb.LogEntry.FromString(raw) for raw in message.entries.entries]
-        if not entries:
-            return None
-        return self._standby.apply(entries)  # type: ignore[no-any-return]
+    def _connect(self) -> framed.Connection:
+        """A connection to the active manager's feed; Unavailable where there is none (a
+        manager that keeps no log, or is no longer active, is reported as one that is
+        down: in a failover group the next active one is named soon)."""
+        host, _ = split_address(self._address, "the active manager's address")
+        to_active = channel(self._address)
+        try:
+            stub = replication_pb2_grpc.ManagerReplicationStub(to_active)
+            reply = call(stub.FeedAddress, pb.FeedAddressRequest(), timeout=ASK_TIMEOUT_S)
+        except MosafsError as exc:
+            raise errors.Unavailable(f"no feed there: {exc.message}") from None
+        finally:
+            to_active.close()
+        return framed.connect(host, reply.port, role="manager")
+
+    @staticmethod
+    def _confirm(conn: framed.Connection, acks: queue.SimpleQueue[int | None]) -> None:
+        """Send each seq put in ACKS, until None; of several queued, the newest only."""
+        while (acked := acks.get()) is not None:
+            while not acks.empty():
+                newer = acks.get()
+                if newer is None:
+                    return
+                acked = newer
+            try:
+                conn.send(pb.FollowRequest(acked_seq=acked).SerializeToString())
+            except framed.Closed:
+                return  # the reader finds out too
+
+    @staticmethod
+    def _arrived(conn: framed.Connection, frame: bytes) -> list[pb.FollowMessage]:
+        """FRAME's message and those that arrived behind it, up to BATCH_BYTES: entries
+        that arrive while a batch is applied are applied together, in one durable
+        transaction, not one each (the standby's flushes are the cost of a busy feed)."""
+        messages, size = [_message(frame)], len(frame)
+        while size < BATCH_BYTES and (more := conn.receive_ready()) is not None:
+            messages.append(_message(more))
+            size += len(more)
+        return messages
+
+    def _take(self, messages: list[pb.FollowMessage]) -> int | None:
+        """Apply MESSAGES in order; the seq reached durably, if it reached one."""
+        reached: int | None = None
+        entries: list[pb.LogEntry] = []
+        for message in messages:
+            kind = message.WhichOneof("msg")
+            if kind == "entries":
+                entries += [pb.LogEntry.FromString(raw) for raw in message.entries.entries]
+                continue
+            if entries:
+                reached = self._standby.apply(entries)
+                entries = []
+            if kind == "error":
+                cls = errors.BY_KIND.get(message.error.kind, MosafsError)
+                raise cls(f"the active manager ended the feed: {message.error.message}")
+            if kind == "snapshot":
+                reached = self._standby.snapshot_part(message.snapshot) or reached
+        if entries:
+            reached = self._standby.apply(entries)
+        return reached
+
+
+def _message(frame: bytes) -> pb.FollowMessage:
+    try:
+        return pb.FollowMessage.FromString(frame)
+    except DecodeError as exc:
+        raise InvalidArgument(f"malformed message from the active manager: {exc}") from None

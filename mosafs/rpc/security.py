@@ -33,7 +33,7 @@ import grpc
 
 from mosafs import capability, certs, metrics
 from mosafs.capability import Caller, Refused
-from mosafs.errors import ConfigError
+from mosafs.errors import AccessDenied, ConfigError
 from mosafs.revocation import Revocations
 from mosafs.rpc.access import ACCESS, ADMIN
 
@@ -88,20 +88,6 @@ def _peer(pem: bytes) -> certs.PeerCertificate | None:
         return None  # signed by our CA, yet states no role: refused as "without a role"
 
 
-def peer_certificate(context: grpc.ServicerContext) -> certs.PeerCertificate | None:
-    """The caller's certificate, parsed (None on a plaintext connection, or when it states
-    no mosafs role)."""
-    auth: dict[str, Any] = dict(context.auth_context())
-    pems: list[bytes] = list(auth.get("x509_pem_cert") or [])
-    return _peer(bytes(pems[0])) if pems else None
-
-
-def peer_role(context: grpc.ServicerContext) -> str | None:
-    """The role the caller's certificate states (None on a plaintext connection)."""
-    peer = peer_certificate(context)
-    return peer.role if peer is not None else None
-
-
 def _acting(context: grpc.ServicerContext) -> tuple[int | None, list[int] | None]:
     """The uid and groups the request says it acts as (metadata set by the mount)."""
     uid: int | None = None
@@ -141,32 +127,52 @@ class Policy(grpc.ServerInterceptor):  # type: ignore[misc]
         return _wrapped(handler, self._label, method, allowed if self._secure else None)
 
 
-def _check(context: grpc.ServicerContext, method: str, allowed: frozenset[str]) -> Caller:
-    """The Caller of a request on a TLS server, or abort the RPC (see the module's doc)."""
-    peer = peer_certificate(context)
+def authorize(pem: bytes | None, method: str, allowed: frozenset[str]) -> certs.PeerCertificate:
+    """The certificate PEM (the caller's, None on a plaintext connection) if it may call
+    METHOD, one of ALLOWED roles; else the refusal is logged and counted and AccessDenied
+    raised (Unauthenticated: revoked; see the module's doc). For RPCs (`_check`) and for
+    the framed connections of mosafs.rpc.framed."""
+    peer = _peer(pem) if pem is not None else None
     name = peer.name if peer is not None else ""
     if peer is not None and _revocations.is_revoked(peer.fingerprint):
         refuse("bad_certificate", name, method, "the certificate is revoked")
-        context.abort(grpc.StatusCode.UNAUTHENTICATED,
-                      f"certificate {name!r} has been revoked")
+        raise Unauthenticated(f"certificate {name!r} has been revoked")
     role = peer.role if peer is not None else None
-    if role not in allowed:
+    if peer is None or role not in allowed:
         needs = " or ".join(sorted(allowed)) or "nobody"
         message = (f"{method} needs a certificate of role {needs}; this one is "
                    f"{role or 'without a mosafs role'}")
         # A certificate of our CA that states no role (or a capability we cannot read) is
         # a bad certificate; one with the wrong role is refused for its role.
         refuse("role" if peer is not None else "bad_certificate", name, method, message)
-        context.abort(grpc.StatusCode.PERMISSION_DENIED, message)
-    assert peer is not None
+        raise AccessDenied(message)
     if allowed is ADMIN:
         audit.info("%s by %s (%s)", method, name, peer.role)
+    return peer
+
+
+class Unauthenticated(AccessDenied):
+    """The caller's certificate is revoked (UNAUTHENTICATED on an RPC)."""
+
+
+def _check(context: grpc.ServicerContext, method: str, allowed: frozenset[str]) -> Caller:
+    """The Caller of a request on a TLS server, or abort the RPC (see the module's doc)."""
+    auth: dict[str, Any] = dict(context.auth_context())
+    pems: list[bytes] = list(auth.get("x509_pem_cert") or [])
+    try:
+        peer = authorize(bytes(pems[0]) if pems else None, method, allowed)
+    except Unauthenticated as exc:
+        context.abort(grpc.StatusCode.UNAUTHENTICATED, exc.message)
+        raise  # abort raises; this line is for the type checker
+    except AccessDenied as exc:
+        context.abort(grpc.StatusCode.PERMISSION_DENIED, exc.message)
+        raise
     try:
         uid, gids = _acting(context)
-        return capability.acting(peer.capability, name, peer.role, uid, gids,
+        return capability.acting(peer.capability, peer.name, peer.role, uid, gids,
                                  peer.fingerprint)
     except Refused as exc:
-        refuse(exc.reason, name, method, exc.message)
+        refuse(exc.reason, peer.name, method, exc.message)
         context.abort(grpc.StatusCode.PERMISSION_DENIED, exc.message)
         raise  # abort raises; this line is for the type checker
 

@@ -1,10 +1,13 @@
 """Standby managers as processes (docs/standby.md): an active manager with `--standbys 1`
-and a standby (`--standby-of`) following it over the Follow stream; faults by SIGKILL
-and malformed requests. The log's rules are tested in tests/unit/test_replog.py."""
+and a standby (`--standby-of`) following it over its feed (a framed TLS connection); faults
+by SIGKILL, malformed frames and certificates of the wrong role. The log's rules are
+tested in tests/unit/test_replog.py, the transport's in tests/unit/test_framed.py."""
 
 from __future__ import annotations
 
+import contextlib
 import signal
+import socket
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -12,12 +15,16 @@ from pathlib import Path
 import grpc
 import pytest
 
+from mosafs import certs
 from mosafs._proto import manager_pb2 as pb
+from mosafs._proto import manager_pb2_grpc as pb_grpc
 from mosafs._proto import replication_pb2 as rpb
 from mosafs._proto import replication_pb2_grpc
 from mosafs.errors import Unavailable
+from mosafs.rpc import framed
 from mosafs.rpc.channels import channel
 from tests import harness
+from tests.harness import cli
 from tests.services.test_manager import ROOT, Mgr, cid, register, write
 
 Code = grpc.StatusCode
@@ -110,24 +117,121 @@ def _confirmed(active: Mgr, name: str) -> bool:
         return False
 
 
-def test_follow_refuses_bad_streams_and_the_manager_keeps_serving(
+def _feed(mgr: Mgr, identity: certs.Identity | None = None,
+          tls: Path | None = None) -> framed.Connection:
+    """A connection with IDENTITY to MGR's feed, at the port its FeedAddress names (asked
+    with the admin certificate of TLS)."""
+    return framed.connect("127.0.0.1", _port(mgr, tls), role="manager", identity=identity)
+
+
+def _raw(port: int, data: bytes) -> bytes:
+    """Send DATA on a plaintext connection to the feed at PORT, end the sending side, and
+    return the frame it answers (b"": none)."""
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
+        sock.sendall(data)
+        sock.shutdown(socket.SHUT_WR)
+        got = b""
+        while chunk := sock.recv(65536):
+            got += chunk
+    return got[4:4 + int.from_bytes(got[:4], "big")] if got else b""
+
+
+def _answer(conn: framed.Connection, *frames: bytes) -> rpb.FollowMessage:
+    """The message the feed answers FRAMES with; the connection is closed after it."""
+    for frame in frames:
+        conn.send(frame)
+    try:
+        answer = conn.receive()
+        assert answer is not None, "the feed ended without saying why"
+        return rpb.FollowMessage.FromString(answer)
+    finally:
+        conn.close()
+
+
+def test_the_feed_refuses_bad_input_and_the_manager_keeps_serving(
         start: Callable[..., Mgr]) -> None:
     plain = start("plain")
     active = start("active", "--standbys", "0")
-    for mgr, requests, code in (
-            (plain, [rpb.FollowRequest(hello=rpb.FollowHello(member="x"))],
-             Code.FAILED_PRECONDITION),
-            (active, [rpb.FollowRequest(acked_seq=3)], Code.INVALID_ARGUMENT),
-            (active, [rpb.FollowRequest(hello=rpb.FollowHello())], Code.INVALID_ARGUMENT)):
-        stub = replication_pb2_grpc.ManagerReplicationStub(mgr.channel)
-        with pytest.raises(grpc.RpcError) as info:
-            list(stub.Follow(iter(requests), timeout=10))
-        assert info.value.code() == code
-    # Bytes that are no FollowRequest at all.
-    raw = channel(active.proc.address).stream_stream(
-        "/mosafs.v1.ManagerReplication/Follow", request_serializer=None,
-        response_deserializer=None)
+    # A manager that keeps no log has no feed.
     with pytest.raises(grpc.RpcError) as info:
-        list(raw(iter([b"\xff\xff\xff"]), timeout=10))
-    assert info.value.code() == Code.INVALID_ARGUMENT
+        replication_pb2_grpc.ManagerReplicationStub(plain.channel).FeedAddress(
+            rpb.FeedAddressRequest(), timeout=10)
+    assert info.value.code() == Code.FAILED_PRECONDITION
+    assert "keeps no replication log" in (info.value.details() or "")
+    hello = rpb.FollowRequest(hello=rpb.FollowHello(member="x")).SerializeToString()
+    for frames, says in (
+            ([rpb.FollowRequest(acked_seq=3).SerializeToString()], "starts with a hello"),
+            ([rpb.FollowRequest(hello=rpb.FollowHello()).SerializeToString()],
+             "starts with a hello"),
+            ([b"\xff\xff\xff"], "malformed Follow request"),  # no FollowRequest at all
+            # Confirmations that are no requests (the snapshot may come before the word).
+            ([hello, b"\xff\xff\xff"], "malformed Follow request")):
+        conn = _feed(active)
+        for frame in frames:
+            conn.send(frame)
+        answers = []
+        while (got := conn.receive()) is not None:
+            answers.append(rpb.FollowMessage.FromString(got))
+        conn.close()
+        assert answers and answers[-1].WhichOneof("msg") == "error", answers
+        error = answers[-1].error
+        assert error.kind == "invalid-argument" and says in error.message, error
+    # A frame announcing more than any message may be, half a frame, and nothing at all
+    # (bytes on a socket of our own: a Connection frames what it sends).
+    port = _port(active)
+    error = rpb.FollowMessage.FromString(_raw(port, (framed.MAX_FRAME + 1).to_bytes(4,
+                                                                                "big")))
+    assert error.error.kind == "invalid-argument" and "a frame of" in error.error.message
+    assert _raw(port, b"\x00\x00\x01\x00half") == b""  # it broke off: nobody to tell
+    error = rpb.FollowMessage.FromString(_raw(port, b""))
+    assert "starts with a hello" in error.error.message
     assert active.serving() and plain.serving()
+
+
+@pytest.fixture(scope="module")
+def tls(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    directory = tmp_path_factory.mktemp("tls")
+    assert cli("certs", "init", "--dir", str(directory)).returncode == 0
+    for name, role in (("manager", "manager"), ("client", "client"), ("admin", "admin"),
+                       ("doomed", "manager")):
+        done = cli("certs", "issue", name, "--role", role, "--dir", str(directory))
+        assert done.returncode == 0, done.stderr
+    return directory
+
+
+def test_the_feed_over_tls_serves_only_managers_certificates(
+        start: Callable[..., Mgr], tls: Path) -> None:
+    active = start("active", "--standbys", "0", "--tls-dir", str(tls))
+    hello = rpb.FollowRequest(hello=rpb.FollowHello(member="m")).SerializeToString()
+    # A manager's certificate is fed (a snapshot first: it stands nowhere yet).
+    assert _answer(_feed(active, certs.load(tls, "manager"), tls), hello).HasField("snapshot")
+    # A client's is refused, and told why.
+    error = _answer(_feed(active, certs.load(tls, "client"), tls), hello).error
+    assert error.kind == "access-denied", error
+    assert "Follow needs a certificate of role admin or manager; this one is client" in \
+        error.message
+    # A revoked one is refused on its next connection.
+    doomed = certs.load(tls, "doomed")
+    assert _answer(_feed(active, doomed, tls), hello).HasField("snapshot")
+    assert cli("certs", "revoke", "doomed", "--dir", str(tls)).returncode == 0
+    deadline = time.monotonic() + 10
+    while not (error := _answer(_feed(active, doomed, tls), hello).error).message:
+        assert time.monotonic() < deadline, "the revoked certificate is still fed"
+        time.sleep(0.2)
+    assert "has been revoked" in error.message
+    # Not TLS at all: the connection is dropped; the manager serves on.
+    plain = framed.connect("127.0.0.1", _port(active, tls), role="manager", identity=None)
+    plain.send(hello)
+    with contextlib.suppress(framed.Closed):
+        assert plain.receive() is None
+    plain.close()
+    assert "refused Follow from client (role)" in active.proc.log()
+    with channel(active.proc.address, certs.load(tls, "admin")) as ch:
+        assert pb_grpc.ManagerStub(ch).GetAttr(pb.GetAttrRequest(inode=ROOT),
+                                               timeout=10).inode == ROOT
+
+
+def _port(mgr: Mgr, tls: Path | None = None) -> int:
+    with channel(mgr.proc.address, certs.load(tls, "admin") if tls else None) as ch:
+        return int(replication_pb2_grpc.ManagerReplicationStub(ch).FeedAddress(
+            rpb.FeedAddressRequest(), timeout=10).port)

@@ -1,6 +1,8 @@
-"""The active manager's side of one standby's Follow stream (docs/standby.md): the
-messages to send, from a snapshot if the standby needs one and then the log, while a
-thread takes the standby's confirmations."""
+"""The active manager's side of one standby's feed (docs/standby.md, "The feed
+connection"): the messages to send, from a snapshot if the standby needs one and then the
+log, while a thread takes the standby's confirmations. Transport-free: the requests come
+in, and the messages go out, through whatever carries them (mosafs.manager.
+follow_servicer)."""
 
 from __future__ import annotations
 
@@ -31,7 +33,7 @@ def follow(journal: ReplicationLog | None, store: MetadataStore, spool: Path,
         raise FailedPrecondition(NO_LOG)
     first = next(requests, None)
     if first is None or first.WhichOneof("msg") != "hello" or not first.hello.member:
-        raise InvalidArgument("a Follow stream starts with a hello naming the standby")
+        raise InvalidArgument("a feed starts with a hello naming the standby")
     hello = first.hello
     follower = journal.attach(hello.member, hello.last_seq, hello.last_epoch)
 

@@ -77,6 +77,7 @@ class Connection:
         """The next frame; None when the peer closed the connection between frames.
         Closed if it broke, InvalidArgument for a frame longer than MAX_FRAME."""
         while (frame := self._whole()) is None:
+            self._readable()
             data = self._io(self._sock.recv, _READ_BYTES, select.POLLIN)
             if not data:
                 if self._buffer:
@@ -145,11 +146,24 @@ class Connection:
                     wait = event
                 except (OSError, ssl.SSLError) as exc:
                     raise Closed(f"the connection broke: {exc}") from None
-            poller = select.poll()
-            poller.register(self._fd, wait)
-            # Bounded: a close() between the lock and the poll may have let the number of
-            # this socket's descriptor go to another one.
-            poller.poll(WAKE_MS)
+            self._wait(wait)
+
+    def _readable(self) -> None:
+        """Wait until there is something to read, unless TLS holds decrypted bytes already:
+        a read that finds nothing costs a failed call and an exception (most reads of a
+        feed come when the other end is idle)."""
+        with self._lock:
+            held = isinstance(self._sock, ssl.SSLSocket) and not self._closed and \
+                self._sock.pending() > 0
+        if not held:
+            self._wait(select.POLLIN)
+
+    def _wait(self, event: int) -> None:
+        poller = select.poll()
+        poller.register(self._fd, event)
+        # Bounded: a close() between the lock and the poll may have let the number of this
+        # socket's descriptor go to another one.
+        poller.poll(WAKE_MS)
 
 
 # --- TLS ------------------------------------------------------------------------------------

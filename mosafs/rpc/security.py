@@ -127,6 +127,10 @@ class Policy(grpc.ServerInterceptor):  # type: ignore[misc]
         return _wrapped(handler, self._label, method, allowed if self._secure else None)
 
 
+class Unauthenticated(AccessDenied):
+    """The caller's certificate is revoked (UNAUTHENTICATED on an RPC)."""
+
+
 def authorize(pem: bytes | None, method: str, allowed: frozenset[str]) -> certs.PeerCertificate:
     """The certificate PEM (the caller's, None on a plaintext connection) if it may call
     METHOD, one of ALLOWED roles; else the refusal is logged and counted and AccessDenied
@@ -149,10 +153,6 @@ def authorize(pem: bytes | None, method: str, allowed: frozenset[str]) -> certs.
     if allowed is ADMIN:
         audit.info("%s by %s (%s)", method, name, peer.role)
     return peer
-
-
-class Unauthenticated(AccessDenied):
-    """The caller's certificate is revoked (UNAUTHENTICATED on an RPC)."""
 
 
 def _check(context: grpc.ServicerContext, method: str, allowed: frozenset[str]) -> Caller:

@@ -269,7 +269,7 @@ class Listener:
         with contextlib.suppress(OSError):
             self._sock.shutdown(socket.SHUT_RDWR)  # wakes accept()
         self._sock.close()
-        for sock in sockets:  # still in their handshake
+        for sock in sockets:  # not yet connections: accepted, or in their TLS handshake
             with contextlib.suppress(OSError):
                 sock.shutdown(socket.SHUT_RDWR)
         for conn in connections:
@@ -323,14 +323,24 @@ class Listener:
         if self._context is None:
             return self._track(Connection(sock, None))
         sock.settimeout(HANDSHAKE_S)
+        tls = self._context.wrap_socket(sock, server_side=True, do_handshake_on_connect=False)
+        with self._lock:  # the TLS socket holds the descriptor now: close() shuts this one
+            self._open.add(tls)
+            stopping = self._stopping
         try:
-            tls = self._context.wrap_socket(sock, server_side=True)
+            if stopping:
+                raise OSError("the listener is closing")
+            tls.do_handshake()
             pem = _peer_of(tls)
         except (OSError, ssl.SSLError, AccessDenied) as exc:
             # As a gRPC server does: a failed handshake (no certificate, another CA, not
             # TLS at all) is the peer's problem, not this server's.
             log.info("feed connection from %s dropped: TLS handshake failed: %s", host, exc)
+            tls.close()
             return None
+        finally:
+            with self._lock:
+                self._open.discard(tls)
         conn = Connection(tls, None)
         try:
             conn.peer = security.authorize(pem, self._method, self._allowed)

@@ -174,3 +174,18 @@ def test_a_listener_that_is_gone_is_unavailable(echo: Echo, tmp_path: Path) -> N
     listener.close()
     with pytest.raises(Unavailable, match="cannot connect"):
         framed.connect(LOOPBACK, port, role="manager", identity=None)
+
+
+def test_close_ends_a_handshake_that_hangs(echo: Echo, ids: dict[str, certs.Identity]) -> None:
+    """A peer that connects and says nothing is in its TLS handshake until HANDSHAKE_S:
+    closing the listener ends it at once (a stopping manager does not wait it out)."""
+    import socket
+    import time
+
+    listener = echo(ids["manager"])
+    with socket.create_connection((LOOPBACK, listener.port)) as silent:
+        time.sleep(0.2)  # accepted, its handshake waiting for a hello
+        started = time.monotonic()
+        listener.close()
+        assert time.monotonic() - started < framed.HANDSHAKE_S / 2
+        assert silent.recv(1) == b""  # the server's side was shut

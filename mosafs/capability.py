@@ -27,6 +27,7 @@ uid the capability names with its groups, else SQUASH_UID.
 
 from __future__ import annotations
 
+import contextvars
 import json
 import posixpath
 from dataclasses import dataclass
@@ -40,6 +41,11 @@ SQUASH_GID = 65534
 MAX_ID = 2**32 - 2          # 2^32-1 means "unchanged" in chown(2): never an owner
 UID_KEY = "mosafs-uid"
 GIDS_KEY = "mosafs-gids"
+# The mount a request comes from (a random id per mount process, in the request's metadata;
+# "" where none is named): the manager does not list a mount's own changes back to it
+# (mosafs.manager.changes). Set by the RPC layer for the request being handled.
+MOUNT_KEY = "mosafs-mount"
+ORIGIN: contextvars.ContextVar[str] = contextvars.ContextVar("mosafs_origin", default="")
 MAX_GIDS = 65536            # NGROUPS_MAX on Linux
 MAX_PATHS = 64
 
@@ -55,6 +61,14 @@ class Capability:
     @property
     def full(self) -> bool:
         return self == FULL
+
+    @property
+    def sees_everything(self) -> bool:
+        """Whether nothing in the namespace is hidden from it: every subtree, as root (read
+        only or not). Only such a holder may be told names from anywhere (the mounts'
+        change lists, mosafs.manager.changes)."""
+        return (self.paths == ("/",) and self.allow_root and self.uids is None
+                and self.gids is None)
 
     def to_json(self) -> bytes:
         return json.dumps({

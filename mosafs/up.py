@@ -41,6 +41,7 @@ from typing import Any
 
 from mosafs.argtypes import bounded_int, ec_min_chunk_arg, redundancy_arg
 from mosafs.client.main import (
+    add_coherent_timeout_argument,
     add_hash_backend_argument,
     add_stop_timeout_argument,
     check_stop_timeout,
@@ -88,6 +89,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="an unreferenced chunk is deleted only after this long (the "
                              "manager's default: 600)")
     add_hash_backend_argument(parser)
+    add_coherent_timeout_argument(parser)
     add_stop_timeout_argument(parser)
     parser.add_argument("--log-dir", metavar="DIR",
                         help="one log file per process here (default DATA_DIR/logs)")
@@ -322,6 +324,7 @@ class Cluster:
         mount_args = ["mount", str(self.mountpoint), "--manager", address,
                       "--hash-backend", self.args.hash_backend,
                       "--stop-timeout", str(self.args.stop_timeout),
+                      "--coherent-timeout", str(self.args.coherent_timeout),
                       "--status-file", str(self.mount_status)]
         if os.geteuid() == 0:
             # A cluster run by root serves every user of the machine; the kernel checks

@@ -94,6 +94,38 @@ class BatchResponse(_message.Message):
     outcomes: _containers.RepeatedCompositeFieldContainer[BatchOutcome]
     def __init__(self, outcomes: _Optional[_Iterable[_Union[BatchOutcome, _Mapping]]] = ...) -> None: ...
 
+class ChangesRequest(_message.Message):
+    __slots__ = ("instance", "since")
+    INSTANCE_FIELD_NUMBER: _ClassVar[int]
+    SINCE_FIELD_NUMBER: _ClassVar[int]
+    instance: str
+    since: int
+    def __init__(self, instance: _Optional[str] = ..., since: _Optional[int] = ...) -> None: ...
+
+class ChangedName(_message.Message):
+    __slots__ = ("parent", "name")
+    PARENT_FIELD_NUMBER: _ClassVar[int]
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    parent: int
+    name: str
+    def __init__(self, parent: _Optional[int] = ..., name: _Optional[str] = ...) -> None: ...
+
+class ChangesReply(_message.Message):
+    __slots__ = ("instance", "seq", "reset", "inodes", "names", "coherent")
+    INSTANCE_FIELD_NUMBER: _ClassVar[int]
+    SEQ_FIELD_NUMBER: _ClassVar[int]
+    RESET_FIELD_NUMBER: _ClassVar[int]
+    INODES_FIELD_NUMBER: _ClassVar[int]
+    NAMES_FIELD_NUMBER: _ClassVar[int]
+    COHERENT_FIELD_NUMBER: _ClassVar[int]
+    instance: str
+    seq: int
+    reset: bool
+    inodes: _containers.RepeatedScalarFieldContainer[int]
+    names: _containers.RepeatedCompositeFieldContainer[ChangedName]
+    coherent: bool
+    def __init__(self, instance: _Optional[str] = ..., seq: _Optional[int] = ..., reset: _Optional[bool] = ..., inodes: _Optional[_Iterable[int]] = ..., names: _Optional[_Iterable[_Union[ChangedName, _Mapping]]] = ..., coherent: _Optional[bool] = ...) -> None: ...
+
 class LookupRequest(_message.Message):
     __slots__ = ("parent", "name")
     PARENT_FIELD_NUMBER: _ClassVar[int]

@@ -54,6 +54,11 @@ class ManagerStub:
                 request_serializer=mosafs_dot_v1_dot_manager__pb2.BatchRequest.SerializeToString,
                 response_deserializer=mosafs_dot_v1_dot_manager__pb2.BatchResponse.FromString,
                 _registered_method=True)
+        self.Changes = channel.unary_unary(
+                '/mosafs.v1.Manager/Changes',
+                request_serializer=mosafs_dot_v1_dot_manager__pb2.ChangesRequest.SerializeToString,
+                response_deserializer=mosafs_dot_v1_dot_manager__pb2.ChangesReply.FromString,
+                _registered_method=True)
         self.SetAttr = channel.unary_unary(
                 '/mosafs.v1.Manager/SetAttr',
                 request_serializer=mosafs_dot_v1_dot_manager__pb2.SetAttrRequest.SerializeToString,
@@ -333,6 +338,16 @@ class ManagerServicer:
     def BatchRead(self, request, context):
         """The same for batches of lookups and stats alone: it may run twice, so the channel
         retries it as it retries Lookup and GetAttr (a create in it is INVALID_ARGUMENT).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def Changes(self, request, context):
+        """What other clients and the manager itself changed in the namespace since a mount last
+        asked: the inodes whose attributes and the names that changed (docs/client.md,
+        "Coherent caches"). A mount asks a few times a second and keeps what it cached for as
+        long as its answers keep coming.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -695,6 +710,11 @@ def add_ManagerServicer_to_server(servicer, server):
                     request_deserializer=mosafs_dot_v1_dot_manager__pb2.BatchRequest.FromString,
                     response_serializer=mosafs_dot_v1_dot_manager__pb2.BatchResponse.SerializeToString,
             ),
+            'Changes': grpc.unary_unary_rpc_method_handler(
+                    servicer.Changes,
+                    request_deserializer=mosafs_dot_v1_dot_manager__pb2.ChangesRequest.FromString,
+                    response_serializer=mosafs_dot_v1_dot_manager__pb2.ChangesReply.SerializeToString,
+            ),
             'SetAttr': grpc.unary_unary_rpc_method_handler(
                     servicer.SetAttr,
                     request_deserializer=mosafs_dot_v1_dot_manager__pb2.SetAttrRequest.FromString,
@@ -1054,6 +1074,33 @@ class Manager:
             '/mosafs.v1.Manager/BatchRead',
             mosafs_dot_v1_dot_manager__pb2.BatchRequest.SerializeToString,
             mosafs_dot_v1_dot_manager__pb2.BatchResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Changes(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/mosafs.v1.Manager/Changes',
+            mosafs_dot_v1_dot_manager__pb2.ChangesRequest.SerializeToString,
+            mosafs_dot_v1_dot_manager__pb2.ChangesReply.FromString,
             options,
             channel_credentials,
             insecure,

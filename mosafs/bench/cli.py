@@ -307,6 +307,10 @@ def _add_metadata_benchmark(sub: Any) -> None:
     m.add_argument("--managers", type=bounded_int(1, 5), default=1,
                    help="managers of the cluster (`mosafs up --managers`): 2 or more put a "
                         "standby's durable confirmation on every change (default 1)")
+    m.add_argument("--coherent-timeout", type=bounded_float(0, 86400), default=None,
+                   metavar="SECONDS",
+                   help="the mount's `--coherent-timeout` (default: the mount's own, 60; 0: "
+                        "no coherent caches, entries live 1 s)")
     m.add_argument("--scale-idle-s", type=bounded_int(1, 3600), default=30,
                    help="seconds the synthetic manager's idle CPU is measured over "
                         "(default 30)")
@@ -324,7 +328,8 @@ def _run_metadata(args: argparse.Namespace) -> int:
                       commit_chunks=args.commit_chunks, peer=args.peer,
                       tls=not args.insecure, keep=args.keep,
                       scale_chunks=args.scale_chunks, scale_files=args.scale_files,
-                      scale_idle_s=args.scale_idle_s, managers=args.managers)
+                      scale_idle_s=args.scale_idle_s, managers=args.managers,
+                      coherent_timeout=args.coherent_timeout)
     result = run_metadata(options, command=" ".join(["mosafs", "bench", *sys.argv[2:]]))
     if args.json:
         json.dump(result, sys.stdout)

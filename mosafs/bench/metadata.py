@@ -10,12 +10,14 @@ in aggregate (operations / first start -> last end):
 - creates, all N clients in one shared directory, then each in its own directory:
   open(O_CREAT|O_EXCL|O_WRONLY) + close of --files new names per client;
 - stat_cached: os.stat of the files each client just created in its own directory. The
-  mount and the kernel keep attributes for the mount's attribute timeout (1 s): a pass
-  longer than that meets expired entries, so "cached" means the caches may answer;
+  mount and the kernel keep attributes for the coherent timeout while the mount's caches
+  are coherent (docs/client.md, "Coherent caches"; else for the attribute timeout, 1 s),
+  so "cached" means the caches may answer;
 - lookups_missing: os.stat of names that do not exist (ENOENT);
 - stat_uncached: the same stats after `echo 2 > /proc/sys/vm/drop_caches` (the kernel's
   dentries and inodes; root only, "caches_dropped" says whether it worked) and a wait of
-  the attribute timeout, so that neither the kernel nor the mount's own caches answer;
+  the attribute timeout: the kernel asks the mount for each, which answers from its
+  coherent cache where it holds the file (without coherent caches it asks the manager);
 - commits: each client writes --commit-files new files of --commit-chunks 4 KiB chunks,
   one os.write each, and closes them: close() waits for the chunks' copies and commits the
   block-map to the manager; its latency is the figure.
@@ -111,6 +113,7 @@ class Options:
     scale_files: int = 1_000_000
     scale_idle_s: int = 30
     managers: int = 1            # `mosafs up --managers`: 2 puts a standby on every commit
+    coherent_timeout: float | None = None  # the mount's --coherent-timeout (None: default)
 
     def check(self) -> Options:
         """The options as they are, or ConfigError (exit code 2) naming the bad one."""
@@ -549,6 +552,8 @@ def _mosafs(workdir: Path, options: Options, logs: Path) -> dict[str, Any]:
     up_args = ["--chunker", f"fixed:{CHUNK_BYTES}"]
     if options.managers > 1:
         up_args += ["--managers", str(options.managers)]
+    if options.coherent_timeout is not None:
+        up_args += ["--coherent-timeout", f"{options.coherent_timeout:g}"]
     m = _Mosafs(workdir, up_args, tls=options.tls)
     try:
         m.start()
@@ -636,9 +641,10 @@ def _scale(workdir: Path, options: Options) -> dict[str, Any]:
 
 
 def _notes(result: dict[str, Any]) -> list[str]:
-    notes = [f"stat_cached: the mount and the kernel keep attributes for "
-             f"{ATTR_TIMEOUT_S:g} s; files created longer ago than that before their stat "
-             "are not in any cache", "commits: close() of a file of commit_chunks chunks "
+    notes = ["stat_cached: the mount and the kernel keep attributes for the coherent "
+             f"timeout while the mount's caches are coherent, else for {ATTR_TIMEOUT_S:g} s",
+             "stat_uncached: the kernel's caches dropped; the mount's coherent cache may "
+             "answer", "commits: close() of a file of commit_chunks chunks "
              "written in one os.write; it waits for every chunk's copies (pessimistic "
              "writes, R=2) and the commit of the block-map"]
     if not all(r["stat_uncached"]["caches_dropped"] for r in result["runs"]):

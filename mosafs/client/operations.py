@@ -8,6 +8,7 @@ anything else (a bug) is logged with its traceback and answered with EIO. `init`
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import functools
 import inspect
@@ -15,7 +16,8 @@ import logging
 import math
 import os
 import stat
-from collections.abc import Callable, Coroutine
+import time
+from collections.abc import Callable, Coroutine, Sequence
 from typing import Any, TypeVar
 
 import pyfuse3
@@ -51,6 +53,11 @@ _TIME_NS_MAX = ((1 << 63) - 1) // 10**9 * 10**9
 def _clamp_time(ns: int) -> int:
     return min(max(ns, -_TIME_NS_MAX), _TIME_NS_MAX)
 
+
+# Inodes and names the kernel may keep for longer than the attribute timeout (while the
+# caches are coherent): at most this many of each are tracked, so that they can be taken
+# back; past it the kernel is given the attribute timeout.
+MAX_LONG = 200_000
 
 # Handlers without a request context act as the process that opened the handle.
 _FILE_HANDLE_OPS = frozenset({"read", "write", "flush", "fsync", "release"})
@@ -126,6 +133,50 @@ class Operations(pyfuse3.Operations):
         self.handle_acting: dict[int, acting.Acting | None] = {}
         self.dir_acting: dict[int, acting.Acting | None] = {}
         self.stopping = False  # set at SIGTERM: no new opens for writing
+        # What the kernel was given for longer than the attribute timeout (coherent caches,
+        # mosafs.client.files.coherence): taken back when another mount changes it, or
+        # all of it when coherence is lost.
+        # Each until when (time.monotonic) the kernel may keep it.
+        self._long_inodes = _Held()
+        self._long_names = _Held()
+
+    # -- coherent caches -----------------------------------------------------------------------
+
+    def keep_coherent(self) -> None:
+        """Keep the file system's caches coherent, and the kernel's with them."""
+        coherence = self.fs.keep_coherent()
+        if coherence is not None:
+            coherence.on_changes = self._changed
+            coherence.on_lost = self._lost
+
+    async def _changed(self, inodes: Sequence[int], names: Sequence[tuple[int, str]]) -> None:
+        """Other mounts or the manager changed INODES and NAMES: the kernel forgets what it
+        holds of them for long (what it holds for the attribute timeout ends by itself)."""
+        drop_inodes = [i for i in inodes if self._long_inodes.pop(i, None) is not None]
+        drop_names = [n for n in names if self._long_names.pop(n, None) is not None]
+        if drop_inodes or drop_names:
+            await trio.to_thread.run_sync(_invalidate, drop_inodes, drop_names)
+
+    async def _changed_here(self, *inodes: int) -> None:
+        """This mount changed INODES' attributes in a way the kernel does not see (a
+        commit, an extended attribute's ctime): it forgets what it was given for long.
+        Other mounts hear of it through the change lists."""
+        held = [i for i in inodes if self._long_inodes.pop(i, None) is not None]
+        if held:
+            await trio.to_thread.run_sync(_invalidate, held, [])
+
+    async def _committed(self) -> None:
+        """After a flush, fsync or release: the files it committed (size, times, version)."""
+        await self._changed_here(*self.fs.take_committed())
+
+    async def _lost(self) -> None:
+        """Coherence lost (or the manager's change list restarted): the kernel forgets
+        everything it was given for long."""
+        inodes, names = list(self._long_inodes), list(self._long_names)
+        self._long_inodes.clear()
+        self._long_names.clear()
+        if inodes or names:
+            await trio.to_thread.run_sync(_invalidate, inodes, names)
 
     # -- stopping ------------------------------------------------------------------------------
 
@@ -146,8 +197,9 @@ class Operations(pyfuse3.Operations):
         if flags & os.O_ACCMODE != os.O_RDONLY:
             self._writing[fh] = inode
 
-    def _entry(self, attr: mpb.Attr) -> pyfuse3.EntryAttributes:
-        """Attributes for the kernel; remembers which version of the file it was told."""
+    def _entry(self, attr: mpb.Attr, parent: int = 0, name: str = "") -> pyfuse3.EntryAttributes:
+        """Attributes for the kernel (found as NAME in PARENT, where given); remembers
+        which version of the file it was told, and what it may keep for long."""
         entry = pyfuse3.EntryAttributes()
         kind = _KINDS.get(attr.kind, stat.S_IFREG)
         self._told[attr.inode] = attr.version
@@ -166,8 +218,14 @@ class Operations(pyfuse3.Operations):
         entry.st_mtime_ns = attr.mtime_ns
         entry.st_ctime_ns = attr.ctime_ns
         entry.generation = 0
-        entry.entry_timeout = self.attr_timeout
-        entry.attr_timeout = self.attr_timeout
+        timeout = self.fs.kernel_timeout(attr.inode)
+        entry.entry_timeout = entry.attr_timeout = self.attr_timeout
+        if timeout > self.attr_timeout:
+            until = time.monotonic() + timeout
+            if self._long_inodes.track(attr.inode, until):
+                entry.attr_timeout = timeout
+                if parent and self._long_names.track((parent, name), until):
+                    entry.entry_timeout = timeout
         return entry
 
     # -- never raise ---------------------------------------------------------------------------
@@ -180,6 +238,7 @@ class Operations(pyfuse3.Operations):
         try:
             for inode, count in inode_list:
                 self.fs.forget(inode, count)
+                self._long_inodes.pop(inode, None)
         except Exception:
             log.exception("bug in forget")
 
@@ -187,7 +246,8 @@ class Operations(pyfuse3.Operations):
 
     @_errno_mapped
     async def lookup(self, parent_inode: int, name: bytes, ctx: Any) -> pyfuse3.EntryAttributes:
-        return self._entry(await self.fs.lookup(parent_inode, _decode(name)))
+        text = _decode(name)
+        return self._entry(await self.fs.lookup(parent_inode, text), parent_inode, text)
 
     @_errno_mapped
     async def getattr(self, inode: int, ctx: Any) -> pyfuse3.EntryAttributes:
@@ -213,8 +273,9 @@ class Operations(pyfuse3.Operations):
     @_errno_mapped
     async def mkdir(self, parent_inode: int, name: bytes, mode: int,
                     ctx: Any) -> pyfuse3.EntryAttributes:
-        attr = await self.fs.mkdir(parent_inode, _decode(name), mode & 0o7777, ctx.uid, ctx.gid)
-        return self._entry(attr)
+        text = _decode(name)
+        attr = await self.fs.mkdir(parent_inode, text, mode & 0o7777, ctx.uid, ctx.gid)
+        return self._entry(attr, parent_inode, text)
 
     @_errno_mapped
     async def unlink(self, parent_inode: int, name: bytes, ctx: Any) -> None:
@@ -257,11 +318,11 @@ class Operations(pyfuse3.Operations):
 
     @_errno_mapped
     async def readdir(self, fh: int, start_id: int, token: Any) -> None:
-        _, listing = self._dirs.get(fh, (0, Listing()))
+        inode, listing = self._dirs.get(fh, (0, Listing()))
         index = start_id
         while (entry := await listing.entry(index)) is not None:
-            if not pyfuse3.readdir_reply(token, os.fsencode(entry.name),
-                                         self._entry(self.fs.listed(entry)), index + 1):
+            attr = self._entry(self.fs.listed(entry), inode, entry.name)
+            if not pyfuse3.readdir_reply(token, os.fsencode(entry.name), attr, index + 1):
                 break
             self.fs.entry_handed(entry.attr.inode)  # readdirplus counts as a lookup
             index += 1
@@ -279,11 +340,13 @@ class Operations(pyfuse3.Operations):
     async def create(self, parent_inode: int, name: bytes, mode: int, flags: int,
                      ctx: Any) -> tuple[pyfuse3.FileInfo, pyfuse3.EntryAttributes]:
         self._admit(flags)
-        fh, attr = await self.fs.create_file(parent_inode, _decode(name), mode & 0o7777, flags,
-                                        ctx.uid, ctx.gid)
+        text = _decode(name)
+        fh, attr = await self.fs.create_file(parent_inode, text, mode & 0o7777, flags,
+                                             ctx.uid, ctx.gid)
         self._opened(fh, attr.inode, flags)
         self._paged[attr.inode] = attr.version
-        return pyfuse3.FileInfo(fh=fh, keep_cache=False), self._entry(attr)
+        return (pyfuse3.FileInfo(fh=fh, keep_cache=False),
+                self._entry(attr, parent_inode, text))
 
     @_errno_mapped
     async def open(self, inode: int, flags: int, ctx: Any) -> pyfuse3.FileInfo:
@@ -314,11 +377,17 @@ class Operations(pyfuse3.Operations):
 
     @_errno_mapped
     async def flush(self, fh: int) -> None:
-        await self.fs.flush(fh)
+        try:
+            await self.fs.flush(fh)
+        finally:
+            await self._committed()
 
     @_errno_mapped
     async def fsync(self, fh: int, datasync: bool) -> None:
-        await self.fs.flush(fh, fsync=True)
+        try:
+            await self.fs.flush(fh, fsync=True)
+        finally:
+            await self._committed()
 
     @_errno_mapped
     async def release(self, fh: int) -> None:
@@ -327,14 +396,16 @@ class Operations(pyfuse3.Operations):
         finally:
             self._writing.pop(fh, None)
             self.handle_acting.pop(fh, None)
+            await self._committed()
 
     # -- symlinks, special files, hard links ---------------------------------------------------
 
     @_errno_mapped
     async def symlink(self, parent_inode: int, name: bytes, target: bytes,
                       ctx: Any) -> pyfuse3.EntryAttributes:
-        return self._entry(await self.fs.symlink(parent_inode, _decode(name), target,
-                                                 ctx.uid, ctx.gid))
+        text = _decode(name)
+        return self._entry(await self.fs.symlink(parent_inode, text, target, ctx.uid, ctx.gid),
+                           parent_inode, text)
 
     @_errno_mapped
     async def readlink(self, inode: int, ctx: Any) -> bytes:
@@ -349,13 +420,16 @@ class Operations(pyfuse3.Operations):
         kind = _KIND_OF.get(stat.S_IFMT(mode))
         if kind is None:  # no such file type (the kernel refuses these itself)
             raise pyfuse3.FUSEError(errno.EINVAL)
-        return self._entry(await self.fs.mknod(parent_inode, _decode(name), kind,
-                                               mode & 0o7777, ctx.uid, ctx.gid, rdev))
+        text = _decode(name)
+        return self._entry(await self.fs.mknod(parent_inode, text, kind, mode & 0o7777,
+                                               ctx.uid, ctx.gid, rdev), parent_inode, text)
 
     @_errno_mapped
     async def link(self, inode: int, new_parent_inode: int, new_name: bytes,
                    ctx: Any) -> pyfuse3.EntryAttributes:
-        return self._entry(await self.fs.link(inode, new_parent_inode, _decode(new_name)))
+        text = _decode(new_name)
+        return self._entry(await self.fs.link(inode, new_parent_inode, text),
+                           new_parent_inode, text)
 
     # -- extended attributes -------------------------------------------------------------------
 
@@ -370,16 +444,57 @@ class Operations(pyfuse3.Operations):
     @_errno_mapped
     async def setxattr(self, inode: int, name: bytes, value: bytes, ctx: Any) -> None:
         await self.fs.setxattr(inode, _decode(name), value)
+        await self._changed_here(inode)
 
     @_errno_mapped
     async def removexattr(self, inode: int, name: bytes, ctx: Any) -> None:
         await self.fs.removexattr(inode, _decode(name))
+        await self._changed_here(inode)
+
+
+class _Held(dict[Any, float]):
+    """What the kernel may keep for long, each with until when (time.monotonic)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._prune_at = 0.0
+
+    def track(self, key: Any, until: float) -> bool:
+        """Note that the kernel may keep KEY until UNTIL; False where MAX_LONG are held
+        already. Those past their time are let go first (the kernel let them go too), at
+        most once a second: a full scan per entry handed out would cost more than the
+        kernel's asking again."""
+        if len(self) >= MAX_LONG and key not in self:
+            now = time.monotonic()
+            if now < self._prune_at:
+                return False
+            self._prune_at = now + 1.0
+            for old in [k for k, t in self.items() if t <= now]:
+                del self[old]
+            if len(self) >= MAX_LONG:
+                return False
+        self[key] = max(until, self.get(key, 0.0))
+        return True
+
+
+def _invalidate(inodes: Sequence[int], names: Sequence[tuple[int, str]]) -> None:
+    """In a worker thread (pyfuse3: the calls block until a related request has been
+    answered, which the event loop must stay free to do): the kernel forgets the
+    attributes of INODES and the entries NAMES. One it no longer holds is no error."""
+    for inode in inodes:
+        with contextlib.suppress(OSError):
+            pyfuse3.invalidate_inode(inode, True)
+    for parent, name in names:
+        with contextlib.suppress(OSError):
+            pyfuse3.invalidate_entry(parent, os.fsencode(name))
 
 
 def _check_all_handlers_mapped() -> None:
-    """Every async handler defined here goes through _errno_mapped (except forget)."""
+    """Every async handler defined here goes through _errno_mapped (except forget; the
+    private coroutines are the coherence's callbacks, not handlers)."""
     for name, member in vars(Operations).items():
-        if inspect.iscoroutinefunction(member) and name != "forget":
+        if inspect.iscoroutinefunction(member) and name != "forget" and \
+                not name.startswith("_"):
             assert hasattr(member, "__wrapped__"), f"{name} is not errno-mapped"
 
 

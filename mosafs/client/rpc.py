@@ -24,6 +24,7 @@ from mosafs._proto import benefactor_pb2_grpc as bgrpc
 from mosafs._proto import common_pb2 as cpb
 from mosafs._proto import manager_pb2 as mpb
 from mosafs._proto import manager_pb2_grpc as mgrpc
+from mosafs.capability import MOUNT_KEY
 from mosafs.client import acting
 from mosafs.client.batching import Batcher
 from mosafs.rpc import chunkwire
@@ -72,10 +73,13 @@ class ManagerClient:
     """The manager's RPCs as coroutines."""
 
     def __init__(self, address: str, rpc: Rpc, *, timeout: float = METADATA_TIMEOUT,
-                 identity: Any = PROCESS_IDENTITY) -> None:
+                 identity: Any = PROCESS_IDENTITY, mount_id: str = "") -> None:
         """ADDRESS: HOST:PORT, or several (A,B,C): a cluster's managers, of which the
-        active one is followed (mosafs.rpc.managers)."""
+        active one is followed (mosafs.rpc.managers). MOUNT_ID: named in every call, so
+        that the manager does not list this client's own changes back to it
+        (mosafs.manager.changes)."""
         self.address = address
+        self._mount = ((MOUNT_KEY, mount_id),) if mount_id else ()
         self._managers = Managers(parse_managers(address))
         self._channels = [channel(a, identity) for a in self._managers.addresses]
         self._stubs = [mgrpc.ManagerStub(ch) for ch in self._channels]
@@ -104,7 +108,10 @@ class ManagerClient:
         return [error_of(o.code, o.kind, o.error) if o.code else o.attr
                 for o in reply.outcomes]
 
-    async def _call(self, name: str, request: Any) -> Any:
+    def _metadata(self) -> tuple[tuple[str, str], ...] | None:
+        return (*acting.metadata(), *self._mount) or None
+
+    async def _call(self, name: str, request: Any, timeout: float | None = None) -> Any:
         # wait_for_ready: while the manager is unreachable (restarting), a call waits for
         # it to come back (up to the timeout: then ETIMEDOUT) instead of failing at once.
         # Calls that may run twice are retried with backoff by the channel (service
@@ -114,18 +121,19 @@ class ManagerClient:
         # 1.2-1.3 through threads, and 709-717 creates/s against 600-661 (docs/benchmarks.md,
         # "Metadata"); the limiter still bounds the calls in flight.
         if len(self._managers) > 1:
-            return await self._call_active(name, request)
+            return await self._call_active(name, request, timeout)
         method = getattr(self._stub, name)
         async with self._rpc.limiter:
             return await completion(method.future(
-                request, timeout=self._timeout, wait_for_ready=True,
-                metadata=acting.metadata() or None))
+                request, timeout=timeout or self._timeout, wait_for_ready=True,
+                metadata=self._metadata()))
 
-    async def _call_active(self, name: str, request: Any) -> Any:
+    async def _call_active(self, name: str, request: Any,
+                           timeout: float | None = None) -> Any:
         """NAME(REQUEST) at the active one of several managers: the one that answered
         last first, then the others in turn while a failover lasts (up to the timeout),
         where mosafs.rpc.managers says the call may go elsewhere."""
-        deadline = trio.current_time() + self._timeout
+        deadline = trio.current_time() + (timeout or self._timeout)
         idempotent = name in MANAGER_IDEMPOTENT
         pause = FAILOVER_PAUSE_S
         while True:
@@ -135,7 +143,7 @@ class ManagerClient:
                 async with self._rpc.limiter:
                     return await completion(getattr(self._stubs[index], name).future(
                         request, timeout=max(0.1, min(left, FAILOVER_TRY_S)),
-                        wait_for_ready=False, metadata=acting.metadata() or None))
+                        wait_for_ready=False, metadata=self._metadata()))
             except errors.MosafsError as exc:
                 if not may_go_elsewhere(exc, idempotent) or left <= pause:
                     raise
@@ -150,6 +158,12 @@ class ManagerClient:
     async def getattr(self, inode: int) -> mpb.Attr:
         request = mpb.GetAttrRequest(inode=inode)
         return await self._batched("GetAttr", request, mpb.BatchOp(getattr=request))
+
+    async def changes(self, instance: str, since: int, *, timeout: float) -> mpb.ChangesReply:
+        """What changed in the namespace after SINCE of the manager's change list INSTANCE
+        (mosafs.client.files.coherence)."""
+        return await self._call("Changes", mpb.ChangesRequest(instance=instance, since=since),
+                                timeout)
 
     async def setattr(self, inode: int, **fields: int) -> mpb.Attr:
         return await self._call("SetAttr", mpb.SetAttrRequest(inode=inode, **fields))

@@ -88,6 +88,9 @@ class Manager:
         self.config = config or ManagerConfig()
         self.tokens = tokens
         self.store = store
+        # What mounts are told changed, so that their caches stay coherent (docs/client.md,
+        # "Coherent caches").
+        self.changes = store.changes or store.track_changes()
         # The managers of the cluster for `mosafs status` (set by the process that serves:
         # mosafs.manager.active); None: this one keeps no replication log.
         self.managers: Callable[[], list[manager_pb2.ManagerMember]] | None = None

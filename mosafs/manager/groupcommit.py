@@ -46,6 +46,8 @@ class _Request(Generic[T]):
     body: Callable[[lmdb.Transaction[bytes]], T]
     future: Future[T] = field(default_factory=Future)
     seq: int = 0  # the replication log entry its group became (0: none)
+    tag: str = ""  # whom the body runs for (the observer is told)
+    ops: list[Any] | None = None  # its changes, where they are recorded
 
 
 class Journal(Protocol):
@@ -83,6 +85,10 @@ class GroupCommitter:
         self._closed = False
         self._lock = threading.Lock()
         self.journal: Journal | None = None  # set while a replication log is attached
+        # Without a journal, what records a body's changes for the observer; the observer
+        # is told each committed body's tag and changes before its caller is answered.
+        self.recorder: Callable[[lmdb.Transaction[bytes]], tuple[Any, list[Any]]] | None = None
+        self.observer: Callable[[str, list[Any]], None] | None = None
         self.groups = 0  # transactions committed
         self.bodies = 0  # bodies run (committed or rolled back)
         self._thread = threading.Thread(target=self._serve, name=name, daemon=True)
@@ -94,12 +100,14 @@ class GroupCommitter:
         comes back as it was raised, from the body or from the group's commit."""
         return self.run_sealed(body)[0]
 
-    def run_sealed(self, body: Callable[[lmdb.Transaction[bytes]], T]) -> tuple[T, int]:
-        """As run, with the replication log entry its group became (0: none)."""
+    def run_sealed(self, body: Callable[[lmdb.Transaction[bytes]], T],
+                   tag: str = "") -> tuple[T, int]:
+        """As run, with the replication log entry its group became (0: none). TAG: whom
+        BODY runs for, as the observer is told."""
         if threading.current_thread() is self._thread:
             raise RuntimeError("a write transaction's body started another write: the "
                                "committer would wait for itself")
-        request: _Request[T] = _Request(body)
+        request: _Request[T] = _Request(body, tag=tag)
         with self._lock:
             if self._closed:
                 raise RuntimeError("the metadata store is closed")
@@ -170,6 +178,14 @@ class GroupCommitter:
                 return
         self.groups += 1
         self.bodies += len(group)
+        observer = self.observer
+        if observer is not None:
+            try:
+                for r, (ok, _) in zip(group, outcomes, strict=True):
+                    if ok and r.ops:
+                        observer(r.tag, r.ops)
+            except Exception:  # the commit stands: its callers are answered all the same
+                log.exception("bug in a group commit's observer")
         for r, (ok, value) in zip(group, outcomes, strict=True):
             r.seq = seq
             if ok:
@@ -199,7 +215,8 @@ class GroupCommitter:
         back."""
         child = self._env.begin(write=True, parent=txn)
         journal = self.journal
-        seen, changes = journal.wrap(child) if journal is not None else (child, None)
+        wrap = journal.wrap if journal is not None else self.recorder
+        seen, changes = wrap(child) if wrap is not None else (child, None)
         try:
             value = request.body(seen)
         except BaseException as exc:
@@ -208,4 +225,5 @@ class GroupCommitter:
         child.commit()
         if changes:
             ops.extend(changes)
+            request.ops = changes
         return True, value

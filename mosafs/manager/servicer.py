@@ -11,6 +11,7 @@ import grpc
 
 from mosafs._proto import manager_pb2 as pb
 from mosafs._proto import manager_pb2_grpc
+from mosafs.capability import ORIGIN
 from mosafs.errors import FailedPrecondition, MosafsError
 from mosafs.manager.batches import Batches
 from mosafs.manager.core import Manager
@@ -53,6 +54,17 @@ class ManagerServicer(manager_pb2_grpc.ManagerServicer):
     def _getattr(self, request: pb.GetAttrRequest) -> pb.Attr:
         self._guard.stat(current_caller(), request.inode)
         return self._store.getattr(request.inode)
+
+    def Changes(self, request: pb.ChangesRequest, context: Ctx) -> pb.ChangesReply:
+        if not current_caller().capability.sees_everything:
+            # A certificate limited to part of the namespace, or to some uids, is not told
+            # names it may not see: its mount keeps entries for the attribute timeout.
+            return pb.ChangesReply(reset=True, coherent=False)
+        answer = self._m.changes.since(request.instance, request.since, ORIGIN.get())
+        return pb.ChangesReply(
+            instance=answer.instance, seq=answer.seq, reset=answer.reset, coherent=True,
+            inodes=answer.inodes,
+            names=[pb.ChangedName(parent=p, name=n) for p, n in answer.names])
 
     def Batch(self, request: pb.BatchRequest, context: Ctx) -> pb.BatchResponse:
         return _outcomes(self._batch.run(request.ops))

@@ -15,7 +15,7 @@ ADMIN = frozenset({"admin"})
 BENEFACTOR = frozenset({"benefactor"})
 MANAGER = frozenset({"manager", "admin"})
 
-_NAMESPACE = ("Lookup", "GetAttr", "Batch", "BatchRead", "SetAttr", "ReadDir", "Mkdir",
+_NAMESPACE = ("Lookup", "GetAttr", "Batch", "BatchRead", "Changes", "SetAttr", "ReadDir", "Mkdir",
               "Create", "Unlink", "Rmdir", "Rename", "StatFs", "Symlink", "Readlink", "Mknod",
               "Link", "SetXattr", "GetXattr", "ListXattr", "RemoveXattr")
 _WRITES = ("OpenWrite", "RenewLease", "CommitVersion", "AbortWrite", "FindChunks",

@@ -66,9 +66,9 @@ _OPTIONS = [
     ("grpc.retry_buffer_size", 8 * MAX_MESSAGE_BYTES),
 ]
 _IDEMPOTENT = {
-    "mosafs.v1.Manager": ("Lookup", "GetAttr", "BatchRead", "ReadDir", "StatFs", "Readlink",
-                          "GetXattr", "ListXattr", "FindChunks", "LocateChunks", "GetBlockMap",
-                          "GetVersionStats", "ListVersions", "ListBenefactors",
+    "mosafs.v1.Manager": ("Lookup", "GetAttr", "BatchRead", "Changes", "ReadDir", "StatFs",
+                          "Readlink", "GetXattr", "ListXattr", "FindChunks", "LocateChunks",
+                          "GetBlockMap", "GetVersionStats", "ListVersions", "ListBenefactors",
                           "GetClusterStatus", "GetFolderSettings", "ListFolderSettings",
                           "GetPool", "ListPools", "GetDrainStatus", "RenewLease"),
     "mosafs.v1.Benefactor": ("PutChunk", "PutChunks", "GetChunk", "HasChunks", "GetInfo"),

@@ -104,6 +104,15 @@ def _acting(context: grpc.ServicerContext) -> tuple[int | None, list[int] | None
     return uid, gids
 
 
+def _origin(context: grpc.ServicerContext) -> str:
+    """The mount the request says it comes from ("" if none): used only to leave a
+    mount's own changes out of what it is told (mosafs.manager.changes)."""
+    for key, value in context.invocation_metadata() or ():
+        if key == capability.MOUNT_KEY:
+            return str(value)[:64]
+    return ""
+
+
 def refuse(reason: str, name: str, method: str, message: str) -> None:
     """Log and count a refused request (the caller answers it with a status)."""
     metrics.REFUSALS.labels(reason).inc()
@@ -179,7 +188,12 @@ def _check(context: grpc.ServicerContext, method: str, allowed: frozenset[str]) 
 
 def _wrapped(handler: Any, label: str, method: str, allowed: frozenset[str] | None) -> Any:
     def check(context: grpc.ServicerContext) -> None:
-        _caller.set(capability.ROOT if allowed is None else _check(context, method, allowed))
+        caller = capability.ROOT if allowed is None else _check(context, method, allowed)
+        _caller.set(caller)
+        mount = _origin(context)
+        # Bound to the certificate: a client cannot pass for another's mount, whose
+        # caches would then not hear of its changes.
+        capability.ORIGIN.set(f"{caller.fingerprint.hex()}/{mount}" if mount else "")
 
     def record(started: float, context: grpc.ServicerContext, failed: bool) -> None:
         metrics.RPC_SERVER_SECONDS.labels(label, method).observe(time.perf_counter() - started)

@@ -7,15 +7,23 @@
 * bytes written on mount 1 and not yet closed (or fsynced) are invisible on mount 2, which
   keeps reading the previous version;
 * names created or removed on mount 1 show on mount 2 within the entry/attribute timeout
-  (1 s on both the kernel and the client cache; the test polls for up to ENTRY_WAIT).
+  (1 s on both the kernel and the client cache; the test polls for up to ENTRY_WAIT);
+* with coherent caches (docs/client.md, "Coherent caches"), mount 2 keeps names and
+  attributes well past that timeout without asking the manager, and still sees mount 1's
+  changes to them within ENTRY_WAIT; a paused manager ends that within the lease.
 """
 
 from __future__ import annotations
 
 import errno
+import json
 import os
+import signal
+import stat
+import threading
 import time
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import blake3
@@ -62,15 +70,21 @@ def wait_for(check: Callable[[], bool], timeout: float = ENTRY_WAIT) -> float:
 
 
 @pytest.fixture
-def mounts(start_cluster, tmp_path: Path) -> Iterator[tuple[Path, Path]]:
-    cluster: UpCluster = start_cluster()
+def two(start_cluster, tmp_path: Path) -> Iterator[tuple[UpCluster, Path]]:
+    """A cluster with its mount, and a second mount of it."""
+    with _two(start_cluster(), tmp_path) as both:
+        yield both
+
+
+@contextmanager
+def _two(cluster: UpCluster, tmp_path: Path) -> Iterator[tuple[UpCluster, Path]]:
     mnt2 = tmp_path / "mnt2"
     mnt2.mkdir()
     second = harness.start("mount2", ["mount", str(mnt2), "--manager", cluster.manager,
                                       "--tls-dir", str(cluster.data_dir / "tls"),
                                       "--tls-name", "client"], tmp_path / "procs")
     try:
-        yield cluster.mountpoint, mnt2
+        yield cluster, mnt2
     finally:
         try:
             second.stop()
@@ -78,6 +92,11 @@ def mounts(start_cluster, tmp_path: Path) -> Iterator[tuple[Path, Path]]:
             if os.path.ismount(mnt2):
                 os.system(f"fusermount3 -u -z {mnt2}")
         assert not os.path.ismount(mnt2), "the second mount was left behind"
+
+
+@pytest.fixture
+def mounts(two: tuple[UpCluster, Path]) -> tuple[Path, Path]:
+    return two[0].mountpoint, two[1]
 
 
 def test_fuse_two_mounts_close_to_open(mounts: tuple[Path, Path]) -> None:
@@ -183,3 +202,78 @@ def test_fuse_two_mounts_names_within_the_entry_timeout(mounts: tuple[Path, Path
     wait_for(lambda: os.path.exists(m1 / "d" / "from2"))
     assert read(m1 / "d" / "from2") == b"from mount 2"
     print(f"new file visible on the other mount after {waited:.3f} s")
+
+
+METADATA_CALLS = ("Lookup", "GetAttr", "Batch", "BatchRead", "ReadDir")
+
+
+def _metadata_calls(cluster: UpCluster) -> float:
+    served = harness.scrape(cluster.info["metrics"]["manager"])
+    return sum(served.get(f"mosafs_rpc_server_seconds_count{{method={m},service=manager}}", 0)
+               for m in METADATA_CALLS)
+
+
+def test_fuse_two_mounts_coherent_caches_stay_and_hear_of_changes(
+        two: tuple[UpCluster, Path]) -> None:
+    cluster, m2 = two
+    m1 = cluster.mountpoint
+    (m1 / "d").mkdir()
+    for i in range(20):
+        write(m1 / "d" / f"f{i}", b"x" * i)
+    wait_for(lambda: len(os.listdir(m2 / "d")) == 20)
+    sizes = [os.stat(m2 / "d" / f"f{i}").st_size for i in range(20)]
+    assert sizes == list(range(20))
+    # Answers that came while mount 1's changes of them were being listed live 1 s: once
+    # more, after the writes' lists have all come.
+    time.sleep(1.5)
+    assert [os.stat(m2 / "d" / f"f{i}").st_size for i in range(20)] == sizes
+    time.sleep(1.5)  # past the 1 s attribute timeout
+    before = _metadata_calls(cluster)
+    for _ in range(3):
+        assert [os.stat(m2 / "d" / f"f{i}").st_size for i in range(20)] == sizes
+    assert _metadata_calls(cluster) == before, "stats of cached names asked the manager"
+
+    # Mount 1 changes what mount 2 holds: mount 2 sees each change without opening.
+    os.chmod(m1 / "d" / "f0", 0o600)
+    os.rename(m1 / "d" / "f1", m1 / "d" / "r1")
+    os.unlink(m1 / "d" / "f2")
+    write(m1 / "d" / "f3", b"longer than before")
+    wait_for(lambda: stat.S_IMODE(os.stat(m2 / "d" / "f0").st_mode) == 0o600)
+    wait_for(lambda: not os.path.exists(m2 / "d" / "f1"))
+    assert os.stat(m2 / "d" / "r1").st_size == 1
+    wait_for(lambda: not os.path.exists(m2 / "d" / "f2"))
+    wait_for(lambda: os.stat(m2 / "d" / "f3").st_size == len(b"longer than before"))
+    assert read(m2 / "d" / "f3") == b"longer than before"
+    assert sorted(os.listdir(m2 / "d")) == sorted(
+        ["f0", "r1", *(f"f{i}" for i in range(3, 20))])
+
+
+# The benefactors' heartbeats meet the paused manager too.
+PAUSE_NOISE = [r"WARNING mosafs\.benefactor\[\d+\]: manager \S+ unreachable"]
+
+
+def test_fuse_two_mounts_a_paused_manager_ends_the_long_cache(
+        start_cluster, tmp_path: Path) -> None:
+    with _two(start_cluster(expected_noise=PAUSE_NOISE), tmp_path) as (cluster, m2):
+        _paused_manager(cluster, m2)
+
+
+def _paused_manager(cluster: UpCluster, m2: Path) -> None:
+    write(cluster.mountpoint / "x", b"cached")
+    wait_for(lambda: os.path.exists(m2 / "x"))
+    assert os.stat(m2 / "x").st_size == 6
+    ready = json.loads((cluster.data_dir / "run" / "manager.ready.json").read_text())
+    done: list[int] = []
+    os.kill(int(ready["pid"]), signal.SIGSTOP)
+    try:
+        time.sleep(2.0)  # past the 1 s lease of the change lists
+        asker = threading.Thread(target=lambda: done.append(os.stat(m2 / "x").st_size))
+        asker.start()
+        asker.join(1.0)
+        # Nothing cached outlived the lease: the stat waits for the manager.
+        assert not done, "a stat was answered from a cache past its lease"
+    finally:
+        os.kill(int(ready["pid"]), signal.SIGCONT)
+    asker.join(30)
+    assert done == [6]
+    assert os.stat(m2 / "x").st_size == 6

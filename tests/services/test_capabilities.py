@@ -138,6 +138,16 @@ def test_services_restricted_client_reaches_nothing_outside_its_subtree(
     # The way down is visible, and only it: the root lists jobA alone.
     listing = job.ReadDir(mpb.ReadDirRequest(inode=ROOT))
     assert [e.name for e in listing.entries] == ["jobA"]
+    # Nor do the mounts' change lists tell it of the rest: it gets none (its mount keeps
+    # entries for the attribute timeout), where an unrestricted client gets jobB's names.
+    for name in ("jobA", "anyuser"):  # a subtree; any uid but root, who owns jobB
+        told = stub(cluster["manager"].address, tls, name).Changes(mpb.ChangesRequest())
+        assert not told.coherent and told.reset and not told.names and not told.inodes
+    root = stub(cluster["manager"].address, tls, "doomed")  # sees everything
+    first = root.Changes(mpb.ChangesRequest())
+    assert first.coherent and first.reset  # a first question: no position yet
+    assert (b, "secret") in {(n.parent, n.name) for n in root.Changes(
+        mpb.ChangesRequest(instance=first.instance, since=0)).names}
     assert job.Lookup(mpb.LookupRequest(parent=ROOT, name="jobA")).inode == cluster["jobA"]
 
 

@@ -1,6 +1,7 @@
 """The mount's attribute cache (mosafs.client.files.attrcache): a listing keeps all its
 entries, and the names and attributes of its first LISTING_ENTRIES one by one (the kernel
-has the others from the listing itself)."""
+has the others from the listing itself); entries live long only while the cache is
+coherent, and an answer during which changes were listed lives the attribute timeout."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ def _entries(n: int) -> list[mpb.DirEntry]:
 def test_a_large_listing_caches_its_first_entries_one_by_one() -> None:
     cache = AttrCache(60.0)
     entries = _entries(attrcache.LISTING_ENTRIES + 5)
-    cache.put_listing(7, entries)
+    cache.put_listing(7, entries, cache.generation)
     assert cache.listing(7) == entries  # the whole listing
     last = attrcache.LISTING_ENTRIES - 1
     assert cache.child(7, f"f{last}") == 100 + last
@@ -28,7 +29,7 @@ def test_a_large_listing_caches_its_first_entries_one_by_one() -> None:
 
 def test_a_small_listing_caches_every_entry() -> None:
     cache = AttrCache(60.0)
-    cache.put_listing(7, _entries(3))
+    cache.put_listing(7, _entries(3), cache.generation)
     assert [cache.child(7, f"f{i}") for i in range(3)] == [100, 101, 102]
 
 
@@ -50,3 +51,44 @@ def test_ttl_dict_expires_entries_and_empties_itself_when_full() -> None:
     assert len(d) == 3 and d.get("c") == 9
     d["f"] = 5  # full: emptied, then F
     assert len(d) == 1 and d.get("f") == 5 and d.get("c") is None
+
+
+def test_entries_live_long_only_while_coherent_and_not_across_a_listed_change() -> None:
+    now = [0.0]
+    cache = AttrCache(1.0, 60.0, timer=lambda: now[0])
+    coherent = [False]
+    cache.coherent = lambda: coherent[0]
+    cache.put_entry(1, "a", mpb.Attr(inode=10), cache.generation)
+    assert cache.left(10) == 1.0  # not coherent: the attribute timeout
+    coherent[0] = True
+    cache.put_entry(1, "a", mpb.Attr(inode=10), cache.generation)
+    assert cache.left(10) == 60.0
+    asked = cache.generation
+    cache.invalidate([11], [])  # a change listed while an answer about it was on its way
+    cache.invalidate([99], [(1, "c")])  # and changes of others
+    cache.put_entry(1, "b", mpb.Attr(inode=11), asked)
+    assert cache.left(11) == 1.0
+    cache.put_entry(1, "e", mpb.Attr(inode=12), asked)  # nothing listed of it
+    assert cache.left(12) == 60.0
+    cache.put_listing(1, [], asked)  # a name in it was listed
+    assert cache.listing(1) is not None
+    now[0] += 1.5
+    assert cache.listing(1) is None and cache.attr(12) is not None
+    now[0] -= 1.5
+    now[0] += 2.0
+    assert cache.child(1, "b") is None and cache.attr(11) is None
+    assert cache.child(1, "a") == 10 and cache.attr(10) is not None
+
+
+def test_invalidate_drops_the_inodes_the_names_and_their_directories() -> None:
+    cache = AttrCache(60.0)
+    cache.put_listing(7, _entries(3), cache.generation)
+    cache.put(mpb.Attr(inode=7, nlink=2), cache.generation)
+    cache.put(mpb.Attr(inode=55), cache.generation)
+    cache.invalidate([101], [(7, "f2")])
+    assert cache.attr(101) is None  # listed inode
+    assert cache.child(7, "f2") is None and cache.attr(102) is None  # listed name
+    assert cache.listing(7) is None and cache.attr(7) is None  # its directory
+    assert cache.child(7, "f0") == 100 and cache.attr(55) is not None  # the rest stays
+    cache.clear()
+    assert cache.attr(55) is None and cache.child(7, "f0") is None

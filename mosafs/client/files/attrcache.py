@@ -1,14 +1,24 @@
 """The client's metadata caches: attributes by inode, names by (parent, name), directory
-listings. Entries live for the attribute timeout (what the kernel is told too), and every
-change this mount makes updates or drops what it touches, so this mount always sees its own
-changes at once and other mounts' changes within the timeout. A file's version is
-revalidated on every open (close-to-open), see FileSystem.open.
+listings. Every change this mount makes updates or drops what it touches, so this mount
+always sees its own changes at once. Other mounts' changes:
+
+- while the cache is coherent (mosafs.client.files.coherence: the manager lists every
+  change since the mount last asked, a few times a second), an entry lives for the
+  coherent timeout, and what the manager lists is dropped (`invalidate`); an answer about
+  an inode or name of which a change was listed while the answer was on its way is kept
+  for the attribute timeout only, since it may be from before that change;
+- otherwise entries live for the attribute timeout, and other mounts' changes are seen
+  within it.
+
+The kernel is told an entry's remaining life (FUSE entry and attribute timeouts). A
+file's version is revalidated on every open (close-to-open), see FileSystem.open.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections import deque
+from collections.abc import Callable, Iterable
 from typing import Generic, TypeVar
 
 from mosafs._proto import manager_pb2 as mpb
@@ -22,6 +32,7 @@ MAX_ENTRIES = 100_000
 # and inserting 100,000 of them into the TTL caches was half the mount's CPU of an
 # `ls -l` of that directory (py-spy, docs/benchmarks.md, "Metadata").
 LISTING_ENTRIES = 10_000
+RECENT = 64  # change lists remembered for answers still on their way (5 per second come)
 
 
 class TtlDict(Generic[K, V]):
@@ -37,6 +48,19 @@ class TtlDict(Generic[K, V]):
         self._maxsize = maxsize
         self._ttl = ttl
         self._timer = timer
+
+    def put(self, key: K, value: V, ttl: float) -> None:
+        if len(self._data) >= self._maxsize and key not in self._data:
+            self._data.clear()
+        self._data[key] = (value, self._timer() + ttl)
+
+    def left(self, key: K) -> float:
+        """Seconds KEY has left (0: not held)."""
+        item = self._data.get(key)
+        return max(0.0, item[1] - self._timer()) if item is not None else 0.0
+
+    def clear(self) -> None:
+        self._data.clear()
 
     def get(self, key: K) -> V | None:
         item = self._data.get(key)
@@ -61,10 +85,23 @@ class TtlDict(Generic[K, V]):
 
 
 class AttrCache:
-    def __init__(self, ttl: float) -> None:
-        self._attrs: TtlDict[int, mpb.Attr] = TtlDict(MAX_ENTRIES, ttl)
-        self._names: TtlDict[tuple[int, str], int] = TtlDict(MAX_ENTRIES, ttl)
-        self._listings: TtlDict[int, list[mpb.DirEntry]] = TtlDict(MAX_ENTRIES // 10, ttl)
+    """TTL: the attribute timeout; COHERENT_TTL: an entry's life while the cache is
+    coherent (`coherent` says whether it is now; set by mosafs.client.files.coherence)."""
+
+    def __init__(self, ttl: float, coherent_ttl: float | None = None,
+                 timer: Callable[[], float] = time.monotonic) -> None:
+        self.ttl = ttl
+        self.coherent_ttl = ttl if coherent_ttl is None else max(ttl, coherent_ttl)
+        self.coherent: Callable[[], bool] = lambda: False
+        # Counts the change lists taken: an answer asked for at generation G is kept long
+        # only if no list taken since G named what it is about (`since`). The lists of the
+        # last RECENT generations are kept for that; an older G is kept short.
+        self.generation = 0
+        self._recent: deque[tuple[int, frozenset[int], frozenset[tuple[int, str]]]] = deque()
+        self._attrs: TtlDict[int, mpb.Attr] = TtlDict(MAX_ENTRIES, ttl, timer)
+        self._names: TtlDict[tuple[int, str], int] = TtlDict(MAX_ENTRIES, ttl, timer)
+        self._listings: TtlDict[int, list[mpb.DirEntry]] = TtlDict(MAX_ENTRIES // 10, ttl,
+                                                                  timer)
         # Inodes with open handles keep their newest attributes without expiry: a file
         # unlinked while open still has attributes until its last close.
         self._pinned: dict[int, mpb.Attr] = {}
@@ -88,27 +125,74 @@ class AttrCache:
     def listing(self, inode: int) -> list[mpb.DirEntry] | None:
         return self._listings.get(inode)
 
-    def put(self, attr: mpb.Attr) -> mpb.Attr:
-        self._attrs[attr.inode] = attr
+    def life(self, since: int | None, inode: int = 0, name: tuple[int, str] | None = None,
+             parent: int = 0) -> float:
+        """How long an answer asked for at generation SINCE lives (None: one this mount's
+        own change made, which the manager lists to others, not to it): about INODE, the
+        name NAME, or the names in directory PARENT."""
+        if not self.coherent():
+            return self.ttl
+        if since is None or since == self.generation:
+            return self.coherent_ttl
+        if not self._recent or since < self._recent[0][0] - 1:
+            return self.ttl  # older than what is kept: it may have missed anything
+        for gen, inodes, names in self._recent:
+            if gen > since and (inode in inodes or name in names or parent in inodes or
+                                (parent and any(p == parent for p, _ in names))):
+                return self.ttl
+        return self.coherent_ttl
+
+    def left(self, inode: int) -> float:
+        """Seconds INODE's attributes have left here (0: none cached)."""
+        return self._attrs.left(inode)
+
+    def put(self, attr: mpb.Attr, since: int | None = None) -> mpb.Attr:
+        self._attrs.put(attr.inode, attr, self.life(since, attr.inode))
         if attr.inode in self._pinned:
             self._pinned[attr.inode] = attr
         return attr
 
-    def put_entry(self, parent: int, name: str, attr: mpb.Attr) -> mpb.Attr:
-        self._names[(parent, name)] = attr.inode
-        return self.put(attr)
+    def put_entry(self, parent: int, name: str, attr: mpb.Attr,
+                  since: int | None = None) -> mpb.Attr:
+        key = (parent, name)
+        self._names.put(key, attr.inode, self.life(since, attr.inode, key))
+        return self.put(attr, since)
 
-    def put_listing(self, inode: int, entries: list[mpb.DirEntry]) -> None:
-        """The listing of directory INODE, and the names and attributes of its first
-        LISTING_ENTRIES entries."""
-        self._listings[inode] = entries
+    def put_listing(self, inode: int, entries: list[mpb.DirEntry], since: int) -> None:
+        """The listing of directory INODE, asked for at generation SINCE, and the names and
+        attributes of its first LISTING_ENTRIES entries."""
+        life = self.life(since, parent=inode)
+        self._listings.put(inode, entries, life)
         for entry in entries[:LISTING_ENTRIES]:
-            self.put_entry(inode, entry.name, entry.attr)
+            self._names.put((inode, entry.name), entry.attr.inode, life)
+            self._attrs.put(entry.attr.inode, entry.attr, life)
+
+    def invalidate(self, inodes: Iterable[int], names: Iterable[tuple[int, str]]) -> None:
+        """Another mount, or the manager, changed INODES' attributes and NAMES."""
+        inodes, names = frozenset(inodes), frozenset(names)
+        self.generation += 1
+        self._recent.append((self.generation, inodes, names))
+        while len(self._recent) > RECENT:
+            self._recent.popleft()
+        for inode in inodes:
+            self._attrs.pop(inode, None)
+            self._listings.pop(inode, None)
+        for parent, name in names:
+            self.drop_entry(parent, name)
+
+    def clear(self) -> None:
+        """Forget everything but the pinned attributes (coherence lost, or a reset)."""
+        self.generation += 1
+        self._recent.clear()
+        self._attrs.clear()
+        self._names.clear()
+        self._listings.clear()
 
     def drop(self, inode: int) -> None:
         self._attrs.pop(inode, None)
 
-    def entry_made(self, parent: int, name: str, attr: mpb.Attr, *, subdir: bool) -> mpb.Attr:
+    def entry_made(self, parent: int, name: str, attr: mpb.Attr, *, subdir: bool,
+                   since: int | None = None) -> mpb.Attr:
         """NAME in PARENT was just made as ATTR (a create, mkdir, symlink, mknod or link).
         The manager set the parent's mtime and ctime to ATTR's ctime in the same
         transaction (and one more link for a SUBDIR), so a cached copy of the parent is
@@ -125,8 +209,8 @@ class AttrCache:
             updated.CopyFrom(parent_attr)
             updated.mtime_ns = updated.ctime_ns = attr.ctime_ns
             updated.nlink += int(subdir)
-            self.put(updated)
-        return self.put_entry(parent, name, attr)
+            self._attrs.put(parent, updated, self.life(since, parent))
+        return self.put_entry(parent, name, attr, since)
 
     def drop_entry(self, parent: int, name: str) -> None:
         """A name changed in PARENT: forget the name, its inode's attributes (nlink and

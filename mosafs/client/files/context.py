@@ -46,6 +46,10 @@ class ClientConfig:
     gpu_pinned_bytes: int = GPU_PINNED_BYTES
     spill_dir: Path | None = None     # temp files for non-sequential writes
     attr_timeout: float = 1.0
+    # How long metadata stays cached (here and in the kernel) while the manager's change
+    # lists keep the caches coherent (docs/client.md, "Coherent caches"); 0: never longer
+    # than attr_timeout (no change lists asked for).
+    coherent_timeout: float = 60.0
     dedupe_with_index: bool = True    # also ask the manager's chunk index before sending
     dedupe_with_base: bool = True     # skip chunks of the base version (off: benchmarks'
                                       # "content addressing off" baseline sends everything)
@@ -67,7 +71,7 @@ class ClientContext:
         # IDENTITY: the certificate of every channel (default: the process's; a library
         # client in an application's process brings its own).
         self.manager = ManagerClient(config.manager, self.rpc, timeout=config.manager_timeout,
-                                     identity=identity)
+                                     identity=identity, mount_id=self.client_id)
         self.benefactors = Benefactors(self.rpc, identity=identity)
         self.puts = PutGroups(self.benefactors)  # the write pipelines' chunk puts
         self.fetcher = ChunkFetcher(self.benefactors, config.cache_bytes, self.spawn,

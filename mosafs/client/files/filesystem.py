@@ -15,6 +15,7 @@ from mosafs import errors, metrics
 from mosafs._proto import manager_pb2 as mpb
 from mosafs.client.files.attrcache import AttrCache
 from mosafs.client.files.blockmap import BlockMapView, coded_of
+from mosafs.client.files.coherence import Coherence
 from mosafs.client.files.context import ClientContext
 from mosafs.client.files.listing import Listing
 from mosafs.client.files.readahead import MINIMUM, ReadAhead
@@ -50,7 +51,13 @@ class FileSystem:
         self._sessions: dict[int, WriteSession] = {}
         self._writers: dict[int, int] = {}  # inode -> open writable handles
         self._session_locks: dict[int, trio.Lock] = {}
-        self._cache = AttrCache(ctx.config.attr_timeout)
+        self._cache = AttrCache(ctx.config.attr_timeout, ctx.config.coherent_timeout)
+        # Started by `keep_coherent` (the mount does; a library client keeps the attribute
+        # timeout).
+        self.coherence: Coherence | None = None
+        # Inodes committed since the FUSE layer last took them (`take_committed`): the
+        # kernel's attributes of them are out of date.
+        self._committed: set[int] = set()
         # Newest version this mount committed or opened, per inode with open handles: every
         # descriptor of a file on this machine reads the same bytes (POSIX), so a handle
         # whose view is older catches up before it reads.
@@ -73,6 +80,29 @@ class FileSystem:
     @property
     def manager(self):  # type: ignore[no-untyped-def]
         return self.ctx.manager
+
+    def keep_coherent(self) -> Coherence | None:
+        """Start keeping the caches coherent with the manager's change lists, for the
+        mount's life (None where the configuration says not to)."""
+        if self.ctx.config.coherent_timeout <= self.ctx.config.attr_timeout:
+            return None
+        self.coherence = Coherence(self.manager, self._cache)
+        self.ctx.spawn(self.coherence.run)
+        return self.coherence
+
+    def take_committed(self) -> set[int]:
+        """The inodes this mount committed since the last call."""
+        committed, self._committed = self._committed, set()
+        return committed
+
+    def kernel_timeout(self, inode: int) -> float:
+        """How long the kernel may keep INODE's attributes (and the name it was just given
+        by): what the cache here has left of them, at least the attribute timeout. Views
+        and files with uncommitted writes get the attribute timeout."""
+        session = self._sessions.get(inode)
+        if is_virtual(inode) or (session is not None and session.dirty):
+            return self._cache.ttl
+        return max(self._cache.ttl, self._cache.left(inode))
 
     # -- attributes and namespace ------------------------------------------------------------
 
@@ -100,7 +130,9 @@ class FileSystem:
         inode = self._cache.child(parent, name)
         attr = self._cache.attr(inode) if inode is not None else None
         if attr is None:
-            attr = self._cache.put_entry(parent, name, await self.manager.lookup(parent, name))
+            since = self._cache.generation
+            found = await self.manager.lookup(parent, name)
+            attr = self._cache.put_entry(parent, name, found, since)
         return self._overlay(attr)
 
     async def getattr(self, inode: int) -> Attr:
@@ -109,7 +141,8 @@ class FileSystem:
         attr = self._cache.attr(inode)
         if attr is None:
             try:
-                attr = self._cache.put(await self.manager.getattr(inode))
+                since = self._cache.generation
+                attr = self._cache.put(await self.manager.getattr(inode), since)
             except errors.NotFound:
                 attr = self._orphan_attr(inode)
         return self._overlay(attr)
@@ -135,7 +168,8 @@ class FileSystem:
             session.mtime_ns = fields["mtime_ns"]
         if fields:
             try:
-                self._cache.put(await self.manager.setattr(inode, **fields))
+                since = self._cache.generation
+                self._cache.put(await self.manager.setattr(inode, **fields), since)
             except errors.NotFound:
                 # Unlinked while open: the change lives as long as the handles do.
                 orphan = self._orphan_attr(inode)
@@ -152,11 +186,12 @@ class FileSystem:
         cached = self._cache.listing(inode)
         if cached is not None:
             return Listing(cached)
+        since = self._cache.generation
         pages = self.manager.readdir_pages(inode)
         first = await anext(pages)  # errors (not a directory, refused) come at opendir
         listing = Listing(first, done=False)
         self.ctx.spawn(listing.fill, pages,
-                       lambda entries: self._cache.put_listing(inode, entries))
+                       lambda entries: self._cache.put_listing(inode, entries, since))
         return listing
 
     def listed(self, entry: DirEntry) -> Attr:
@@ -179,14 +214,16 @@ class FileSystem:
 
     async def mkdir(self, parent: int, name: str, mode: int, uid: int, gid: int) -> Attr:
         self._writable(parent)
+        since = self._cache.generation
         attr = await self.manager.mkdir(parent, name, mode, uid, gid)
-        return self._created(parent, name, attr)
+        return self._created(parent, name, attr, since)
 
     async def symlink(self, parent: int, name: str, target: bytes, uid: int,
                       gid: int) -> Attr:
         self._writable(parent)
+        since = self._cache.generation
         attr = await self.manager.symlink(parent, name, target, uid, gid)
-        return self._created(parent, name, attr)
+        return self._created(parent, name, attr, since)
 
     async def readlink(self, inode: int) -> bytes:
         if is_virtual(inode):
@@ -198,21 +235,24 @@ class FileSystem:
         """A FIFO, socket or device node (RDEV: its device number), or an empty regular
         file (mknod(2) may make one)."""
         self._writable(parent)
+        since = self._cache.generation
         if kind == mpb.FILE_KIND_REGULAR:
             attr = await self.manager.create(parent, name, mode, uid, gid, exclusive=True)
         else:
             attr = await self.manager.mknod(parent, name, kind, mode, uid, gid, rdev)
-        return self._created(parent, name, attr)
+        return self._created(parent, name, attr, since)
 
     async def link(self, inode: int, new_parent: int, new_name: str) -> Attr:
         self._writable(inode, new_parent)
+        since = self._cache.generation
         attr = await self.manager.link(inode, new_parent, new_name)
-        return self._overlay(self._created(new_parent, new_name, attr))
+        return self._overlay(self._created(new_parent, new_name, attr, since))
 
-    def _created(self, parent: int, name: str, attr: Attr) -> Attr:
-        """NAME in PARENT was made (or linked) as ATTR: the manager gave PARENT the new
-        entry's ctime as its mtime and ctime, in the same transaction."""
-        return self._cache.entry_made(parent, name, attr,
+    def _created(self, parent: int, name: str, attr: Attr, since: int) -> Attr:
+        """NAME in PARENT was made (or linked) as ATTR, asked for at cache generation
+        SINCE: the manager gave PARENT the new entry's ctime as its mtime and ctime, in
+        the same transaction."""
+        return self._cache.entry_made(parent, name, attr, since=since,
                                       subdir=attr.kind == mpb.FILE_KIND_DIRECTORY)
 
     async def unlink(self, parent: int, name: str) -> None:
@@ -314,9 +354,10 @@ class FileSystem:
     async def create_file(self, parent: int, name: str, mode: int, flags: int, uid: int,
                      gid: int) -> tuple[int, Attr]:
         self._writable(parent)
+        since = self._cache.generation
         attr = await self.manager.create(parent, name, mode, uid, gid,
                                          exclusive=bool(flags & os.O_EXCL))
-        self._created(parent, name, attr)
+        self._created(parent, name, attr, since)
         # Empty and without a version: made now, or an empty file that was there (create
         # without O_EXCL returns it); either way a write starts from nothing.
         fh, _ = await self.open(attr.inode, flags, new=not attr.version and not attr.size)
@@ -506,6 +547,7 @@ class FileSystem:
             return
         if reply is not None:
             self._cache.put(reply.attr)
+            self._committed.add(session.inode)
             self._latest[session.inode] = reply.version
             await self._refresh_views(session.inode, reply.version)
 

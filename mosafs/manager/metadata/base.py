@@ -22,9 +22,11 @@ from typing import Any, Self, TypeVar, cast
 
 import lmdb
 
+from mosafs import capability
 from mosafs._proto import metadata_pb2
 from mosafs.errors import ConfigError
 from mosafs.manager import pools
+from mosafs.manager.changes import ChangeList
 from mosafs.manager.groupcommit import GroupCommitter
 from mosafs.manager.mapsize import MapGrown, MapSizer, initial_size
 from mosafs.manager.metadata.schema import (
@@ -97,6 +99,9 @@ class StoreBase:
         # The replication log of an active manager with standbys (mosafs.manager.replog,
         # attach_log); None: nothing is recorded.
         self.log: ReplicationLog | None = None
+        # The namespace's recent changes, for the mounts' caches (track_changes); None:
+        # not kept.
+        self.changes: ChangeList | None = None
         # The sub-databases in schema order: a log entry's changes name them by index.
         self._dbs = [getattr(self._db, f.name) for f in fields(_Dbs)]
         self._db_index = {db: i for i, db in enumerate(self._dbs)}
@@ -141,7 +146,8 @@ class StoreBase:
         seq = 0
         try:
             with self._map.gate.shared(), self._env.begin(write=True) as txn:
-                rec = Recorder(txn, self._db_index) if journal is not None else None
+                recorded = journal is not None or (logged and self.changes is not None)
+                rec = Recorder(txn, self._db_index) if recorded else None
                 tx = Tx(cast("lmdb.Transaction[bytes]", rec or txn), self._db)
                 yield tx
                 if journal is not None and rec is not None and rec.ops:
@@ -155,6 +161,8 @@ class StoreBase:
                 raise self._map.full(seen, grows=grows) from None
             raise
         self._committed(tx)
+        if logged and self.changes is not None and rec is not None and rec.ops:
+            self.changes.record(capability.ORIGIN.get(), rec.ops)
         if seq:
             cast(ReplicationLog, journal).append(seq, cast(Recorder, rec).ops)
             cast(ReplicationLog, journal).wait_confirmed(seq)
@@ -178,7 +186,7 @@ class StoreBase:
             return body(made[-1])
 
         try:
-            result, seq = self._committer.run_sealed(run)
+            result, seq = self._committer.run_sealed(run, capability.ORIGIN.get())
         except lmdb.MapFullError:
             raise self._map.full(seen, grows=grows) from None
         with self._count_lock:
@@ -194,6 +202,20 @@ class StoreBase:
         self.log = journal
         self._committer.journal = _Journal(journal, self._db_index, self._db.meta,
                                            self._replay)
+
+    def track_changes(self) -> ChangeList:
+        """From now on every committed change to inodes and names is listed in the
+        ChangeList returned (mosafs.manager.changes), with the mount it came from."""
+        changes = ChangeList(self._db_index[self._db.inodes], self._db_index[self._db.dirents])
+        self.changes = changes
+
+        def record(txn: lmdb.Transaction[bytes]) -> tuple[Any, list[Any]]:
+            rec = Recorder(txn, self._db_index)
+            return rec, rec.ops
+
+        self._committer.recorder = record
+        self._committer.observer = changes.record
+        return changes
 
     @_rerun_if_grown
     def _replay(self, seq: int, epoch: int, ops: list[Op]) -> None:

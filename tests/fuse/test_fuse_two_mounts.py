@@ -10,7 +10,8 @@
   (1 s on both the kernel and the client cache; the test polls for up to ENTRY_WAIT);
 * with coherent caches (docs/client.md, "Coherent caches"), mount 2 keeps names and
   attributes well past that timeout without asking the manager, and still sees mount 1's
-  changes to them within ENTRY_WAIT; a paused manager ends that within the lease.
+  changes to them within ENTRY_WAIT; a paused manager ends that within the lease, and an
+  idle mount stops asking until it is used again.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from pathlib import Path
 import blake3
 import pytest
 
+from mosafs.client.files.coherence import IDLE_S
 from tests import harness
 from tests.conftest import UpCluster
 
@@ -277,3 +279,23 @@ def _paused_manager(cluster: UpCluster, m2: Path) -> None:
     asker.join(30)
     assert done == [6]
     assert os.stat(m2 / "x").st_size == 6
+
+
+def test_fuse_an_idle_mount_stops_asking_for_changes(start_cluster) -> None:
+    cluster: UpCluster = start_cluster()
+    url = cluster.info["metrics"]["client"]
+    key = "mosafs_rpc_client_seconds_count{method=Changes,service=manager}"
+
+    def asked() -> float:
+        return harness.scrape(url).get(key, 0.0)
+
+    assert not os.path.exists(cluster.mountpoint / "nothing")  # a lookup: in use
+    time.sleep(1.0)
+    assert asked() >= 3  # about five questions a second while in use
+    time.sleep(IDLE_S + 1.0)
+    idle = asked()
+    time.sleep(1.5)
+    assert asked() == idle, "an idle mount kept asking"
+    assert not os.path.exists(cluster.mountpoint / "nothing either")  # in use again
+    time.sleep(1.0)
+    assert asked() >= idle + 3

@@ -17,6 +17,12 @@ mount followed), as does one whose list no longer reaches back to the mount's po
 the caches are dropped the same way, and the mount follows the new list. A mount whose
 certificate may not see the whole namespace is not given change lists: it stays on the
 attribute timeout.
+
+An idle mount asks nothing: after IDLE_S without a lookup, stat or listing reaching it,
+it lets coherence go (dropping what it holds, as above) and asks again at the next one,
+so a cluster's idle mounts cost the manager nothing (each asking one costs it about 0.4 %
+of a core). A program that only stats files the kernel holds reaches the mount once
+after that, and is kept coherent again.
 """
 
 from __future__ import annotations
@@ -36,6 +42,7 @@ log = logging.getLogger(__name__)
 POLL_S = 0.2     # between questions
 LEASE_S = 1.0    # coherent this long after the last answered question was sent
 UNTOLD_S = 30.0  # between questions of a mount that is given no change lists
+IDLE_S = 10.0    # no lookup, stat or listing this long: stop asking until the next one
 
 Names = Sequence[tuple[int, str]]
 
@@ -51,6 +58,8 @@ class Coherence:
         self._poll_s, self._lease_s = poll_s, lease_s
         self._instance, self._since = "", 0
         self._until = -math.inf  # trio time: coherent before it
+        self._last_use = trio.current_time()
+        self._woken: trio.Event | None = None  # set while idle: the next use wakes it
         self.answers = 0  # questions answered (for tests and figures)
         # The FUSE layer's: drop these from the kernel; drop all it was given for long.
         self.on_changes: Callable[[Sequence[int], Names], Awaitable[None]] | None = None
@@ -60,8 +69,16 @@ class Coherence:
     def coherent(self) -> bool:
         return trio.current_time() < self._until
 
+    def used(self) -> None:
+        """A lookup, stat or listing reached the mount (in the trio thread)."""
+        self._last_use = trio.current_time()
+        if self._woken is not None:
+            self._woken.set()
+
     async def run(self) -> None:
         while True:
+            if trio.current_time() - self._last_use > IDLE_S:
+                await self._idle()
             asked = trio.current_time()
             reply = await self._ask(asked)
             if reply is None:
@@ -102,11 +119,18 @@ class Coherence:
         self._until = asked + self._lease_s
         self.answers += 1
 
-    async def _lose(self, why: str) -> None:
+    async def _idle(self) -> None:
+        self._woken = trio.Event()
+        await self._lose("idle", quiet=True)
+        await self._woken.wait()
+        self._woken = None
+
+    async def _lose(self, why: str, *, quiet: bool = False) -> None:
         if self._until == -math.inf:
             return
-        log.info("metadata caches no longer coherent (%s): entries live %g s again", why,
-                 self._cache.ttl)
+        (log.debug if quiet else log.info)(
+            "metadata caches no longer coherent (%s): entries live %g s again", why,
+            self._cache.ttl)
         self._until = -math.inf
         await self._drop_all()
 

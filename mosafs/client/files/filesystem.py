@@ -90,6 +90,10 @@ class FileSystem:
         self.ctx.spawn(self.coherence.run)
         return self.coherence
 
+    def _used(self) -> None:
+        if self.coherence is not None:
+            self.coherence.used()
+
     def take_committed(self) -> set[int]:
         """The inodes this mount committed since the last call."""
         committed, self._committed = self._committed, set()
@@ -127,6 +131,7 @@ class FileSystem:
             return await self.versions.lookup(parent, name)
         if name == VERSIONS:
             return await self.versions.lookup_root(await self.getattr(parent))
+        self._used()
         inode = self._cache.child(parent, name)
         attr = self._cache.attr(inode) if inode is not None else None
         if attr is None:
@@ -138,6 +143,7 @@ class FileSystem:
     async def getattr(self, inode: int) -> Attr:
         if is_virtual(inode):
             return await self.versions.attr(inode)
+        self._used()
         attr = self._cache.attr(inode)
         if attr is None:
             try:
@@ -183,6 +189,7 @@ class FileSystem:
         (mosafs.client.files.listing); release_listing(inode) when its handle goes."""
         if is_virtual(inode):
             return Listing(await self.versions.listing(inode))
+        self._used()
         cached = self._cache.listing(inode)
         if cached is not None:
             return Listing(cached)

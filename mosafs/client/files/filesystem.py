@@ -21,14 +21,13 @@ from mosafs.client.files.listing import Listing
 from mosafs.client.files.readahead import MINIMUM, ReadAhead
 from mosafs.client.files.versions import VERSIONS, VersionView, is_virtual
 from mosafs.client.files.writer import WriteSession, check_size
+from mosafs.client.files.xattrs import ExtendedAttributes
 
 log = logging.getLogger(__name__)
 
 Attr = mpb.Attr
 DirEntry = mpb.DirEntry
 StatFs = mpb.StatFsResponse
-USER_XATTR = "user."
-MOSAFS_XATTR = "user.mosafs."
 
 
 @dataclass
@@ -41,7 +40,7 @@ class Handle:
     view: BlockMapView | None = None  # the version this handle reads (close-to-open)
 
 
-class FileSystem:
+class FileSystem(ExtendedAttributes):
     """Create with `await FileSystem.create(ctx)`; `await close()` before unmounting."""
 
     def __init__(self, ctx: ClientContext) -> None:
@@ -76,10 +75,6 @@ class FileSystem:
                 f"TLS does not match (a plaintext manager needs --insecure; a TLS one, "
                 f"certificates of its own CA in --tls-dir) ({exc.message})") from None
         return fs
-
-    @property
-    def manager(self):  # type: ignore[no-untyped-def]
-        return self.ctx.manager
 
     def keep_coherent(self) -> Coherence | None:
         """Start keeping the caches coherent with the manager's change lists, for the
@@ -297,64 +292,6 @@ class FileSystem:
 
     async def statfs(self) -> StatFs:
         return await self.manager.statfs()
-
-    # -- extended attributes -------------------------------------------------------------------
-
-    async def getxattr(self, inode: int, name: str) -> bytes:
-        if name.startswith(MOSAFS_XATTR) or is_virtual(inode):
-            values = await self._mosafs_xattrs(inode)
-            if name not in values:
-                raise errors.NoAttribute(f"no attribute {name}")
-            return values[name].encode()
-        if not name.startswith(USER_XATTR):
-            raise errors.NoAttribute(f"no attribute {name}")
-        return await self.manager.getxattr(inode, name)
-
-    async def listxattr(self, inode: int) -> list[str]:
-        if is_virtual(inode):
-            return list(await self._mosafs_xattrs(inode))
-        stored = await self.manager.listxattr(inode)
-        return [*stored, *await self._mosafs_xattrs(inode)]
-
-    async def setxattr(self, inode: int, name: str, value: bytes) -> None:
-        self._writable(inode)
-        self._check_xattr_name(name)
-        await self.manager.setxattr(inode, name, value)
-        self._cache.drop(inode)  # ctime
-
-    async def removexattr(self, inode: int, name: str) -> None:
-        self._writable(inode)
-        self._check_xattr_name(name)
-        await self.manager.removexattr(inode, name)
-        self._cache.drop(inode)
-
-    @staticmethod
-    def _check_xattr_name(name: str) -> None:
-        if name.startswith(MOSAFS_XATTR):
-            raise errors.NotPermitted(f"{name} is a read-only mosafs attribute")
-        if not name.startswith(USER_XATTR):
-            raise errors.NotSupported(f"only user.* extended attributes are stored, not {name}")
-
-    async def _mosafs_xattrs(self, inode: int) -> dict[str, str]:
-        """The read-only user.mosafs.* attributes: the manager, and for a regular file its
-        newest version and dedupe figures (DESIGN §9 `mosafs stats`)."""
-        values = {MOSAFS_XATTR + "manager": self.manager.address}
-        if self.ctx.config.tls_dir:  # where admin commands find this cluster's certificates
-            values[MOSAFS_XATTR + "tls"] = self.ctx.config.tls_dir
-        if is_virtual(inode):
-            return values
-        attr = await self.getattr(inode)
-        if attr.kind == mpb.FILE_KIND_REGULAR:
-            values[MOSAFS_XATTR + "version"] = str(attr.version)
-            if attr.version:
-                stats = await self.manager.version_stats(inode)
-                values.update({
-                    MOSAFS_XATTR + "chunks": str(stats.chunks),
-                    MOSAFS_XATTR + "shared_chunks": str(stats.shared_chunks),
-                    MOSAFS_XATTR + "new_bytes": str(stats.new_bytes),
-                    MOSAFS_XATTR + "base_version": str(stats.base_version),
-                })
-        return values
 
     # -- open files ----------------------------------------------------------------------------
 

@@ -235,7 +235,17 @@ def test_fuse_two_mounts_coherent_caches_stay_and_hear_of_changes(
         assert [os.stat(m2 / "d" / f"f{i}").st_size for i in range(20)] == sizes
     assert _metadata_calls(cluster) == before, "stats of cached names asked the manager"
 
-    # Mount 1 changes what mount 2 holds: mount 2 sees each change without opening.
+    # Mount 1 changes what mount 2 holds: mount 2 sees each change without opening, and
+    # `ls -l` shows it too (a listing holds its entries' attributes).
+    assert len(os.listdir(m2 / "d")) == 20
+    time.sleep(1.2)
+    os.chmod(m1 / "d" / "f4", 0o640)  # an inode's change only: no name in d changes
+    time.sleep(ENTRY_WAIT)  # heard of by now; f4 not looked at on mount 2 meanwhile
+    # The kernel takes entries' attributes from a listing (readdirplus) when it lacks
+    # their dentries, as after this.
+    Path("/proc/sys/vm/drop_caches").write_text("2")
+    listed = {e.name: e.stat(follow_symlinks=False) for e in os.scandir(m2 / "d")}  # ls -l
+    assert stat.S_IMODE(listed["f4"].st_mode) == 0o640
     os.chmod(m1 / "d" / "f0", 0o600)
     os.rename(m1 / "d" / "f1", m1 / "d" / "r1")
     os.unlink(m1 / "d" / "f2")

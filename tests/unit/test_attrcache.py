@@ -70,7 +70,7 @@ def test_entries_live_long_only_while_coherent_and_not_across_a_listed_change() 
     assert cache.left(11) == 1.0
     cache.put_entry(1, "e", mpb.Attr(inode=12), asked)  # nothing listed of it
     assert cache.left(12) == 60.0
-    cache.put_listing(1, [], asked)  # a name in it was listed
+    cache.put_listing(1, [], cache.generation)  # a listing lives 1 s, coherent or not
     assert cache.listing(1) is not None
     now[0] += 1.5
     assert cache.listing(1) is None and cache.attr(12) is not None

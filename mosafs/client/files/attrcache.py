@@ -160,9 +160,12 @@ class AttrCache:
 
     def put_listing(self, inode: int, entries: list[mpb.DirEntry], since: int) -> None:
         """The listing of directory INODE, asked for at generation SINCE, and the names and
-        attributes of its first LISTING_ENTRIES entries."""
+        attributes of its first LISTING_ENTRIES entries. The listing itself lives for the
+        attribute timeout only: it holds its entries' attributes, and a change list names
+        a changed inode, not the directories whose listings hold it (the names and
+        attributes cached one by one are dropped by inode and name)."""
         life = self.life(since, parent=inode)
-        self._listings.put(inode, entries, life)
+        self._listings.put(inode, entries, self.ttl)
         for entry in entries[:LISTING_ENTRIES]:
             self._names.put((inode, entry.name), entry.attr.inode, life)
             self._attrs.put(entry.attr.inode, entry.attr, life)

@@ -60,7 +60,6 @@ class Coherence:
         self._until = -math.inf  # trio time: coherent before it
         self._last_use = trio.current_time()
         self._woken: trio.Event | None = None  # set while idle: the next use wakes it
-        self.answers = 0  # questions answered (for tests and figures)
         # The FUSE layer's: drop these from the kernel; drop all it was given for long.
         self.on_changes: Callable[[Sequence[int], Names], Awaitable[None]] | None = None
         self.on_lost: Callable[[], Awaitable[None]] | None = None
@@ -108,7 +107,9 @@ class Coherence:
     async def _take(self, reply: mpb.ChangesReply, asked: float) -> None:
         if reply.reset:
             if self._instance:  # not news at the first question
-                log.info("metadata caches dropped: the manager's change list restarted")
+                log.info("metadata caches dropped: the manager cannot list the changes since "
+                         "this mount last asked (it restarted or failed over, or they are "
+                         "too many)")
             await self._drop_all()
         elif reply.inodes or reply.names:
             names = [(n.parent, n.name) for n in reply.names]
@@ -117,7 +118,6 @@ class Coherence:
                 await self.on_changes(list(reply.inodes), names)
         self._instance, self._since = reply.instance, reply.seq
         self._until = asked + self._lease_s
-        self.answers += 1
 
     async def _idle(self) -> None:
         self._woken = trio.Event()

@@ -51,10 +51,8 @@ class _Request(Generic[T]):
 
 
 class Journal(Protocol):
-    """What records a group's changes for the replication log (mosafs.manager.replog)."""
-
-    def wrap(self, txn: lmdb.Transaction[bytes]) -> tuple[Any, list[Any]]:
-        """The transaction a body sees instead of TXN, and the list its changes go to."""
+    """The replication log as the committer sees it (mosafs.manager.replog); a group's
+    changes are recorded by the committer's `recorder`."""
 
     def seal(self, txn: lmdb.Transaction[bytes]) -> int:
         """The group's sequence number, stored in TXN just before its commit."""
@@ -85,10 +83,11 @@ class GroupCommitter:
         self._closed = False
         self._lock = threading.Lock()
         self.journal: Journal | None = None  # set while a replication log is attached
-        # Without a journal, what records a body's changes for the observer; the observer
-        # is told each committed body's tag and changes before its caller is answered.
-        self.recorder: Callable[[lmdb.Transaction[bytes]], tuple[Any, list[Any]]] | None = None
+        # Told each committed body's tag and changes before its caller is answered.
         self.observer: Callable[[str, list[Any]], None] | None = None
+        # What records a body's changes (the transaction it sees instead, and the list its
+        # changes go to), for the journal and the observer; unused while neither is set.
+        self.recorder: Callable[[lmdb.Transaction[bytes]], tuple[Any, list[Any]]] | None = None
         self.groups = 0  # transactions committed
         self.bodies = 0  # bodies run (committed or rolled back)
         self._thread = threading.Thread(target=self._serve, name=name, daemon=True)
@@ -214,9 +213,11 @@ class GroupCommitter:
         TXN (and, with a journal, added to OPS), or (False, exception) with them rolled
         back."""
         child = self._env.begin(write=True, parent=txn)
-        journal = self.journal
-        wrap = journal.wrap if journal is not None else self.recorder
-        seen, changes = wrap(child) if wrap is not None else (child, None)
+        recorder = self.recorder
+        seen: Any = child
+        changes: list[Any] | None = None
+        if recorder is not None and (self.journal is not None or self.observer is not None):
+            seen, changes = recorder(child)
         try:
             value = request.body(seen)
         except BaseException as exc:

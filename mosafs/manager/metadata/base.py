@@ -105,6 +105,7 @@ class StoreBase:
         # The sub-databases in schema order: a log entry's changes name them by index.
         self._dbs = [getattr(self._db, f.name) for f in fields(_Dbs)]
         self._db_index = {db: i for i, db in enumerate(self._dbs)}
+        self._committer.recorder = self._recording
         self._initialise()
 
     def close(self) -> None:
@@ -200,20 +201,19 @@ class StoreBase:
         """From now on every write transaction is recorded in JOURNAL, and none returns
         before its entry is confirmed (mosafs.manager.replog)."""
         self.log = journal
-        self._committer.journal = _Journal(journal, self._db_index, self._db.meta,
-                                           self._replay)
+        self._committer.journal = _Journal(journal, self._db.meta, self._replay)
+
+    def _recording(self, txn: lmdb.Transaction[bytes]) -> tuple[Recorder, list[Op]]:
+        """TXN as a group's body sees it while its changes are recorded (for the
+        replication log and the change list), and the list they go to."""
+        rec = Recorder(txn, self._db_index)
+        return rec, rec.ops
 
     def track_changes(self) -> ChangeList:
         """From now on every committed change to inodes and names is listed in the
         ChangeList returned (mosafs.manager.changes), with the mount it came from."""
         changes = ChangeList(self._db_index[self._db.inodes], self._db_index[self._db.dirents])
         self.changes = changes
-
-        def record(txn: lmdb.Transaction[bytes]) -> tuple[Any, list[Any]]:
-            rec = Recorder(txn, self._db_index)
-            return rec, rec.ops
-
-        self._committer.recorder = record
         self._committer.observer = changes.record
         return changes
 
@@ -308,13 +308,9 @@ class StoreBase:
 class _Journal:
     """The group committer's view of a replication log (groupcommit.Journal)."""
 
-    def __init__(self, journal: ReplicationLog, index: dict[Any, int], meta: Any,
+    def __init__(self, journal: ReplicationLog, meta: Any,
                  replay: Callable[[int, int, list[Op]], None]) -> None:
-        self._log, self._index, self._meta, self._replay = journal, index, meta, replay
-
-    def wrap(self, txn: lmdb.Transaction[bytes]) -> tuple[Any, list[Any]]:
-        rec = Recorder(txn, self._index)
-        return rec, rec.ops
+        self._log, self._meta, self._replay = journal, meta, replay
 
     def seal(self, txn: lmdb.Transaction[bytes]) -> int:
         return self._log.seal(txn, self._meta)

@@ -17,7 +17,7 @@ import math
 import os
 import stat
 import time
-from collections.abc import Callable, Coroutine, Sequence
+from collections.abc import Callable, Coroutine, Iterable, Sequence
 from typing import Any, TypeVar
 
 import pyfuse3
@@ -149,25 +149,20 @@ class Operations(pyfuse3.Operations):
             coherence.on_changes = self._changed
             coherence.on_lost = self._lost
 
-    async def _changed(self, inodes: Sequence[int], names: Sequence[tuple[int, str]]) -> None:
-        """Other mounts or the manager changed INODES and NAMES: the kernel forgets what it
-        holds of them for long (what it holds for the attribute timeout ends by itself)."""
+    async def _changed(self, inodes: Iterable[int],
+                       names: Iterable[tuple[int, str]] = ()) -> None:
+        """INODES and NAMES changed (other mounts or the manager did it, or this mount in a
+        way the kernel does not see: a commit, an extended attribute's ctime): the kernel
+        forgets what it holds of them for long (what it holds for the attribute timeout
+        ends by itself)."""
         drop_inodes = [i for i in inodes if self._long_inodes.pop(i, None) is not None]
         drop_names = [n for n in names if self._long_names.pop(n, None) is not None]
         if drop_inodes or drop_names:
             await trio.to_thread.run_sync(_invalidate, drop_inodes, drop_names)
 
-    async def _changed_here(self, *inodes: int) -> None:
-        """This mount changed INODES' attributes in a way the kernel does not see (a
-        commit, an extended attribute's ctime): it forgets what it was given for long.
-        Other mounts hear of it through the change lists."""
-        held = [i for i in inodes if self._long_inodes.pop(i, None) is not None]
-        if held:
-            await trio.to_thread.run_sync(_invalidate, held, [])
-
     async def _committed(self) -> None:
         """After a flush, fsync or release: the files it committed (size, times, version)."""
-        await self._changed_here(*self.fs.take_committed())
+        await self._changed(self.fs.take_committed())
 
     async def _lost(self) -> None:
         """Coherence lost (or the manager's change list restarted): the kernel forgets
@@ -444,12 +439,12 @@ class Operations(pyfuse3.Operations):
     @_errno_mapped
     async def setxattr(self, inode: int, name: bytes, value: bytes, ctx: Any) -> None:
         await self.fs.setxattr(inode, _decode(name), value)
-        await self._changed_here(inode)
+        await self._changed([inode])
 
     @_errno_mapped
     async def removexattr(self, inode: int, name: bytes, ctx: Any) -> None:
         await self.fs.removexattr(inode, _decode(name))
-        await self._changed_here(inode)
+        await self._changed([inode])
 
 
 class _Held(dict[Any, float]):

@@ -72,9 +72,7 @@ class TtlDict(Generic[K, V]):
         return item[0]
 
     def __setitem__(self, key: K, value: V) -> None:
-        if len(self._data) >= self._maxsize and key not in self._data:
-            self._data.clear()
-        self._data[key] = (value, self._timer() + self._ttl)
+        self.put(key, value, self._ttl)
 
     def pop(self, key: K, default: V | None = None) -> V | None:
         item = self._data.pop(key, None)

@@ -23,11 +23,12 @@ from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from mosafs.manager.replog import Op
+
 MAX_KEYS = 200_000   # inodes and names kept; past it the oldest changes go
 MAX_ANSWER = 20_000  # inodes and names in one answer; more: RESET instead
 
 _U64 = struct.Struct(">Q")
-Op = tuple[int, bytes, bytes | None]  # mosafs.manager.replog.Op: (db index, key, value)
 Name = tuple[int, str]
 
 

@@ -179,6 +179,15 @@ class Registry:
                     if self._alive(s) and (pool is None or s.info.pool == pool)
                     and not (accepting and s.draining)]
 
+    def until_lapse(self) -> float | None:
+        """Seconds until the first lease of a benefactor now alive or presumed alive
+        lapses, so that a death is acted on when it happens, not at the next tick (0: one
+        has just lapsed); None: no lease runs."""
+        with self._lock:
+            first = min((s.last_seen for s in self._soft.values() if self._fresh(s)),
+                        default=None)
+        return None if first is None else max(0.0, first + self.lease_s - self._clock())
+
     def presumed(self) -> set[str]:
         """Benefactors presumed alive: registered, not heard from since this start, and
         the first lease is not over."""

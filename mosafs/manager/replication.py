@@ -77,6 +77,7 @@ MiB = 1 << 20
 # target's problem: "" | "unreachable" | "full")
 CopyFn = Callable[[str, str, Sequence[bytes], float], tuple[list[bool], str]]
 TICK_S = 0.2          # a step at least this often
+LAPSE_SLACK_S = 0.002  # a step this long after a lease lapses (_next_tick)
 EXAMINE_BATCH = 4096  # ids examined per step (a step with more queued runs again at once)
 SCAN_PAGE = 4096
 SCAN_SHARE = 0.02     # of one core, at most, for the safety-net scan
@@ -400,7 +401,14 @@ class Replicator:
         self._dispatch()
         self._scan_some(view)
         self._publish(view, current=not more and not self._walks, at=started)
-        return 0.0 if more else TICK_S
+        return 0.0 if more else self._next_tick()
+
+    def _next_tick(self) -> float:
+        """TICK_S, or less where a lease lapses sooner: the step after it queues what the
+        dead benefactor held (a death is only ever seen by a step). LAPSE_SLACK_S after the
+        lapse, so that the step sees it past the lease's boundary."""
+        lapse = self._registry.until_lapse()
+        return TICK_S if lapse is None else min(TICK_S, lapse + LAPSE_SLACK_S)
 
     def run_once(self, timeout: float = 120.0) -> int:
         """A full scan and every copy it plans, now (tests, `mosafs scrub` repairs);

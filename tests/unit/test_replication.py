@@ -206,6 +206,31 @@ def test_unit_a_dead_benefactors_chunks_are_walked_a_page_at_a_time(
                for c in ids[:: replication.WALK_PAGE // 2])  # type: ignore[union-attr]
 
 
+def test_unit_the_step_after_a_lease_lapses_is_not_a_tick_late(
+        store: MetadataStore, clock: Clock) -> None:
+    """The loop sleeps until the first running lease would lapse: a death is acted on
+    milliseconds after the lease ends, not up to a tick (0.2 s) later."""
+    from mosafs.manager import replication
+
+    copies = Copies()
+    mgr = manager(store, clock, copies)
+    join(mgr, "b1", "b2", "b3")
+    ino = new_file(store, "f")
+    lease = mgr.open_write(ino, "test")
+    mgr.commit_version(lease.lease_id, ino, [(cid(1), 1024)], [(cid(1), ["b1", "b2"])])
+    settle(mgr)
+    assert mgr.replicator is not None
+    assert mgr.replicator.step() == replication.TICK_S  # every lease 5 s from its end
+    clock.now += 4.95  # b1 and b3 heartbeat; b2 falls silent 0.05 s before its lapse
+    join(mgr, "b1", "b3")
+    wait = mgr.replicator.step()
+    assert wait == pytest.approx(0.05 + replication.LAPSE_SLACK_S)
+    clock.now += wait
+    mgr.replicator.step()
+    settle(mgr)
+    assert copies.asked == [("b1", "b3", 1)], "b2's copy was not replaced after its lapse"
+
+
 def test_unit_lost_chunks_are_examined_with_backoff_and_at_once_on_a_return(
         store: MetadataStore, clock: Clock) -> None:
     """A chunk with no live copy is examined again after 2 s, then twice as long at each

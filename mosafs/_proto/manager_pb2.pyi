@@ -649,10 +649,12 @@ class HeartbeatRequest(_message.Message):
     def __init__(self, info: _Optional[_Union[_benefactor_pb2.BenefactorInfo, _Mapping]] = ...) -> None: ...
 
 class HeartbeatResponse(_message.Message):
-    __slots__ = ("security",)
+    __slots__ = ("security", "peers")
     SECURITY_FIELD_NUMBER: _ClassVar[int]
+    PEERS_FIELD_NUMBER: _ClassVar[int]
     security: SecurityState
-    def __init__(self, security: _Optional[_Union[SecurityState, _Mapping]] = ...) -> None: ...
+    peers: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, security: _Optional[_Union[SecurityState, _Mapping]] = ..., peers: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class ListBenefactorsRequest(_message.Message):
     __slots__ = ()

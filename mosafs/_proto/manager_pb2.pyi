@@ -649,12 +649,10 @@ class HeartbeatRequest(_message.Message):
     def __init__(self, info: _Optional[_Union[_benefactor_pb2.BenefactorInfo, _Mapping]] = ...) -> None: ...
 
 class HeartbeatResponse(_message.Message):
-    __slots__ = ("security", "peers")
+    __slots__ = ("security",)
     SECURITY_FIELD_NUMBER: _ClassVar[int]
-    PEERS_FIELD_NUMBER: _ClassVar[int]
     security: SecurityState
-    peers: _containers.RepeatedScalarFieldContainer[str]
-    def __init__(self, security: _Optional[_Union[SecurityState, _Mapping]] = ..., peers: _Optional[_Iterable[str]] = ...) -> None: ...
+    def __init__(self, security: _Optional[_Union[SecurityState, _Mapping]] = ...) -> None: ...
 
 class ListBenefactorsRequest(_message.Message):
     __slots__ = ()

@@ -15,7 +15,7 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from mosafs.argtypes import bounded_int, byte_size
@@ -150,8 +150,7 @@ def run(args: argparse.Namespace) -> int:
         replicator = ChunkReplicator(store, peers.put)
         # Tokens bind to certificates and come from a manager: without either, none.
         tokens = TokenChecker(required=bool(manager) and security.current() is not None)
-        registrar = Registrar(manager, info, SecurityUpdates(tokens),
-                              peers.keep_connected) if manager else None
+        registrar = Registrar(manager, info, SecurityUpdates(tokens)) if manager else None
         rounds = GarbageRounds(store, _reviewer(registrar, info))
         scrubber = Scrubber(store, _corrupt_reporter(registrar, info) if registrar else None)
         scrubs = ScrubLoop(scrubber, args.scrub_rate)
@@ -393,10 +392,7 @@ class Registrar:
     when the manager no longer knows us. Runs in a daemon thread until stop()."""
 
     def __init__(self, manager: str, info: Callable[[], benefactor_pb2.BenefactorInfo],
-                 security: Callable[[Any], None] | None = None,
-                 peers: Callable[[Sequence[str]], None] | None = None) -> None:
-        """SECURITY: applies the SecurityState of each answer; PEERS: given the addresses
-        each heartbeat's answer names, to keep connections open to."""
+                 security: Callable[[Any], None] | None = None) -> None:
         from mosafs.rpc.managers import Managers, parse_managers
 
         # Several managers (A,B,C): the active one is followed (mosafs.rpc.managers).
@@ -404,7 +400,6 @@ class Registrar:
         self._manager = self._managers.addresses[0]
         self._info = info
         self._security = security or (lambda state: None)
-        self._peers = peers or (lambda addresses: None)
         self._stop = threading.Event()
         self._lock = threading.Lock()  # guards the channel against stop() closing it
         self._channel: grpc.Channel | None = None
@@ -525,4 +520,3 @@ class Registrar:
                 continue
             self._link.succeeded()
             self._security(reply.security)
-            self._peers(reply.peers)

@@ -17,7 +17,6 @@ log = logging.getLogger("mosafs.manager")
 
 STOP_GRACE_S = 2.0  # in-flight RPCs get this long to finish on SIGTERM
 EXIT_DEPOSED = 75  # EX_TEMPFAIL: no longer the active manager; start again (as a standby)
-CONNECTIONS_S = 2.0  # connections to the live benefactors are looked after this often
 
 
 def serve_active(args: argparse.Namespace, data_dir: Path, stop: threading.Event,
@@ -81,7 +80,6 @@ def serve_active(args: argparse.Namespace, data_dir: Path, stop: threading.Event
             BackgroundLoop("fragment repair", repairer.step, wakeup=repairer.wakeup),
             BackgroundLoop("pruning", manager.prune_pass, wakeup=manager.prune_wakeup),
             BackgroundLoop("garbage collection", manager.collect_step),
-            BackgroundLoop("connections", lambda: _keep_connected(peers, manager)),
         ]
         status = 0
         try:
@@ -108,13 +106,6 @@ def serve_active(args: argparse.Namespace, data_dir: Path, stop: threading.Event
             replicator.close()
             peers.close()
     return status
-
-
-def _keep_connected(peers: Any, manager: Any) -> float:
-    """A connection open to every live benefactor: the first request of a repair then
-    waits for no handshake (docs/durability.md, "Connections kept open")."""
-    peers.keep_connected([b.address for b in manager.registry.live()])
-    return CONNECTIONS_S
 
 
 def _feed(args: argparse.Namespace, journal: Any, store: Any, data_dir: Path,

@@ -40,10 +40,6 @@ MiB = 1 << 20
 # Below this much free space a benefactor takes no new chunks: the largest default chunk
 # (4 MiB) with room for the puts in flight when it was last heard from.
 FULL_BELOW_BYTES = 16 * MiB
-# Peers a benefactor keeps a connection open to (heartbeat answers name them): a repair's
-# first transfers then need no handshake, which behind a busy link waits for the data
-# queued ahead of it (docs/durability.md, "Connections kept open").
-WARM_PEERS = 32
 MAX_BYTES = (1 << 64) - 1  # a uint64 of the protocol
 
 
@@ -182,19 +178,6 @@ class Registry:
             return [s.info for bid, s in sorted(self._soft.items())
                     if self._alive(s) and (pool is None or s.info.pool == pool)
                     and not (accepting and s.draining)]
-
-    def peers_of(self, bid: str, limit: int = WARM_PEERS) -> list[str]:
-        """Addresses of up to LIMIT live benefactors of BID's pool other than BID: those
-        after it in id order first, so that in a pool larger than LIMIT each member keeps
-        connections to different ones."""
-        with self._lock:
-            me = self._soft.get(bid)
-            if me is None:
-                return []
-            members = sorted((b, s.info.address) for b, s in self._soft.items()
-                             if b != bid and s.info.pool == me.info.pool and self._alive(s))
-        ordered = [m for m in members if m[0] > bid] + [m for m in members if m[0] < bid]
-        return [address for _, address in ordered[:limit]]
 
     def until_lapse(self) -> float | None:
         """Seconds until the first lease of a benefactor now alive or presumed alive

@@ -239,8 +239,7 @@ class ManagerServicer(manager_pb2_grpc.ManagerServicer):
         caller = current_caller()
         self._m.registry.heartbeat(request.info, caller.name, caller.fingerprint)
         return pb.HeartbeatResponse(
-            security=self._m.security_state(revocations().fingerprints()),
-            peers=self._m.registry.peers_of(request.info.id))
+            security=self._m.security_state(revocations().fingerprints()))
 
     def ListBenefactors(self, request: pb.ListBenefactorsRequest,
                         context: Ctx) -> pb.ListBenefactorsResponse:

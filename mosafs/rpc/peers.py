@@ -1,14 +1,12 @@
 """Calls between servers: the manager asking a benefactor to replicate or recode, a
 benefactor putting a chunk to another or reading one from another (a recode's fragments,
 with the read tokens the manager signed for it). One channel per address, opened on first
-use and shared by threads; `keep_connected` opens them ahead of use (docs/durability.md,
-"Connections kept open")."""
+use and shared by threads."""
 
 from __future__ import annotations
 
 import contextlib
 import threading
-import time
 from collections.abc import Iterator, Sequence
 from typing import Any
 
@@ -25,9 +23,6 @@ PUT_TIMEOUT_S = 120.0
 # A replication request copies up to a few tens of MiB chunk by chunk at low priority.
 REPLICATE_TIMEOUT_S = 600.0
 SCRUB_TIMEOUT_S = 24 * 3600.0  # a full pass reads every chunk of a benefactor
-# A connection kept open is looked at again this long after it was last asked for: an
-# unused channel goes idle (closes) after gRPC's client idle timeout, 30 minutes.
-RECONNECT_CHECK_S = 60.0
 
 
 class BenefactorPeers:
@@ -37,9 +32,6 @@ class BenefactorPeers:
         self._stubs: dict[str, bgrpc.BenefactorStub] = {}
         self._puts: dict[str, Any] = {}  # PutChunk without protobuf's copies (chunkwire)
         self._gets: dict[str, Any] = {}  # GetChunk, the answer decoded by chunkwire
-        # Connections kept open (keep_connected): the address's readiness future, and when
-        # it was made.
-        self._ready: dict[str, tuple[grpc.Future[None], float]] = {}
 
     def _stub(self, address: str, *, locked: bool = False) -> bgrpc.BenefactorStub:
         with contextlib.nullcontext() if locked else self._lock:
@@ -48,26 +40,6 @@ class BenefactorPeers:
                 ch = self._channels[address] = channel(address)
                 stub = self._stubs[address] = bgrpc.BenefactorStub(ch)
             return stub
-
-    def keep_connected(self, addresses: Sequence[str]) -> None:
-        """Keep a connection open to each of ADDRESSES (and to no other on this account):
-        a call's first use of a peer then waits for no handshake, which behind a busy link
-        queues behind the data ahead of it. A connection is asked for where none is
-        opening, and looked at again RECONNECT_CHECK_S after it was last asked for."""
-        now = time.monotonic()
-        listed = set(addresses)
-        with self._lock:
-            for address in listed:
-                future, made = self._ready.get(address, (None, 0.0))
-                if future is not None and (not future.done() or now - made < RECONNECT_CHECK_S):
-                    continue
-                self._stub(address, locked=True)
-                self._ready[address] = (grpc.channel_ready_future(self._channels[address]),
-                                        now)
-            gone = [a for a in self._ready if a not in listed]
-            dropped = [self._ready.pop(a)[0] for a in gone]
-        for future in dropped:  # a peer gone: no more connection attempts on its account
-            future.cancel()
 
     def put(self, address: str, chunk_id: bytes, data: bytes,
             timeout: float = PUT_TIMEOUT_S) -> None:
@@ -170,7 +142,6 @@ class BenefactorPeers:
              timeout=PUT_TIMEOUT_S)
 
     def close(self) -> None:
-        self.keep_connected(())
         with self._lock:
             for ch in self._channels.values():
                 ch.close()

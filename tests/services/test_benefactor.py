@@ -463,47 +463,6 @@ def test_services_benefactor_registers_and_heartbeats(
     stop_clean(proc)  # benefactor first: the manager must not be missed while it runs
 
 
-def connected_ports(pid: int) -> set[int]:
-    """Remote ports of the established TCP connections process PID holds (/proc)."""
-    sockets = set()
-    for fd in os.listdir(f"/proc/{pid}/fd"):
-        try:
-            link = os.readlink(f"/proc/{pid}/fd/{fd}")
-        except OSError:  # closed meanwhile
-            continue
-        if link.startswith("socket:["):
-            sockets.add(link[len("socket:["):-1])
-    ports = set()
-    for table in ("tcp", "tcp6"):
-        for line in Path(f"/proc/{pid}/net/{table}").read_text().splitlines()[1:]:
-            fields = line.split()
-            if fields[3] == "01" and fields[9] in sockets:  # ESTABLISHED, this process's
-                ports.add(int(fields[2].rsplit(":", 1)[1], 16))
-    return ports
-
-
-def test_services_benefactors_keep_connections_open_to_their_peers(
-    tmp_path: Path, procs: list[Proc]
-) -> None:
-    """Before any transfer, each benefactor holds a connection to every other one of its
-    pool (the peers its heartbeats' answers name), and the manager one to each benefactor:
-    the first transfers of a repair wait for no handshake (docs/durability.md)."""
-    manager = start_manager(tmp_path, free_port())
-    procs.append(manager)
-    members = [start_benefactor(tmp_path, "--manager", manager.address, name=f"b{i}")
-               for i in range(3)]
-    procs.extend(members)
-    port = {m.name: int(m.address.rsplit(":", 1)[1]) for m in members}
-    for m in members:
-        peers = {port[o.name] for o in members if o is not m}
-        wait_for(lambda m=m, peers=peers: peers <= connected_ports(m.popen.pid),
-                 f"{m.name} to connect to its peers")
-    wait_for(lambda: set(port.values()) <= connected_ports(manager.popen.pid),
-             "the manager to connect to every benefactor")
-    for m in reversed(members):
-        stop_clean(m)
-
-
 def test_services_benefactor_survives_manager_outage(
     tmp_path: Path, procs: list[Proc]
 ) -> None:

@@ -690,26 +690,6 @@ def test_heartbeats_and_liveness(mgr: Manager, store: MetadataStore, clock: Cloc
     assert restarted.registry.is_alive("b1")
 
 
-def test_heartbeats_name_the_live_peers_of_the_pool_after_the_caller_first(
-        mgr: Manager, clock: Clock) -> None:
-    """The peers a heartbeat's answer names (kept connected by the benefactor): live
-    members of its pool but itself, the ones after it in id order first, at most the
-    limit; a dead one and another pool's are left out."""
-    mgr.store.update_pool("other", create=True)
-    for i, bid in enumerate(["b1", "b2", "b3", "b4"], start=1):
-        register(mgr, bid, port=i)
-    mgr.registry.register(benefactor_pb2.BenefactorInfo(id="o1", address="h:9", pool="other"))
-    assert mgr.registry.peers_of("b3") == ["127.0.0.1:4", "127.0.0.1:1", "127.0.0.1:2"]
-    assert mgr.registry.peers_of("b3", limit=2) == ["127.0.0.1:4", "127.0.0.1:1"]
-    assert mgr.registry.peers_of("o1") == []
-    assert mgr.registry.peers_of("unknown") == []
-    clock.now += 4
-    for bid in ("b1", "b3", "b4"):
-        mgr.registry.heartbeat(benefactor_pb2.BenefactorInfo(id=bid))
-    clock.now += 2  # b2's lease runs out
-    assert mgr.registry.peers_of("b1") == ["127.0.0.1:3", "127.0.0.1:4"]
-
-
 def test_find_and_locate_chunks(mgr: Manager, clock: Clock) -> None:
     register(mgr, "b1", port=1)
     register(mgr, "b2", port=2)

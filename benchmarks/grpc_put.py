@@ -43,7 +43,7 @@ import grpc
 from mosafs import certs
 from mosafs._proto import benefactor_pb2 as pb
 from mosafs._proto import benefactor_pb2_grpc as pbg
-from mosafs.benefactor.filestore import FileChunkStore
+from mosafs.benefactor.chunkstore import FileChunkStore
 from mosafs.rpc import chunkwire, security
 from mosafs.rpc.handlers import add_decoding_in_handlers
 

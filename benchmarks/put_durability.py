@@ -29,7 +29,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 
 from mosafs import ids
-from mosafs.benefactor.filestore import FileChunkStore
+from mosafs.benefactor.chunkstore import FileChunkStore
 from mosafs.benefactor.puts import Outcome, Puts
 from mosafs.procutil import fsync_dir
 from mosafs.rpc.chunkwire import PutChunk

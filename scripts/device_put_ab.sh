@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
-# One call on a lent GPU machine: the group put (ChunkStore.put_many) against the code
-# before it, in the same lease. The code before it is carried as .abold/mosafs (git
-# archive of the earlier commit); runs alternate new, old, new, old.
+# One call on a lent GPU machine: `mosafs bench checkpoint` at this tree against an
+# earlier commit, in the same lease (an A/B of a change to the write path), after
+# benchmarks/put_durability.py (PUTS=0 skips it). Runs alternate old, new, old, new.
 #
+#   Here:   rm -rf .abold && mkdir .abold && git archive COMMIT mosafs | tar -x -C .abold
+#           (and .abold/ in .git/info/exclude)
 #   There:  ROUNDS=2 BENCH_ARGS="--changed 0.07" bash scripts/device_put_ab.sh
 #           (carry: .whl .devcarry .abold)
 set -u

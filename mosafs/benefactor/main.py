@@ -126,7 +126,7 @@ def run(args: argparse.Namespace) -> int:
     if args.advertise:
         split_address(args.advertise, "--advertise")
 
-    from mosafs.benefactor.filestore import FileChunkStore, load_or_create_identity
+    from mosafs.benefactor.chunkstore import FileChunkStore, load_or_create_identity
     from mosafs.benefactor.garbage import GarbageRounds
     from mosafs.benefactor.ingest import IngestLimiter
     from mosafs.benefactor.localreads import LocalReads

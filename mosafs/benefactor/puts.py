@@ -1,12 +1,11 @@
 """Puts of chunks and fragments as a benefactor stores them (PutChunk, PutChunks).
 
 A grouped put (PutChunks: the blobs a writer had queued for this benefactor, in one call)
-is one `ChunkStore.put_many`: its blobs are checked, written and synced side by side, at
-most THREADS at a time, then named and made durable together (each directory synced once
-for the group), and each is answered on its own: one bad or refused blob does not fail
-the others, and a blob that was stored stays stored whatever happens to the rest. The
-call's token and the ingest limit are checked by the caller, once per call, before
-anything is stored.
+stores its blobs side by side, at most THREADS at a time, each through the same
+`ChunkStore.put` as a single put (BLAKE3 checked, written, fsynced, renamed), and answers
+each on its own: one bad or refused blob does not fail the others, and a blob that was
+stored stays stored whatever happens to the rest. The call's token and the ingest limit
+are checked by the caller, once per call, before anything is stored.
 """
 
 from __future__ import annotations
@@ -51,8 +50,12 @@ class Puts:
     def one(self, blob: PutChunk) -> bool:
         """A PutChunk: store BLOB; whether it was there already. Errors are raised."""
         metrics.BENEFACTOR_PUT_CALLS.labels("PutChunk").inc()
+        return self._store_one(blob)
+
+    def _store_one(self, blob: PutChunk) -> bool:
         present = self._store.put(blob.id, blob.data)
-        _count(present, blob)
+        metrics.BENEFACTOR_PUTS.labels("present" if present else "stored").inc()
+        metrics.BENEFACTOR_PUT_BYTES.inc(memoryview(blob.data).nbytes)
         return present
 
     def group(self, blobs: Sequence[PutChunk], method: str = "PutChunks") -> list[Outcome]:
@@ -60,23 +63,16 @@ class Puts:
         that is not a MosafsError is a bug and is raised (after the others ended). METHOD
         labels the call's metric (PutChunks, or a local put)."""
         metrics.BENEFACTOR_PUT_CALLS.labels(method).inc()
-        parallel = map if len(blobs) == 1 else self._pool.map
-        answers = self._store.put_many([(blob.id, blob.data) for blob in blobs],
-                                       parallel=parallel)
-        outcomes = []
-        for blob, answer in zip(blobs, answers, strict=True):
-            if isinstance(answer, MosafsError):
-                metrics.BENEFACTOR_PUTS.labels("refused").inc()
-                outcomes.append(Outcome(error=answer))
-            else:
-                _count(answer, blob)
-                outcomes.append(Outcome(present=answer))
-        return outcomes
+        if len(blobs) == 1:
+            return [self._outcome(blobs[0])]
+        return list(self._pool.map(self._outcome, blobs))
+
+    def _outcome(self, blob: PutChunk) -> Outcome:
+        try:
+            return Outcome(present=self._store_one(blob))
+        except MosafsError as exc:
+            metrics.BENEFACTOR_PUTS.labels("refused").inc()
+            return Outcome(error=exc)
 
     def close(self) -> None:
         self._pool.shutdown(wait=True)
-
-
-def _count(present: bool, blob: PutChunk) -> None:
-    metrics.BENEFACTOR_PUTS.labels("present" if present else "stored").inc()
-    metrics.BENEFACTOR_PUT_BYTES.inc(memoryview(blob.data).nbytes)

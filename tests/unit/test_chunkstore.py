@@ -12,15 +12,18 @@ import os
 import threading
 import time
 from collections.abc import Callable, Iterator
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
 import blake3
 import pytest
 
-from mosafs.benefactor.chunkstore import MAX_HAS_BATCH, ChunkStore
-from mosafs.benefactor.filestore import FileChunkStore, load_or_create_identity
+from mosafs.benefactor.chunkstore import (
+    MAX_HAS_BATCH,
+    ChunkStore,
+    FileChunkStore,
+    load_or_create_identity,
+)
 from mosafs.errors import ConfigError, IntegrityError, InvalidArgument, NoSpace, NotFound
 from mosafs.ids import chunk_id
 
@@ -288,44 +291,6 @@ def test_unit_chunkstore_restart_rescans_counts(backend: Backend) -> None:
         assert usage.chunks == len(chunks)
         assert usage.stored_bytes == sum(len(c) for c in chunks)
         assert all(second.get(chunk_id(c)) == c for c in chunks)
-
-
-def test_unit_chunkstore_group_put_answers_each_blob_on_its_own(store: ChunkStore) -> None:
-    """A group mixing new, already stored, refused and repeated blobs: each is answered on
-    its own, every stored one reads back, and the counts move once per new id."""
-    old = blob("group-old", 5000)
-    store.put(chunk_id(old), old)
-    new = [blob(f"group-new-{i}", 70_000 + i) for i in range(6)]
-    bad = blob("group-bad", 100)
-    group: list[tuple[bytes, bytes]] = [(chunk_id(d), d) for d in new[:3]]
-    group += [(chunk_id(old), old), (chunk_id(b"other"), bad), (b"../x", bad)]
-    group += [(chunk_id(d), d) for d in new[3:]] + [(chunk_id(new[0]), new[0])]
-    with ThreadPoolExecutor(4) as pool:
-        outcomes = store.put_many(group, parallel=pool.map)
-    assert outcomes[:4] == [False, False, False, True]
-    assert isinstance(outcomes[4], InvalidArgument)
-    assert "does not match its id" in str(outcomes[4])
-    assert isinstance(outcomes[5], InvalidArgument)
-    assert outcomes[6:9] == [False, False, False]
-    assert outcomes[9] is True  # the same id twice in one group: stored once
-    assert all(store.get(chunk_id(d)) == d for d in [old, *new])
-    assert not store.has(chunk_id(b"other"))
-    usage = store.usage()
-    assert (usage.chunks, usage.stored_bytes) == (7, len(old) + sum(map(len, new)))
-
-
-def test_unit_chunkstore_group_put_over_capacity_refuses_only_what_does_not_fit(
-    backend: Backend,
-) -> None:
-    fits = [blob(f"cap-group-{i}", 4000) for i in range(2)]
-    too_much = blob("cap-group-big", 9000)
-    with backend.open(capacity=10_000) as store:
-        outcomes = store.put_many([(chunk_id(d), d) for d in [*fits, too_much]])
-        assert outcomes[:2] == [False, False]
-        assert isinstance(outcomes[2], NoSpace)
-        assert store.usage().stored_bytes == 8000
-        last = blob("cap-group-last", 2000)  # nothing stays reserved by the refused blob
-        assert store.put_many([(chunk_id(last), last)]) == [False]
 
 
 def test_unit_chunkstore_has_many_answers_in_order(store: ChunkStore) -> None:

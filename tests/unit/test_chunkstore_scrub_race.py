@@ -19,8 +19,7 @@ from pathlib import Path
 import blake3
 import pytest
 
-from mosafs.benefactor.chunkstore import CORRUPT, GONE, SOUND
-from mosafs.benefactor.filestore import FileChunkStore
+from mosafs.benefactor.chunkstore import CORRUPT, GONE, SOUND, FileChunkStore
 from mosafs.benefactor.garbage import GarbageRounds
 from mosafs.benefactor.scrub import Scrubber
 from mosafs.ids import chunk_id

@@ -27,7 +27,7 @@ import blake3
 import pytest
 
 from mosafs._proto import benefactor_pb2 as bpb
-from mosafs.benefactor.filestore import FileChunkStore
+from mosafs.benefactor.chunkstore import FileChunkStore
 from mosafs.benefactor.recode import RecodeJob, Recoder, Source, Target, job_of, reply_of
 from mosafs.erasure import make_coder
 from mosafs.errors import IntegrityError, InvalidArgument, NotFound, Unavailable

@@ -27,6 +27,7 @@ import functools
 import logging
 import time
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from typing import Any
 
 import grpc
@@ -88,29 +89,43 @@ def _peer(pem: bytes) -> certs.PeerCertificate | None:
         return None  # signed by our CA, yet states no role: refused as "without a role"
 
 
-def _acting(context: grpc.ServicerContext) -> tuple[int | None, list[int] | None]:
-    """The uid and groups the request says it acts as (metadata set by the mount)."""
-    uid: int | None = None
-    gids: list[int] | None = None
+@dataclass(frozen=True, slots=True)
+class _Said:
+    """What a request's metadata says of itself, read in one pass: the uid and groups it
+    acts as (the mount sets them; parsed only where a capability is checked), and the
+    mount it comes from ("" if none)."""
+
+    uid: str | None = None
+    gids: str | None = None
+    mount: str = ""
+
+
+def _said(context: grpc.ServicerContext) -> _Said:
+    uid = gids = None
+    mount = ""
     for key, value in context.invocation_metadata() or ():
-        try:
-            if key == capability.UID_KEY:
-                uid = int(value)
-            elif key == capability.GIDS_KEY:
-                gids = [int(g) for g in str(value).split(",") if g]
-        except ValueError:
-            raise Refused("capability", f"metadata {key} is not a number list: "
-                                        f"{str(value)[:40]!r}") from None
+        if key == capability.UID_KEY:
+            uid = str(value)
+        elif key == capability.GIDS_KEY:
+            gids = str(value)
+        elif key == capability.MOUNT_KEY:
+            # Used only to leave a mount's own changes out of what it is told
+            # (mosafs.manager.changes).
+            mount = str(value)[:64]
+    return _Said(uid, gids, mount)
+
+
+def _acting(said: _Said) -> tuple[int | None, list[int] | None]:
+    """The uid and groups the request says it acts as."""
+    key, value = capability.UID_KEY, said.uid
+    try:
+        uid = int(said.uid) if said.uid is not None else None
+        key, value = capability.GIDS_KEY, said.gids
+        gids = [int(g) for g in said.gids.split(",") if g] if said.gids is not None else None
+    except ValueError:
+        raise Refused("capability", f"metadata {key} is not a number list: "
+                                    f"{str(value)[:40]!r}") from None
     return uid, gids
-
-
-def _origin(context: grpc.ServicerContext) -> str:
-    """The mount the request says it comes from ("" if none): used only to leave a
-    mount's own changes out of what it is told (mosafs.manager.changes)."""
-    for key, value in context.invocation_metadata() or ():
-        if key == capability.MOUNT_KEY:
-            return str(value)[:64]
-    return ""
 
 
 def refuse(reason: str, name: str, method: str, message: str) -> None:
@@ -164,7 +179,8 @@ def authorize(pem: bytes | None, method: str, allowed: frozenset[str]) -> certs.
     return peer
 
 
-def _check(context: grpc.ServicerContext, method: str, allowed: frozenset[str]) -> Caller:
+def _check(context: grpc.ServicerContext, method: str, allowed: frozenset[str],
+           said: _Said) -> Caller:
     """The Caller of a request on a TLS server, or abort the RPC (see the module's doc)."""
     auth: dict[str, Any] = dict(context.auth_context())
     pems: list[bytes] = list(auth.get("x509_pem_cert") or [])
@@ -177,7 +193,7 @@ def _check(context: grpc.ServicerContext, method: str, allowed: frozenset[str]) 
         context.abort(grpc.StatusCode.PERMISSION_DENIED, exc.message)
         raise
     try:
-        uid, gids = _acting(context)
+        uid, gids = _acting(said)
         return capability.acting(peer.capability, peer.name, peer.role, uid, gids,
                                  peer.fingerprint)
     except Refused as exc:
@@ -188,9 +204,10 @@ def _check(context: grpc.ServicerContext, method: str, allowed: frozenset[str]) 
 
 def _wrapped(handler: Any, label: str, method: str, allowed: frozenset[str] | None) -> Any:
     def check(context: grpc.ServicerContext) -> None:
-        caller = capability.ROOT if allowed is None else _check(context, method, allowed)
+        said = _said(context)
+        caller = capability.ROOT if allowed is None else _check(context, method, allowed, said)
         _caller.set(caller)
-        mount = _origin(context)
+        mount = said.mount
         # Bound to the certificate: a client cannot pass for another's mount, whose
         # caches would then not hear of its changes.
         capability.ORIGIN.set(f"{caller.fingerprint.hex()}/{mount}" if mount else "")

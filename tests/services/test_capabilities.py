@@ -185,6 +185,21 @@ def test_services_restricted_client_acts_only_as_its_uid_with_posix_permissions(
     job.Unlink(mpb.UnlinkRequest(parent=a, name="ok"), **as_uid(1000))
 
 
+def test_services_malformed_acting_metadata_is_refused_and_the_manager_goes_on(
+        cluster: dict[str, Any], tls: Path) -> None:
+    """A uid or group list that is not numbers is refused with its key named; the same
+    certificate's next well-formed call is served."""
+    job = stub(cluster["manager"].address, tls, "jobA")
+    a = cluster["jobA"]
+    for metadata, key in ((((UID_KEY, "root"), (GIDS_KEY, "1000")), UID_KEY),
+                          (((UID_KEY, "1000"), (GIDS_KEY, "1000,wheel")), GIDS_KEY)):
+        with pytest.raises(grpc.RpcError) as info:
+            job.GetAttr(mpb.GetAttrRequest(inode=a), metadata=metadata)
+        assert info.value.code() == Code.PERMISSION_DENIED
+        assert f"metadata {key} is not a number list" in (info.value.details() or "")
+    assert job.GetAttr(mpb.GetAttrRequest(inode=a), **as_uid(1000)).inode == a
+
+
 def test_services_batched_operations_are_checked_one_by_one(
         cluster: dict[str, Any], tls: Path) -> None:
     """A Batch call's operations get the checks of their own RPCs, as the call's acting

@@ -7,7 +7,9 @@ import itertools
 import logging
 import os
 import time
+from collections.abc import Coroutine
 from dataclasses import dataclass
+from typing import Any, TypeVar
 
 import trio
 
@@ -24,6 +26,7 @@ from mosafs.client.files.writer import WriteSession, check_size
 from mosafs.client.files.xattrs import ExtendedAttributes
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 Attr = mpb.Attr
 DirEntry = mpb.DirEntry
@@ -130,8 +133,7 @@ class FileSystem(ExtendedAttributes):
         inode = self._cache.child(parent, name)
         attr = self._cache.attr(inode) if inode is not None else None
         if attr is None:
-            since = self._cache.generation
-            found = await self.manager.lookup(parent, name)
+            found, since = await self._asked(self.manager.lookup(parent, name))
             attr = self._cache.put_entry(parent, name, found, since)
         return self._overlay(attr)
 
@@ -142,8 +144,7 @@ class FileSystem(ExtendedAttributes):
         attr = self._cache.attr(inode)
         if attr is None:
             try:
-                since = self._cache.generation
-                attr = self._cache.put(await self.manager.getattr(inode), since)
+                attr = self._cache.put(*await self._asked(self.manager.getattr(inode)))
             except errors.NotFound:
                 attr = self._orphan_attr(inode)
         return self._overlay(attr)
@@ -169,8 +170,7 @@ class FileSystem(ExtendedAttributes):
             session.mtime_ns = fields["mtime_ns"]
         if fields:
             try:
-                since = self._cache.generation
-                self._cache.put(await self.manager.setattr(inode, **fields), since)
+                self._cache.put(*await self._asked(self.manager.setattr(inode, **fields)))
             except errors.NotFound:
                 # Unlinked while open: the change lives as long as the handles do.
                 orphan = self._orphan_attr(inode)
@@ -216,15 +216,13 @@ class FileSystem(ExtendedAttributes):
 
     async def mkdir(self, parent: int, name: str, mode: int, uid: int, gid: int) -> Attr:
         self._writable(parent)
-        since = self._cache.generation
-        attr = await self.manager.mkdir(parent, name, mode, uid, gid)
+        attr, since = await self._asked(self.manager.mkdir(parent, name, mode, uid, gid))
         return self._created(parent, name, attr, since)
 
     async def symlink(self, parent: int, name: str, target: bytes, uid: int,
                       gid: int) -> Attr:
         self._writable(parent)
-        since = self._cache.generation
-        attr = await self.manager.symlink(parent, name, target, uid, gid)
+        attr, since = await self._asked(self.manager.symlink(parent, name, target, uid, gid))
         return self._created(parent, name, attr, since)
 
     async def readlink(self, inode: int) -> bytes:
@@ -237,18 +235,23 @@ class FileSystem(ExtendedAttributes):
         """A FIFO, socket or device node (RDEV: its device number), or an empty regular
         file (mknod(2) may make one)."""
         self._writable(parent)
-        since = self._cache.generation
-        if kind == mpb.FILE_KIND_REGULAR:
-            attr = await self.manager.create(parent, name, mode, uid, gid, exclusive=True)
-        else:
-            attr = await self.manager.mknod(parent, name, kind, mode, uid, gid, rdev)
+        made = (self.manager.create(parent, name, mode, uid, gid, exclusive=True)
+                if kind == mpb.FILE_KIND_REGULAR
+                else self.manager.mknod(parent, name, kind, mode, uid, gid, rdev))
+        attr, since = await self._asked(made)
         return self._created(parent, name, attr, since)
 
     async def link(self, inode: int, new_parent: int, new_name: str) -> Attr:
         self._writable(inode, new_parent)
-        since = self._cache.generation
-        attr = await self.manager.link(inode, new_parent, new_name)
+        attr, since = await self._asked(self.manager.link(inode, new_parent, new_name))
         return self._overlay(self._created(new_parent, new_name, attr, since))
+
+    async def _asked(self, call: Coroutine[Any, Any, T]) -> tuple[T, int]:
+        """CALL's answer, and the cache generation it was asked at (read before CALL, a
+        coroutine, starts): an answer is kept long only if no change list taken since
+        names what it is about (AttrCache.life)."""
+        since = self._cache.generation
+        return await call, since
 
     def _created(self, parent: int, name: str, attr: Attr, since: int) -> Attr:
         """NAME in PARENT was made (or linked) as ATTR, asked for at cache generation
@@ -298,9 +301,8 @@ class FileSystem(ExtendedAttributes):
     async def create_file(self, parent: int, name: str, mode: int, flags: int, uid: int,
                      gid: int) -> tuple[int, Attr]:
         self._writable(parent)
-        since = self._cache.generation
-        attr = await self.manager.create(parent, name, mode, uid, gid,
-                                         exclusive=bool(flags & os.O_EXCL))
+        attr, since = await self._asked(self.manager.create(
+            parent, name, mode, uid, gid, exclusive=bool(flags & os.O_EXCL)))
         self._created(parent, name, attr, since)
         # Empty and without a version: made now, or an empty file that was there (create
         # without O_EXCL returns it); either way a write starts from nothing.

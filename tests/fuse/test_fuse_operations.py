@@ -95,13 +95,23 @@ def test_fuse_metrics_logs_and_tls_of_up(start_cluster, tmp_path: Path) -> None:
     assert [len(os.listdir(many / f"t{t}")) for t in range(16)] == [40] * 16
     with pytest.raises(FileExistsError):
         (many / "t3" / "f7").open("xb")
-    # Lookups in flight at once leave as BatchRead calls (retried like a lone Lookup).
-    reads = calls("BatchRead")
+    # In the folders this mount made, it knows every name: lookups of missing ones ask the
+    # manager nothing (docs/client.md, "Coherent caches").
+    reads, lookups = calls("BatchRead"), calls("Lookup")
 
     def missing(t: int) -> None:
         for i in range(40):
             assert not (many / f"t{t}" / f"none{i}").exists()
 
+    with ThreadPoolExecutor(16) as pool:
+        list(pool.map(missing, range(16)))
+    assert (calls("BatchRead"), calls("Lookup")) == (reads, lookups)
+    # Once a client beside the mount has asked for their cluster (as mosafs.checkpoint
+    # does), it may make names there: lookups in flight at once then leave as BatchRead
+    # calls (retried like a lone Lookup).
+    for t in range(16):
+        assert os.getxattr(many / f"t{t}", "user.mosafs.manager").decode() == \
+            info["manager"]
     with ThreadPoolExecutor(16) as pool:
         list(pool.map(missing, range(16)))
     assert calls("BatchRead") > reads

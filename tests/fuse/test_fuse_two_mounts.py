@@ -260,6 +260,37 @@ def test_fuse_two_mounts_coherent_caches_stay_and_hear_of_changes(
         ["f0", "r1", *(f"f{i}" for i in range(3, 20))])
 
 
+def test_fuse_two_mounts_a_directory_made_here_answers_missing_names_itself(
+        two: tuple[UpCluster, Path]) -> None:
+    """A directory mount 1 made is known whole there: the lookups of names it does not
+    hold (each create's first step) are answered without the manager, and a name mount 2
+    makes in it is still seen on mount 1 within ENTRY_WAIT."""
+    cluster, m2 = two
+    m1 = cluster.mountpoint
+    (m1 / "w").mkdir()
+    before = _metadata_calls(cluster)
+    for i in range(20):
+        with pytest.raises(FileNotFoundError):
+            os.stat(m1 / "w" / f"f{i}")
+        write(m1 / "w" / f"f{i}", b"x" * i)
+    assert _metadata_calls(cluster) == before, "lookups of missing names asked the manager"
+    assert [os.stat(m1 / "w" / f"f{i}").st_size for i in range(20)] == list(range(20))
+    with pytest.raises(FileExistsError):
+        os.open(m1 / "w" / "f3", os.O_CREAT | os.O_EXCL | os.O_WRONLY)
+    wait_for(lambda: (m2 / "w").is_dir())
+    with pytest.raises(FileNotFoundError):
+        os.stat(m1 / "w" / "from2")
+    write(m2 / "w" / "from2", b"from mount 2")
+    wait_for(lambda: os.path.exists(m1 / "w" / "from2"))
+    assert read(m1 / "w" / "from2") == b"from mount 2"
+    # Mount 2's create made mount 1 forget that it knew the directory whole: a missing
+    # name is asked of the manager again.
+    before = _metadata_calls(cluster)
+    with pytest.raises(FileNotFoundError):
+        os.stat(m1 / "w" / "nothing")
+    assert _metadata_calls(cluster) > before
+
+
 # The benefactors' heartbeats meet the paused manager too.
 PAUSE_NOISE = [r"WARNING mosafs\.benefactor\[\d+\]: manager \S+ unreachable"]
 

@@ -92,3 +92,56 @@ def test_invalidate_drops_the_inodes_the_names_and_their_directories() -> None:
     assert cache.child(7, "f0") == 100 and cache.attr(55) is not None  # the rest stays
     cache.clear()
     assert cache.attr(55) is None and cache.child(7, "f0") is None
+
+
+def _dir(inode: int) -> mpb.Attr:
+    return mpb.Attr(inode=inode, kind=mpb.FILE_KIND_DIRECTORY, nlink=2)
+
+
+def test_a_directory_this_mount_made_is_known_whole_while_coherent() -> None:
+    """Its names are known: what it does not hold is absent, and the names this mount
+    makes in it join it. Anything else that changes a name in it ends that."""
+    now = [0.0]
+    cache = AttrCache(1.0, 60.0, timer=lambda: now[0])
+    coherent = [True]
+    cache.coherent = lambda: coherent[0]
+    cache.entry_made(1, "d", _dir(20), subdir=True, since=cache.generation)
+    assert cache.absent(20, "x")
+    cache.entry_made(20, "x", mpb.Attr(inode=21), subdir=False, since=cache.generation)
+    assert not cache.absent(20, "x") and cache.absent(20, "y")
+    assert not cache.absent(1, "anything")  # the root was not made here: not known
+    # A name in it listed by the manager (another mount's create): no longer known whole.
+    cache.invalidate([], [(20, "y")])
+    assert not cache.absent(20, "z")
+    # Known whole for the coherent timeout, not beyond.
+    cache.entry_made(1, "e", _dir(30), subdir=True, since=cache.generation)
+    now[0] += 61.0
+    assert not cache.absent(30, "x")
+    # Its attributes listed as changed, this mount's own removal, a client beside the
+    # mount resolving it (mosafs.checkpoint), coherence lost.
+    for end in (lambda: cache.invalidate([40], []), lambda: cache.drop_entry(40, "x"),
+                lambda: cache.forget_whole(40), cache.clear):
+        cache.entry_made(1, "f", _dir(40), subdir=True, since=cache.generation)
+        assert cache.absent(40, "x")
+        end()
+        assert not cache.absent(40, "x")
+
+
+def test_a_directory_is_not_known_whole_across_a_listed_change_or_without_coherence() -> None:
+    cache = AttrCache(1.0, 60.0)
+    coherent = [False]
+    cache.coherent = lambda: coherent[0]
+    cache.entry_made(1, "d", _dir(20), subdir=True, since=cache.generation)
+    assert not cache.absent(20, "x")  # not coherent: names come and go unseen
+    coherent[0] = True
+    asked = cache.generation
+    cache.invalidate([], [(21, "x")])  # a change in the new directory, listed meanwhile
+    cache.invalidate([21], [])
+    cache.entry_made(1, "e", _dir(21), subdir=True, since=asked)
+    assert not cache.absent(21, "y")
+    # A name made in a known-whole directory while something in it was listed changed.
+    cache.entry_made(1, "g", _dir(22), subdir=True, since=cache.generation)
+    asked = cache.generation
+    cache.invalidate([], [(22, "other")])
+    cache.entry_made(22, "mine", mpb.Attr(inode=23), subdir=False, since=asked)
+    assert not cache.absent(22, "other") and not cache.absent(22, "y")

@@ -12,6 +12,13 @@ always sees its own changes at once. Other mounts' changes:
 
 The kernel is told an entry's remaining life (FUSE entry and attribute timeouts). A
 file's version is revalidated on every open (close-to-open), see FileSystem.open.
+
+Directories known whole: while the cache is coherent, a directory this mount made knows
+every name in it (its own creates add them; anything else that changes a name in it,
+here or listed by the manager, or a client beside the mount that resolves it, forgets the
+directory as whole), so a lookup of a name it does not hold is answered "no such file"
+without asking the manager (`absent`): a create is then one manager call, not two
+(docs/client.md, "Coherent caches").
 """
 
 from __future__ import annotations
@@ -100,6 +107,8 @@ class AttrCache:
         self._names: TtlDict[tuple[int, str], int] = TtlDict(MAX_ENTRIES, ttl, timer)
         self._listings: TtlDict[int, list[mpb.DirEntry]] = TtlDict(MAX_ENTRIES // 10, ttl,
                                                                   timer)
+        # Directory -> every name in it, for directories known whole (the module's doc).
+        self._whole: TtlDict[int, set[str]] = TtlDict(MAX_ENTRIES // 10, ttl, timer)
         # Inodes with open handles keep their newest attributes without expiry: a file
         # unlinked while open still has attributes until its last close.
         self._pinned: dict[int, mpb.Attr] = {}
@@ -122,6 +131,15 @@ class AttrCache:
 
     def listing(self, inode: int) -> list[mpb.DirEntry] | None:
         return self._listings.get(inode)
+
+    def forget_whole(self, inode: int) -> None:
+        """Directory INODE may get names this mount does not make: not known whole."""
+        self._whole.pop(inode, None)
+
+    def absent(self, parent: int, name: str) -> bool:
+        """Whether NAME is known not to be in PARENT (a directory known whole)."""
+        names = self._whole.get(parent)
+        return names is not None and name not in names
 
     def life(self, since: int | None, inode: int = 0, name: tuple[int, str] | None = None,
              parent: int = 0) -> float:
@@ -178,6 +196,7 @@ class AttrCache:
         for inode in inodes:
             self._attrs.pop(inode, None)
             self._listings.pop(inode, None)
+            self._whole.pop(inode, None)
         for parent, name in names:
             self.drop_entry(parent, name)
 
@@ -188,6 +207,7 @@ class AttrCache:
         self._attrs.clear()
         self._names.clear()
         self._listings.clear()
+        self._whole.clear()
 
     def drop(self, inode: int) -> None:
         self._attrs.pop(inode, None)
@@ -203,7 +223,11 @@ class AttrCache:
         copy (a create that found the file there, which changes nothing) drops it as
         drop_entry does."""
         parent_attr = self._attrs.get(parent)
+        whole = self._whole.get(parent)
         self.drop_entry(parent, name)
+        self._known_whole(parent, whole, name, since)
+        if subdir:
+            self._known_whole(attr.inode, set(), None, since)
         if parent_attr is not None and \
                 attr.ctime_ns > max(parent_attr.mtime_ns, parent_attr.ctime_ns):
             updated = mpb.Attr()
@@ -213,11 +237,28 @@ class AttrCache:
             self._attrs.put(parent, updated, self.life(since, parent))
         return self.put_entry(parent, name, attr, since)
 
+    def _known_whole(self, inode: int, names: set[str] | None, made: str | None,
+                     since: int | None) -> None:
+        """Directory INODE holds NAMES and now MADE too (NAMES None: not known whole). It
+        stays known whole only while the cache is coherent and no change list since
+        SINCE named anything in it (a name made by another mount could be missing)."""
+        if names is None:
+            return
+        life = self.life(since, inode, parent=inode)
+        if life <= self.ttl:
+            return
+        if made is not None:
+            names.add(made)
+        self._whole.put(inode, names, life)
+
     def drop_entry(self, parent: int, name: str) -> None:
         """A name changed in PARENT: forget the name, its inode's attributes (nlink and
-        ctime change), the listing and the parent's attributes (mtime, nlink)."""
+        ctime change), the listing and the parent's attributes (mtime, nlink), and that
+        PARENT is known whole (what the change was, and whether it happened, is not
+        known here: a name may have come or gone)."""
         child = self._names.pop((parent, name), None)
         if child is not None:
             self._attrs.pop(child, None)
+        self._whole.pop(parent, None)
         self._listings.pop(parent, None)
         self._attrs.pop(parent, None)

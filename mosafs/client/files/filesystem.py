@@ -15,6 +15,7 @@ import trio
 
 from mosafs import errors, metrics
 from mosafs._proto import manager_pb2 as mpb
+from mosafs.client import acting
 from mosafs.client.files.attrcache import AttrCache
 from mosafs.client.files.blockmap import BlockMapView, coded_of
 from mosafs.client.files.coherence import Coherence
@@ -133,6 +134,9 @@ class FileSystem(ExtendedAttributes):
         inode = self._cache.child(parent, name)
         attr = self._cache.attr(inode) if inode is not None else None
         if attr is None:
+            if inode is None and self._cache.absent(parent, name) and \
+                    _may_search(self._cache.attr(parent), acting.ACTING.get()):
+                raise errors.NotFound(f"no {name!r} in directory {parent}")
             found, since = await self._asked(self.manager.lookup(parent, name))
             attr = self._cache.put_entry(parent, name, found, since)
         return self._overlay(attr)
@@ -216,14 +220,13 @@ class FileSystem(ExtendedAttributes):
 
     async def mkdir(self, parent: int, name: str, mode: int, uid: int, gid: int) -> Attr:
         self._writable(parent)
-        attr, since = await self._asked(self.manager.mkdir(parent, name, mode, uid, gid))
-        return self._created(parent, name, attr, since)
+        return await self._make(parent, name, self.manager.mkdir(parent, name, mode, uid, gid))
 
     async def symlink(self, parent: int, name: str, target: bytes, uid: int,
                       gid: int) -> Attr:
         self._writable(parent)
-        attr, since = await self._asked(self.manager.symlink(parent, name, target, uid, gid))
-        return self._created(parent, name, attr, since)
+        return await self._make(parent, name,
+                                self.manager.symlink(parent, name, target, uid, gid))
 
     async def readlink(self, inode: int) -> bytes:
         if is_virtual(inode):
@@ -238,13 +241,12 @@ class FileSystem(ExtendedAttributes):
         made = (self.manager.create(parent, name, mode, uid, gid, exclusive=True)
                 if kind == mpb.FILE_KIND_REGULAR
                 else self.manager.mknod(parent, name, kind, mode, uid, gid, rdev))
-        attr, since = await self._asked(made)
-        return self._created(parent, name, attr, since)
+        return await self._make(parent, name, made)
 
     async def link(self, inode: int, new_parent: int, new_name: str) -> Attr:
         self._writable(inode, new_parent)
-        attr, since = await self._asked(self.manager.link(inode, new_parent, new_name))
-        return self._overlay(self._created(new_parent, new_name, attr, since))
+        return self._overlay(await self._make(
+            new_parent, new_name, self.manager.link(inode, new_parent, new_name)))
 
     async def _asked(self, call: Coroutine[Any, Any, T]) -> tuple[T, int]:
         """CALL's answer, and the cache generation it was asked at (read before CALL, a
@@ -253,10 +255,16 @@ class FileSystem(ExtendedAttributes):
         since = self._cache.generation
         return await call, since
 
-    def _created(self, parent: int, name: str, attr: Attr, since: int) -> Attr:
-        """NAME in PARENT was made (or linked) as ATTR, asked for at cache generation
-        SINCE: the manager gave PARENT the new entry's ctime as its mtime and ctime, in
-        the same transaction."""
+    async def _make(self, parent: int, name: str, call: Coroutine[Any, Any, Attr]) -> Attr:
+        """CALL makes (or links) NAME in PARENT: its answer, cached. The manager gave
+        PARENT the new entry's ctime as its mtime and ctime, in the same transaction. A
+        call that failed may have made the name all the same (its answer lost on the
+        way): what the cache knew of PARENT's names is dropped."""
+        try:
+            attr, since = await self._asked(call)
+        except BaseException:
+            self._cache.drop_entry(parent, name)
+            raise
         return self._cache.entry_made(parent, name, attr, since=since,
                                       subdir=attr.kind == mpb.FILE_KIND_DIRECTORY)
 
@@ -301,9 +309,8 @@ class FileSystem(ExtendedAttributes):
     async def create_file(self, parent: int, name: str, mode: int, flags: int, uid: int,
                      gid: int) -> tuple[int, Attr]:
         self._writable(parent)
-        attr, since = await self._asked(self.manager.create(
+        attr = await self._make(parent, name, self.manager.create(
             parent, name, mode, uid, gid, exclusive=bool(flags & os.O_EXCL)))
-        self._created(parent, name, attr, since)
         # Empty and without a version: made now, or an empty file that was there (create
         # without O_EXCL returns it); either way a write starts from nothing.
         fh, _ = await self.open(attr.inode, flags, new=not attr.version and not attr.size)
@@ -585,3 +592,19 @@ class FileSystem(ExtendedAttributes):
             await session.close()
         self.ctx.close()
         return discarded
+
+
+def _may_search(directory: Attr | None, who: acting.Acting | None) -> bool:
+    """Whether WHO (None: the mount itself) may look up names in DIRECTORY by its cached
+    attributes: a missing name is answered here only to whom the manager would answer
+    it, not to a process it would refuse (EACCES)."""
+    if who is None or who[0] == 0:
+        return True
+    if directory is None:
+        return False
+    uid, gids = who
+    if directory.uid == uid:
+        return bool(directory.mode & 0o100)
+    if directory.gid in gids:
+        return bool(directory.mode & 0o010)
+    return bool(directory.mode & 0o001)

@@ -15,6 +15,7 @@ from mosafs.client.files.versions import is_virtual
 
 USER_XATTR = "user."
 MOSAFS_XATTR = "user.mosafs."
+MANAGER_XATTR = MOSAFS_XATTR + "manager"
 
 
 class ExtendedAttributes:
@@ -35,6 +36,11 @@ class ExtendedAttributes:
         raise NotImplementedError
 
     async def getxattr(self, inode: int, name: str) -> bytes:
+        if name == MANAGER_XATTR:
+            # How a client that works beside this mount finds its cluster (mosafs.checkpoint,
+            # the admin commands: mosafs.admin.common.resolve): it may make names in this
+            # directory that this mount does not see made, so it is no longer known whole.
+            self._cache.forget_whole(inode)
         if name.startswith(MOSAFS_XATTR) or is_virtual(inode):
             values = await self._mosafs_xattrs(inode)
             if name not in values:
@@ -72,7 +78,7 @@ class ExtendedAttributes:
     async def _mosafs_xattrs(self, inode: int) -> dict[str, str]:
         """The read-only user.mosafs.* attributes: the manager, and for a regular file its
         newest version and dedupe figures (DESIGN §9 `mosafs stats`)."""
-        values = {MOSAFS_XATTR + "manager": self.manager.address}
+        values = {MANAGER_XATTR: self.manager.address}
         if self.ctx.config.tls_dir:  # where admin commands find this cluster's certificates
             values[MOSAFS_XATTR + "tls"] = self.ctx.config.tls_dir
         if is_virtual(inode):

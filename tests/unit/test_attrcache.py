@@ -115,6 +115,10 @@ def test_a_directory_this_mount_made_is_known_whole_while_coherent() -> None:
     assert not cache.absent(20, "z")
     # Known whole for the coherent timeout, not beyond.
     cache.entry_made(1, "e", _dir(30), subdir=True, since=cache.generation)
+    coherent[0] = False  # the lease lapsed, the cache not yet cleared
+    assert not cache.absent(30, "x")
+    coherent[0] = True
+    assert cache.absent(30, "x")
     now[0] += 61.0
     assert not cache.absent(30, "x")
     # Its attributes listed as changed, this mount's own removal, a client beside the

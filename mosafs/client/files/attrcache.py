@@ -137,9 +137,10 @@ class AttrCache:
         self._whole.pop(inode, None)
 
     def absent(self, parent: int, name: str) -> bool:
-        """Whether NAME is known not to be in PARENT (a directory known whole)."""
+        """Whether NAME is known not to be in PARENT (a directory known whole, while the
+        cache is coherent: the lease may lapse before the cache is cleared)."""
         names = self._whole.get(parent)
-        return names is not None and name not in names
+        return names is not None and name not in names and self.coherent()
 
     def life(self, since: int | None, inode: int = 0, name: tuple[int, str] | None = None,
              parent: int = 0) -> float:

@@ -136,6 +136,7 @@ class WriteSession:
         self._spill: Any = None  # a temp file while in SPILL mode
         self._renewals = trio.CancelScope()
         self._leased = trio.Event()  # set when a lease is taken (the renewals wait for it)
+        self._renewing = False  # whether _renew_leases was started
         # The file existed while this session had it open (a lease was granted, or the
         # mount created it): a NotFound later means unlinked while open, not "no such file".
         self.existed = False
@@ -167,7 +168,6 @@ class WriteSession:
                 session.prefix = [ChunkEntry(c.id, c.length) for c in lease.base_chunks]
                 session.size = lease.base_size
                 session.committed_version = lease.base_version
-        ctx.spawn(session._renew_leases)
         return session
 
     # -- leases ----------------------------------------------------------------------------
@@ -195,6 +195,11 @@ class WriteSession:
         self.lease = lease
         self.existed = True
         self._leased.set()
+        if not self._renewing:
+            # Started with the first lease, not with the session: a file created and
+            # closed unwritten never needs one (a task fewer per create, docs/benchmarks.md).
+            self._renewing = True
+            self.ctx.spawn(self._renew_leases)
         self.write_token = lease.write_token
         if self.ctx.config.dedupe_with_base:
             self.stored.ids.update(c.id for c in lease.base_chunks)

@@ -195,6 +195,25 @@ def pid_alive(pid: int) -> bool:
         return False
 
 
+def pause(pid: int, timeout: float = 10) -> None:
+    """SIGSTOP process PID and return once every thread of it has stopped: kill() only
+    queues the signal, and under load the process's other threads may still answer a
+    request for some milliseconds (a lookup sent right after kill() was answered)."""
+    os.kill(pid, signal.SIGSTOP)
+    deadline = time.monotonic() + timeout
+    while True:
+        states = []
+        for task in Path(f"/proc/{pid}/task").iterdir():
+            try:
+                states.append((task / "stat").read_text().rsplit(")", 1)[1].split()[0])
+            except FileNotFoundError:
+                continue  # a thread that ended meanwhile
+        if all(state in ("T", "t") for state in states):
+            return
+        assert time.monotonic() < deadline, f"process {pid} did not stop: {states}"
+        time.sleep(0.005)
+
+
 def mounts_under(path: Path) -> list[str]:
     """The mount points at or below PATH."""
     with open("/proc/self/mounts") as f:

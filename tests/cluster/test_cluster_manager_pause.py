@@ -15,6 +15,7 @@ from pathlib import Path
 import blake3
 import pytest
 
+from tests import harness
 from tests.cluster.conftest import start_cluster
 
 MiB = 1 << 20
@@ -46,7 +47,7 @@ def test_cluster_write_survives_a_manager_stopped_for_10_s(tmp_path: Path,
     writer = threading.Thread(target=write)
     writer.start()
     time.sleep(0.4)  # the write is under way
-    os.kill(cluster.manager.popen.pid, signal.SIGSTOP)
+    harness.pause(cluster.manager.popen.pid)
     stopped = time.monotonic()
     time.sleep(10)
     os.kill(cluster.manager.popen.pid, signal.SIGCONT)
@@ -69,7 +70,7 @@ def test_cluster_calls_time_out_while_the_manager_is_away_and_recover(
     for proc in [*cluster.benefactors, *cluster.mounts]:
         proc.expected_noise = NOISE
     (mnt / "before").write_bytes(b"x")
-    os.kill(cluster.manager.popen.pid, signal.SIGSTOP)
+    harness.pause(cluster.manager.popen.pid)
     try:
         started = time.monotonic()
         with pytest.raises(OSError) as caught:

@@ -113,7 +113,7 @@ class Series:
 
 @contextmanager
 def _paused(pid: int) -> Iterator[None]:
-    os.kill(pid, signal.SIGSTOP)
+    harness.pause(pid)
     try:
         yield
     finally:

@@ -307,7 +307,7 @@ def _paused_manager(cluster: UpCluster, m2: Path) -> None:
     assert os.stat(m2 / "x").st_size == 6
     ready = json.loads((cluster.data_dir / "run" / "manager.ready.json").read_text())
     done: list[int] = []
-    os.kill(int(ready["pid"]), signal.SIGSTOP)
+    harness.pause(int(ready["pid"]))
     try:
         time.sleep(2.0)  # past the 1 s lease of the change lists
         asker = threading.Thread(target=lambda: done.append(os.stat(m2 / "x").st_size))

@@ -149,3 +149,22 @@ def test_a_directory_is_not_known_whole_across_a_listed_change_or_without_cohere
     cache.invalidate([], [(22, "other")])
     cache.entry_made(22, "mine", mpb.Attr(inode=23), subdir=False, since=asked)
     assert not cache.absent(22, "other") and not cache.absent(22, "y")
+
+
+def test_a_directory_known_whole_is_bounded() -> None:
+    """Past WHOLE_NAMES names a directory is no longer known whole (its missing names are
+    asked of the manager), and at most WHOLE_DIRS are known whole at once."""
+    cache = AttrCache(1.0, 60.0)
+    cache.coherent = lambda: True
+    cache.entry_made(1, "d", _dir(20), subdir=True, since=cache.generation)
+    for i in range(attrcache.WHOLE_NAMES):
+        cache.entry_made(20, f"f{i}", mpb.Attr(inode=1000 + i), subdir=False,
+                         since=cache.generation)
+    assert cache.absent(20, "missing")
+    cache.entry_made(20, "one-more", mpb.Attr(inode=999), subdir=False,
+                     since=cache.generation)
+    assert not cache.absent(20, "missing")
+    for d in range(attrcache.WHOLE_DIRS + 1):
+        cache.entry_made(1, f"dir{d}", _dir(5000 + d), subdir=True, since=cache.generation)
+    known = sum(cache.absent(5000 + d, "x") for d in range(attrcache.WHOLE_DIRS + 1))
+    assert 1 <= known <= attrcache.WHOLE_DIRS

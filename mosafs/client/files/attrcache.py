@@ -40,6 +40,11 @@ MAX_ENTRIES = 100_000
 # `ls -l` of that directory (py-spy, docs/benchmarks.md, "Metadata").
 LISTING_ENTRIES = 10_000
 RECENT = 64  # change lists remembered for answers still on their way (5 per second come)
+# Directories known whole at once, and names each may hold: a bound on what they keep
+# (a million names at most). One that grows past it is no longer known whole, and its
+# missing names are asked of the manager as before.
+WHOLE_DIRS = 256
+WHOLE_NAMES = 4096
 
 
 class TtlDict(Generic[K, V]):
@@ -108,7 +113,7 @@ class AttrCache:
         self._listings: TtlDict[int, list[mpb.DirEntry]] = TtlDict(MAX_ENTRIES // 10, ttl,
                                                                   timer)
         # Directory -> every name in it, for directories known whole (the module's doc).
-        self._whole: TtlDict[int, set[str]] = TtlDict(MAX_ENTRIES // 10, ttl, timer)
+        self._whole: TtlDict[int, set[str]] = TtlDict(WHOLE_DIRS, ttl, timer)
         # Inodes with open handles keep their newest attributes without expiry: a file
         # unlinked while open still has attributes until its last close.
         self._pinned: dict[int, mpb.Attr] = {}
@@ -250,6 +255,9 @@ class AttrCache:
             return
         if made is not None:
             names.add(made)
+        if len(names) > WHOLE_NAMES:
+            self._whole.pop(inode, None)
+            return
         self._whole.put(inode, names, life)
 
     def drop_entry(self, parent: int, name: str) -> None:

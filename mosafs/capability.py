@@ -168,6 +168,25 @@ class Caller:
 
 ROOT = Caller("", "", FULL, 0, (0,))
 
+R, W, X = 4, 2, 1  # the permission bits a check wants (read, write, search or execute)
+
+
+def posix_allows(uid: int, gids: tuple[int, ...], owner: int, group: int, mode: int,
+                 want: int, *, directory: bool) -> bool:
+    """Whether UID, in groups GIDS, has the WANT bits (R|W|X) on an inode of OWNER, GROUP
+    and MODE by POSIX's rules: the manager's checks (mosafs.manager.permissions) and a
+    mount's answers from its cache (mosafs.client.files) alike. Root passes everything
+    but executing a file without any x bit."""
+    if uid == 0:
+        return not (want & X and not directory and not mode & 0o111)
+    if uid == owner:
+        bits = mode >> 6
+    elif group in gids:
+        bits = mode >> 3
+    else:
+        bits = mode
+    return bits & want == want
+
 
 class Refused(Exception):
     """A request the capability does not allow: (reason, message). The reason is one of

@@ -33,12 +33,11 @@ from typing import TypeVar
 
 from mosafs import metrics
 from mosafs._proto import metadata_pb2
-from mosafs.capability import Caller
+from mosafs.capability import Caller, R, W, X, posix_allows
 from mosafs.errors import AccessDenied, NotFound, NotPermitted, ReadOnly
 from mosafs.manager.metadata import DIRECTORY, ROOT_INODE, UNCHANGED_ID, MetadataStore
 
 audit = logging.getLogger("mosafs.audit")
-R, W, X = 4, 2, 1
 INSIDE, ABOVE, OUTSIDE = "inside", "above", "outside"
 _Rec = metadata_pb2.InodeRecord
 _A = TypeVar("_A")
@@ -53,16 +52,8 @@ def _refuse(reason: str, caller: Caller, what: str, exc: Exception) -> Exception
 
 def may(rec: _Rec, caller: Caller, want: int) -> bool:
     """Whether CALLER has the WANT bits (R|W|X) on REC by POSIX's rules."""
-    if caller.is_root:
-        # Root passes everything but executing a file without any x bit.
-        return not (want & X and rec.kind != DIRECTORY and not rec.mode & 0o111)
-    if caller.uid == rec.uid:
-        bits = rec.mode >> 6
-    elif caller.in_group(rec.gid):
-        bits = rec.mode >> 3
-    else:
-        bits = rec.mode
-    return bits & want == want
+    return posix_allows(caller.uid, caller.gids, rec.uid, rec.gid, rec.mode, want,
+                        directory=rec.kind == DIRECTORY)
 
 
 class Guard:

@@ -15,6 +15,7 @@ import trio
 
 from mosafs import errors, metrics
 from mosafs._proto import manager_pb2 as mpb
+from mosafs.capability import X, posix_allows
 from mosafs.client import acting
 from mosafs.client.files.attrcache import AttrCache
 from mosafs.client.files.blockmap import BlockMapView, coded_of
@@ -600,11 +601,6 @@ def _may_search(directory: Attr | None, who: acting.Acting | None) -> bool:
     it, not to a process it would refuse (EACCES)."""
     if who is None or who[0] == 0:
         return True
-    if directory is None:
-        return False
     uid, gids = who
-    if directory.uid == uid:
-        return bool(directory.mode & 0o100)
-    if directory.gid in gids:
-        return bool(directory.mode & 0o010)
-    return bool(directory.mode & 0o001)
+    return directory is not None and posix_allows(
+        uid, gids, directory.uid, directory.gid, directory.mode, X, directory=True)

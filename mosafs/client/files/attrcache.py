@@ -230,10 +230,12 @@ class AttrCache:
         drop_entry does."""
         parent_attr = self._attrs.get(parent)
         whole = self._whole.get(parent)
-        self.drop_entry(parent, name)
-        self._known_whole(parent, whole, name, since)
+        self.drop_entry(parent, name)  # forgets PARENT as whole: known again just below
+        if whole is not None:
+            whole.add(name)
+            self._known_whole(parent, whole, since)
         if subdir:
-            self._known_whole(attr.inode, set(), None, since)
+            self._known_whole(attr.inode, set(), since)
         if parent_attr is not None and \
                 attr.ctime_ns > max(parent_attr.mtime_ns, parent_attr.ctime_ns):
             updated = mpb.Attr()
@@ -243,22 +245,13 @@ class AttrCache:
             self._attrs.put(parent, updated, self.life(since, parent))
         return self.put_entry(parent, name, attr, since)
 
-    def _known_whole(self, inode: int, names: set[str] | None, made: str | None,
-                     since: int | None) -> None:
-        """Directory INODE holds NAMES and now MADE too (NAMES None: not known whole). It
-        stays known whole only while the cache is coherent and no change list since
-        SINCE named anything in it (a name made by another mount could be missing)."""
-        if names is None:
-            return
+    def _known_whole(self, inode: int, names: set[str], since: int | None) -> None:
+        """Directory INODE holds NAMES. It is known whole only while the cache is coherent,
+        no change list since SINCE named anything in it (a name made by another mount
+        could be missing) and it holds at most WHOLE_NAMES."""
         life = self.life(since, inode, parent=inode)
-        if life <= self.ttl:
-            return
-        if made is not None:
-            names.add(made)
-        if len(names) > WHOLE_NAMES:
-            self._whole.pop(inode, None)
-            return
-        self._whole.put(inode, names, life)
+        if life > self.ttl and len(names) <= WHOLE_NAMES:
+            self._whole.put(inode, names, life)
 
     def drop_entry(self, parent: int, name: str) -> None:
         """A name changed in PARENT: forget the name, its inode's attributes (nlink and

@@ -28,7 +28,7 @@ import logging
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import grpc
 
@@ -39,6 +39,7 @@ from mosafs.revocation import Revocations
 from mosafs.rpc.access import ACCESS, ADMIN
 
 audit = logging.getLogger("mosafs.audit")
+_T = TypeVar("_T")
 _identity: certs.Identity | None = None
 _revocations = Revocations(None)
 _caller: contextvars.ContextVar[Caller] = contextvars.ContextVar("mosafs_caller",
@@ -117,15 +118,20 @@ def _said(context: grpc.ServicerContext) -> _Said:
 
 def _acting(said: _Said) -> tuple[int | None, list[int] | None]:
     """The uid and groups the request says it acts as."""
-    key, value = capability.UID_KEY, said.uid
+    return (_parsed(capability.UID_KEY, said.uid, int),
+            _parsed(capability.GIDS_KEY, said.gids,
+                    lambda text: [int(g) for g in text.split(",") if g]))
+
+
+def _parsed(key: str, value: str | None, parse: Callable[[str], _T]) -> _T | None:
+    """VALUE of metadata KEY by PARSE (None where absent); Refused if it is no number."""
+    if value is None:
+        return None
     try:
-        uid = int(said.uid) if said.uid is not None else None
-        key, value = capability.GIDS_KEY, said.gids
-        gids = [int(g) for g in said.gids.split(",") if g] if said.gids is not None else None
+        return parse(value)
     except ValueError:
         raise Refused("capability", f"metadata {key} is not a number list: "
-                                    f"{str(value)[:40]!r}") from None
-    return uid, gids
+                                    f"{value[:40]!r}") from None
 
 
 def refuse(reason: str, name: str, method: str, message: str) -> None:

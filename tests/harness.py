@@ -186,13 +186,18 @@ def scrape(url: str) -> dict[str, float]:
     return samples
 
 
+def _state(stat_path: str | Path) -> str | None:
+    """The state letter of a process or thread (/proc/.../stat), None when it is gone."""
+    try:
+        with open(stat_path) as f:
+            return f.read().rsplit(")", 1)[1].split()[0]
+    except FileNotFoundError:
+        return None
+
+
 def pid_alive(pid: int) -> bool:
     """Whether process PID exists and is no zombie."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except FileNotFoundError:
-        return False
+    return _state(f"/proc/{pid}/stat") not in (None, "Z")
 
 
 def pause(pid: int, timeout: float = 10) -> None:
@@ -202,13 +207,9 @@ def pause(pid: int, timeout: float = 10) -> None:
     os.kill(pid, signal.SIGSTOP)
     deadline = time.monotonic() + timeout
     while True:
-        states = []
-        for task in Path(f"/proc/{pid}/task").iterdir():
-            try:
-                states.append((task / "stat").read_text().rsplit(")", 1)[1].split()[0])
-            except FileNotFoundError:
-                continue  # a thread that ended meanwhile
-        if all(state in ("T", "t") for state in states):
+        # A thread that ended meanwhile has no state (None).
+        states = [_state(task / "stat") for task in Path(f"/proc/{pid}/task").iterdir()]
+        if all(state in ("T", "t", None) for state in states):
             return
         assert time.monotonic() < deadline, f"process {pid} did not stop: {states}"
         time.sleep(0.005)

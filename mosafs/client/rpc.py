@@ -40,6 +40,7 @@ CHUNK_TIMEOUT = 120.0
 PUT_METHOD = "/mosafs.v1.Benefactor/PutChunk"
 PUTS_METHOD = "/mosafs.v1.Benefactor/PutChunks"
 LOCATE_BATCH = 65_536  # ids per LocateChunks call (the manager's limit)
+WRITES_IN_FLIGHT = 1  # metadata writes (creates) of one lane on their way at once
 GET_METHOD = "/mosafs.v1.Benefactor/GetChunk"
 # With several managers: one try's deadline (a paused manager is left after this), and
 # the pauses between rounds over every address while a failover lasts.
@@ -87,6 +88,11 @@ class ManagerClient:
         self._rpc = rpc
         self._timeout = timeout
         self.batcher = Batcher(self._send_batch)
+        # Creates: one call in flight, the rest wait and leave together. Two in flight
+        # (as reads have) made batches half the size, and every batch is a durable commit
+        # on the manager and, with standbys, a log entry to ship (docs/benchmarks.md, "A
+        # batch's writes in one group").
+        self.write_batcher = Batcher(self._send_batch, max_in_flight=WRITES_IN_FLIGHT)
 
     def close(self) -> None:
         for ch in self._channels:
@@ -96,8 +102,10 @@ class ManagerClient:
         """NAME(REQUEST) alone, or OP in a batch call with others (mosafs.client.batching):
         reads and writes in separate lanes, so that a batch of reads is a BatchRead, which
         the channel retries as it retries a lone Lookup or GetAttr."""
-        lane = (acting.metadata(), op.WhichOneof("op") == "create")
-        return await self.batcher.call(lane, op, functools.partial(self._call, name, request))
+        write = op.WhichOneof("op") == "create"
+        batcher = self.write_batcher if write else self.batcher
+        return await batcher.call((acting.metadata(), write), op,
+                                  functools.partial(self._call, name, request))
 
     async def _send_batch(self, ops: Sequence[mpb.BatchOp]) -> list[Any]:
         writes = any(op.WhichOneof("op") == "create" for op in ops)

@@ -10,32 +10,41 @@ lookup or a create itself. A batch of 8 pays it once.
 Reads run one after another in the calling thread (LMDB read transactions, microseconds
 each). Writes run side by side in a pool of threads so that they share group commits
 (mosafs.manager.groupcommit): run one after the other, N creates would wait for N
-commits. Domain code: no grpc; the servicer turns each MosafsError into an outcome.
+commits. Each is announced to the committer first (ANNOUNCE), so that one group waits for
+them all instead of committing whichever came first. Domain code: no grpc; the servicer
+turns each MosafsError into an outcome.
 """
 
 from __future__ import annotations
 
 import contextvars
 from collections.abc import Callable, Mapping, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import AbstractContextManager, nullcontext
 from typing import Any
 
 from mosafs.errors import InvalidArgument, MosafsError
 
 MAX_OPS = 256  # operations in one batch (the mount sends at most 64)
-WRITE_THREADS = 32  # writes of batches running at once: enough to fill a commit group
+WRITE_THREADS = 64  # writes of batches running at once: enough to fill a commit group
+# Writes of one batch announced to the group committer: no more than can run at once, or
+# the group would wait (up to groupcommit.GATHER_S) for writes still queued for a thread.
+ANNOUNCED_MAX = WRITE_THREADS // 2
 
 Op = Callable[[Any], Any]
+Announce = Callable[[], AbstractContextManager[Any]]
 
 
 class Batches:
     """Runs batches of operations: READS and WRITES map an operation's name (the BatchOp
-    oneof field) to the function that answers its request."""
+    oneof field) to the function that answers its request. ANNOUNCE: a context for one
+    write to run in, telling the group committer it comes (MetadataStore.announce_write)."""
 
     def __init__(self, reads: Mapping[str, Op], writes: Mapping[str, Op], *,
-                 threads: int = WRITE_THREADS) -> None:
+                 announce: Announce | None = None, threads: int = WRITE_THREADS) -> None:
         self._reads = dict(reads)
         self._writes = dict(writes)
+        self._announce = announce
         self._pool = ThreadPoolExecutor(threads, thread_name_prefix="batch-write")
 
     def run(self, ops: Sequence[Any], *, writes: bool = True) -> list[Any]:
@@ -48,28 +57,45 @@ class Batches:
         if len(ops) > MAX_OPS:
             raise InvalidArgument(f"a batch holds at most {MAX_OPS} operations, got {len(ops)}")
         results: list[Any] = [None] * len(ops)
-        running: list[tuple[int, Future[Any]]] = []
+        writing: list[tuple[int, Op, Any]] = []
         for i, op in enumerate(ops):
             which = op.WhichOneof("op")
             if which in self._writes and not writes:
                 results[i] = InvalidArgument(f"operation {i} ({which}) changes metadata: it "
                                              f"belongs in a Batch call, not a BatchRead")
             elif which in self._writes:
-                # The acting caller lives in a context variable: the thread takes a copy.
-                context = contextvars.copy_context()
-                running.append((i, self._pool.submit(context.run, _attempt, self._writes[which],
-                                                     getattr(op, which))))
+                writing.append((i, self._writes[which], getattr(op, which)))
             elif which in self._reads:
                 results[i] = _attempt(self._reads[which], getattr(op, which))
             else:
                 results[i] = InvalidArgument(f"operation {i} of the batch is empty or of a "
                                              f"kind this manager does not know")
+        # The acting caller lives in a context variable: each thread takes a copy.
+        running = [(i, self._pool.submit(contextvars.copy_context().run, _announced, ticket,
+                                         fn, request))
+                   for (i, fn, request), ticket in zip(writing, self._tickets(len(writing)),
+                                                       strict=True)]
         for i, future in running:
             results[i] = future.result()
         return results
 
+    def _tickets(self, count: int) -> list[AbstractContextManager[Any]]:
+        """A context for each of COUNT writes to run in: the first ANNOUNCED_MAX announced
+        to the group committer, all before any is started (so that the group the first
+        joins waits for the others), where there are several."""
+        tickets: list[AbstractContextManager[Any]] = [nullcontext() for _ in range(count)]
+        if self._announce is not None and count > 1:
+            for n in range(min(count, ANNOUNCED_MAX)):
+                tickets[n] = self._announce()
+        return tickets
+
     def close(self) -> None:
         self._pool.shutdown(wait=True)
+
+
+def _announced(ticket: AbstractContextManager[Any], fn: Op, request: Any) -> Any:
+    with ticket:
+        return _attempt(fn, request)
 
 
 def _attempt(fn: Op, request: Any) -> Any:

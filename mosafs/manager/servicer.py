@@ -37,7 +37,7 @@ class ManagerServicer(manager_pb2_grpc.ManagerServicer):
         # Who may do what (mosafs.manager.permissions): checked before each call below.
         self._guard = Guard(manager.store)
         self._batch = Batches({"lookup": self._lookup, "getattr": self._getattr},
-                              {"create": self._create})
+                              {"create": self._create}, announce=manager.store.announce_write)
 
     # --- namespace ------------------------------------------------------------------------
 

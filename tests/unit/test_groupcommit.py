@@ -6,6 +6,7 @@ acknowledged is on disk when the environment is opened again."""
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -139,3 +140,55 @@ def test_a_body_cannot_start_another_write_and_a_closed_committer_refuses(
     committer.close()
     with pytest.raises(RuntimeError, match="closed"):
         committer.run(put(b"late"))
+
+
+def _announced(committer: GroupCommitter, count: int, work: Callable[[int], object]
+               ) -> list[object]:
+    """COUNT operations announced at once, then each run in a thread of its own, the i-th
+    starting i x 20 ms later (far apart, as a loaded machine may start them): WORK(i)."""
+    tickets = [committer.announce() for _ in range(count)]
+
+    def run(i: int) -> object:
+        threading.Event().wait(0.02 * i)
+        with tickets[i]:
+            return work(i)
+
+    with ThreadPoolExecutor(count) as pool:
+        return list(pool.map(run, range(count)))
+
+
+def test_announced_bodies_share_one_commit_however_late_their_threads_start(
+        env: lmdb.Environment) -> None:
+    committer = GroupCommitter(env)
+    committer.gather_s = 30.0  # the test's own bound: a group never waits this long here
+    started = time.monotonic()
+    done = _announced(committer, 6, lambda i: committer.run(put(b"a%d" % i)))
+    assert done == [b"a%d" % i for i in range(6)]
+    assert committer.groups == 1 and committer.bodies == 6
+    assert time.monotonic() - started < 15  # it committed once all six came, not at 30 s
+    # A body without a ticket does not wait for anything.
+    assert committer.run(put(b"lone")) == b"lone" and committer.groups == 2
+    committer.close()
+
+
+def test_a_ticket_whose_operation_writes_nothing_is_retired_and_only_its_first_body_counts(
+        env: lmdb.Environment) -> None:
+    committer = GroupCommitter(env)
+    committer.gather_s = 30.0
+
+    def work(i: int) -> object:
+        if i == 1:
+            raise PermissionError("refused before writing")  # its ticket is retired
+        if i == 2:  # two writes: the first came with the ticket, the second alone
+            return [committer.run(put(b"twice-%d" % n)) for n in range(2)]
+        return committer.run(put(b"b%d" % i))
+
+    started = time.monotonic()
+    with pytest.raises(PermissionError):
+        _announced(committer, 3, work)
+    assert time.monotonic() - started < 15
+    with env.begin() as txn:
+        assert [txn.get(k) for k in (b"b0", b"twice-0", b"twice-1")] == [b"v"] * 3
+    assert committer.bodies == 3 and committer.groups == 2  # b0 and twice-0, then twice-1
+    assert committer._awaited == 0
+    committer.close()

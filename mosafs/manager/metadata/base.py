@@ -27,7 +27,7 @@ from mosafs._proto import metadata_pb2
 from mosafs.errors import ConfigError
 from mosafs.manager import pools
 from mosafs.manager.changes import ChangeList
-from mosafs.manager.groupcommit import GroupCommitter
+from mosafs.manager.groupcommit import GroupCommitter, Ticket
 from mosafs.manager.mapsize import MapGrown, MapSizer, initial_size
 from mosafs.manager.metadata.schema import (
     _U64,
@@ -196,6 +196,11 @@ class StoreBase:
         if seq and self.log is not None:
             self.log.wait_confirmed(seq)
         return result
+
+    def announce_write(self) -> Ticket:
+        """A write another thread is about to make, which should share the group commit of
+        the writes announced with it (mosafs.manager.groupcommit.Ticket): a Batch's."""
+        return self._committer.announce()
 
     def attach_log(self, journal: ReplicationLog) -> None:
         """From now on every write transaction is recorded in JOURNAL, and none returns

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import contextvars
 from collections.abc import Callable, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import AbstractContextManager, nullcontext
 from typing import Any
 
@@ -57,6 +57,15 @@ class Batches:
         if len(ops) > MAX_OPS:
             raise InvalidArgument(f"a batch holds at most {MAX_OPS} operations, got {len(ops)}")
         results: list[Any] = [None] * len(ops)
+        running = self._start(self._reads_answered(ops, writes, results))
+        for i, future in running:
+            results[i] = future.result()
+        return results
+
+    def _reads_answered(self, ops: Sequence[Any], writes: bool,
+                        results: list[Any]) -> list[tuple[int, Op, Any]]:
+        """Answer in RESULTS every operation but the writes to run: (index, function,
+        request) of each of those."""
         writing: list[tuple[int, Op, Any]] = []
         for i, op in enumerate(ops):
             which = op.WhichOneof("op")
@@ -70,14 +79,23 @@ class Batches:
             else:
                 results[i] = InvalidArgument(f"operation {i} of the batch is empty or of a "
                                              f"kind this manager does not know")
-        # The acting caller lives in a context variable: each thread takes a copy.
-        running = [(i, self._pool.submit(contextvars.copy_context().run, _announced, ticket,
-                                         fn, request))
-                   for (i, fn, request), ticket in zip(writing, self._tickets(len(writing)),
-                                                       strict=True)]
-        for i, future in running:
-            results[i] = future.result()
-        return results
+        return writing
+
+    def _start(self, writing: list[tuple[int, Op, Any]]) -> list[tuple[int, Future[Any]]]:
+        """Each write of WRITING started in the pool, announced (_tickets)."""
+        tickets = self._tickets(len(writing))
+        running: list[tuple[int, Future[Any]]] = []
+        try:
+            for (i, fn, request), ticket in zip(writing, tickets, strict=True):
+                # The acting caller lives in a context variable: each thread takes a copy.
+                running.append((i, self._pool.submit(contextvars.copy_context().run,
+                                                     _announced, ticket, fn, request)))
+        except BaseException:  # not started (the pool is shut down): nothing will come
+            for ticket in tickets[len(running):]:
+                with ticket:
+                    pass
+            raise
+        return running
 
     def _tickets(self, count: int) -> list[AbstractContextManager[Any]]:
         """A context for each of COUNT writes to run in: the first ANNOUNCED_MAX announced

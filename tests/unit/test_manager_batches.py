@@ -7,6 +7,8 @@ from __future__ import annotations
 import time
 from typing import Any
 
+import pytest
+
 from mosafs._proto import manager_pb2 as pb
 from mosafs.errors import InvalidArgument
 from mosafs.manager.batches import ANNOUNCED_MAX, Batches
@@ -52,3 +54,14 @@ def test_a_batch_announces_no_more_writes_than_can_run_at_once(store: MetadataSt
     assert [store.lookup(ROOT_INODE, n).inode for n in names] == [a.inode for a in out]
     assert store._committer._awaited == 0
     batches.close()
+
+
+def test_writes_that_cannot_start_leave_no_announcement_behind(store: MetadataStore) -> None:
+    """A batch that arrives as the manager stops (its threads shut down) is refused, and
+    the committer waits for none of its writes afterwards."""
+    batches = _batches(store)
+    batches.close()
+    with pytest.raises(RuntimeError):
+        batches.run(_creates(["late-0", "late-1"]))
+    assert store._committer._awaited == 0
+    assert store.create(ROOT_INODE, "after", 0o644).inode > 0

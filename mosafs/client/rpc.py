@@ -100,11 +100,10 @@ class ManagerClient:
 
     async def _batched(self, name: str, request: Any, op: mpb.BatchOp) -> Any:
         """NAME(REQUEST) alone, or OP in a batch call with others (mosafs.client.batching):
-        reads and writes in separate lanes, so that a batch of reads is a BatchRead, which
-        the channel retries as it retries a lone Lookup or GetAttr."""
-        write = op.WhichOneof("op") == "create"
-        batcher = self.write_batcher if write else self.batcher
-        return await batcher.call((acting.metadata(), write), op,
+        reads and writes in separate batchers, so that a batch of reads is a BatchRead,
+        which the channel retries as it retries a lone Lookup or GetAttr."""
+        batcher = self.write_batcher if op.WhichOneof("op") == "create" else self.batcher
+        return await batcher.call(acting.metadata(), op,
                                   functools.partial(self._call, name, request))
 
     async def _send_batch(self, ops: Sequence[mpb.BatchOp]) -> list[Any]:

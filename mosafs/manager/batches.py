@@ -101,11 +101,9 @@ class Batches:
         """A context for each of COUNT writes to run in: the first ANNOUNCED_MAX announced
         to the group committer, all before any is started (so that the group the first
         joins waits for the others), where there are several."""
-        tickets: list[AbstractContextManager[Any]] = [nullcontext() for _ in range(count)]
-        if self._announce is not None and count > 1:
-            for n in range(min(count, ANNOUNCED_MAX)):
-                tickets[n] = self._announce()
-        return tickets
+        announce = self._announce if count > 1 else None
+        announced = [announce() for _ in range(min(count, ANNOUNCED_MAX))] if announce else []
+        return [*announced, *[nullcontext()] * (count - len(announced))]
 
     def close(self) -> None:
         self._pool.shutdown(wait=True)

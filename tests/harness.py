@@ -17,7 +17,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -227,3 +227,16 @@ def wait_for(condition: Callable[[], bool], *, timeout: float, what: str) -> Non
     while not condition():
         assert time.monotonic() < deadline, f"waited {timeout:g} s for {what}"
         time.sleep(0.1)
+
+
+@contextlib.contextmanager
+def tmpfs(path: Path, size: str) -> Iterator[Path]:
+    """A file system of SIZE (mount's size=, e.g. "200M") of its own at PATH (made), for
+    disks that fill up; unmounted after. Needs root."""
+    path.mkdir(parents=True)
+    subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(path)],
+                   check=True)
+    try:
+        yield path
+    finally:
+        subprocess.run(["umount", "-l", str(path)], check=False)

@@ -7,7 +7,7 @@ stored in the same transaction (meta `log_seq`, `log_epoch`), so that a copy of 
 database always knows where in the log it stands. After the commit the changes become a
 log entry (`append`); standbys follow the log (`attach`: one `Follower` each), and a
 writer waits in `wait_confirmed` until as many in-sync standbys as the manager was told
-(`--standbys N`) have applied its entry durably, and every other standby of the in-sync
+(`--standbys N`) hold its entry durably (journaled), and every other standby of the in-sync
 set too. Only then is anything acknowledged to a client: a commit that `close()`
 acknowledged is on the active manager's disk and on the disk of every in-sync standby (at
 least N).
@@ -17,7 +17,7 @@ and sequence numbers have no gaps; entries may be appended out of order by the t
 that committed them and are released to followers in sequence order. One condition
 variable guards everything here.
 
-The in-sync set: a standby joins it when it has applied every entry appended so far, and
+The in-sync set: a standby joins it when it has confirmed every entry appended so far, and
 leaves it when it holds an entry unconfirmed for `lag_timeout_s` (or its entries were
 trimmed from memory, or it disconnected). A writer waits for every in-sync standby; with
 fewer in sync than N it waits, up to `wait_timeout_s`, then fails with Unavailable: its
@@ -141,7 +141,7 @@ class Follower:
 
     member: str
     sent: int                    # the last seq sent to it (or contained in its snapshot)
-    acked: int                   # the last seq it applied durably
+    acked: int                   # the last seq it holds durably (confirmed)
     needs_snapshot: bool
     in_sync: bool = False
     owing_since: float | None = None  # when it first held an entry it has not confirmed
@@ -235,7 +235,7 @@ class ReplicationLog:
             self._cond.notify_all()
 
     def wait_confirmed(self, seq: int) -> None:
-        """Return once `standbys` in-sync followers have applied SEQ durably; Unavailable
+        """Return once `standbys` in-sync followers hold SEQ durably; Unavailable
         after wait_timeout_s (the change stays stored here)."""
         if self.standbys <= 0 or not self._serving:
             self._check_fence(seq)
@@ -363,7 +363,7 @@ class ReplicationLog:
             return out
 
     def confirmed(self, f: Follower, seq: int) -> None:
-        """F applied every entry up to SEQ durably."""
+        """F holds every entry up to SEQ durably."""
         with self._cond:
             if seq <= f.acked or seq > f.sent:
                 return  # old news, or a claim beyond what it was sent: ignored

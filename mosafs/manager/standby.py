@@ -1,6 +1,8 @@
 """A standby manager's database (docs/standby.md): it takes a snapshot of the active
-manager's database when it cannot go on from where it stands, then applies the active
-manager's log entries in order, each batch in one durable transaction.
+manager's database when it cannot go on from where it stands, then takes the active
+manager's log entries in order: each batch is appended to the journal and synced (then
+it may be confirmed), and applied to LMDB later, many batches per transaction
+(`settle`), so that confirming an entry costs one small append and one flush.
 
 A snapshot arrives in parts into DATA_DIR/metadata.incoming/data.mdb; once whole it is
 synced and takes the place of DATA_DIR/metadata.lmdb by two renames (the old copy goes to
@@ -10,15 +12,21 @@ either its old database or the whole new one, never a part.
 
 from __future__ import annotations
 
+import errno
 import logging
 import os
 import shutil
 from collections.abc import Sequence
 from pathlib import Path
 
+from google.protobuf.message import DecodeError
+
 from mosafs._proto import replication_pb2
-from mosafs.errors import InvalidArgument
+from mosafs.errors import InvalidArgument, NoSpace, Unavailable
 from mosafs.manager.metadata import MetadataStore
+from mosafs.manager.metadata import journal as journal_file
+from mosafs.manager.metadata.journal import JOURNAL
+from mosafs.manager.metadata.replica import check_follows
 from mosafs.procutil import fsync_dir
 
 log = logging.getLogger("mosafs.manager.standby")
@@ -26,6 +34,8 @@ log = logging.getLogger("mosafs.manager.standby")
 STORE = "metadata.lmdb"
 INCOMING = "metadata.incoming"
 REPLACED = "metadata.replaced"
+SETTLE_ENTRIES = 64        # taken entries applied to LMDB together, at most
+SETTLE_BYTES = 4 << 20     # nor more bytes of them than this
 
 
 class Standby:
@@ -35,21 +45,96 @@ class Standby:
         self._dir = data_dir
         self._map_size = map_size
         self._finish_swap()
-        self.store = MetadataStore(data_dir / STORE, map_size=map_size)
+        self._open()
         self._incoming: int | None = None  # the open snapshot file
         self._received = 0
 
+    def _open(self) -> None:
+        """Open the database (which applies a journal left by an earlier run) and start
+        an empty journal beside it."""
+        self.store = MetadataStore(self._dir / STORE, map_size=self._map_size)
+        self._at = self.store.log_position()
+        self._pending: list[replication_pb2.LogEntry] = []  # taken, not applied yet
+        self._pending_bytes = 0
+        try:
+            self._journal: journal_file.Writer | None = journal_file.Writer(
+                self._dir / STORE / JOURNAL)
+        except OSError as exc:
+            self.store.close()
+            raise _journal_error(self._dir, exc) from None
+
     def close(self) -> None:
         self._drop_incoming()
-        self.store.close()
+        try:
+            if self._journal is not None:
+                self.settle()
+        finally:
+            self._close_journal()
+            self.store.close()
+
+    def _close_journal(self) -> None:
+        if self._journal is not None:
+            self._journal.close()
+            self._journal = None
 
     def position(self) -> tuple[int, int]:
-        """(seq, epoch) of the last log entry applied; (0, 0): none (a snapshot first)."""
-        return self.store.log_position()
+        """(seq, epoch) of the last log entry taken; (0, 0): none (a snapshot first)."""
+        return self._at
 
-    def apply(self, entries: Sequence[replication_pb2.LogEntry]) -> int:
-        """Apply ENTRIES durably; the seq reached."""
-        return self.store.apply_log(entries)[0]
+    def take(self, raw: Sequence[bytes]) -> int:
+        """Take the serialized log entries RAW, the next ones of the log in order, durably
+        (appended to the journal and synced); the seq reached. InvalidArgument, and
+        nothing taken, for one that is malformed or does not follow."""
+        seq, epoch = self._at
+        entries = []
+        for data in raw:
+            try:
+                entry = replication_pb2.LogEntry.FromString(data)
+            except DecodeError as exc:
+                raise InvalidArgument(f"a malformed log entry after entry {seq}: "
+                                      f"{exc}") from None
+            check_follows(entry, seq, epoch, self.store.sub_databases)
+            entries.append(entry)
+            seq, epoch = entry.seq, entry.epoch
+        size = sum(len(data) for data in raw)
+        journal = self._journal
+        assert journal is not None, "a closed standby takes nothing"
+        if journal.room() < size + 8 * len(raw):
+            self.settle()  # the journal starts over, rather than grow
+        try:
+            journal.append(raw)
+        except OSError as exc:
+            raise _journal_error(self._dir, exc) from None
+        self._pending += entries
+        self._pending_bytes += size
+        self._at = (seq, epoch)
+        return seq
+
+    @property
+    def due(self) -> bool:
+        """Whether enough entries wait to be applied that settle() should run now."""
+        return len(self._pending) >= SETTLE_ENTRIES or self._pending_bytes >= SETTLE_BYTES
+
+    @property
+    def unsettled(self) -> bool:
+        """Whether entries were taken and not applied yet."""
+        return bool(self._pending)
+
+    def settle(self) -> None:
+        """Apply the entries taken to LMDB in one durable transaction; the journal then
+        starts over (its old records follow nothing: the next open skips them)."""
+        if not self._pending:
+            return
+        self.store.apply_log(self._pending)
+        self._pending, self._pending_bytes = [], 0
+        if self._journal is not None:
+            self._journal.restart()
+
+    def apply(self, raw: Sequence[bytes]) -> int:
+        """Take RAW and apply it at once; the seq reached."""
+        seq = self.take(raw)
+        self.settle()
+        return seq
 
     def snapshot_part(self, part: replication_pb2.SnapshotPart) -> int | None:
         """Take one part of a snapshot; once the last is in, install it and return the seq
@@ -84,7 +169,9 @@ class Standby:
         return seq
 
     def _install(self) -> None:
-        """The received snapshot becomes the database (two renames; see the module)."""
+        """The received snapshot becomes the database (two renames; see the module). The
+        journal goes with the old database: the snapshot holds every entry taken."""
+        self._close_journal()
         self.store.close()
         live, replaced = self._dir / STORE, self._dir / REPLACED
         shutil.rmtree(replaced, ignore_errors=True)
@@ -92,7 +179,7 @@ class Standby:
         os.rename(self._dir / INCOMING, live)
         fsync_dir(self._dir)
         shutil.rmtree(replaced)
-        self.store = MetadataStore(live, map_size=self._map_size)
+        self._open()
 
     def _finish_swap(self) -> None:
         """After a kill between the two renames: the whole snapshot is in INCOMING only if
@@ -109,3 +196,10 @@ class Standby:
             os.close(self._incoming)
             self._incoming = None
         shutil.rmtree(self._dir / INCOMING, ignore_errors=True)
+
+
+def _journal_error(data_dir: Path, exc: OSError) -> NoSpace | Unavailable:
+    if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+        return NoSpace(f"the standby journal in {data_dir}: {exc.strerror}")
+    return Unavailable(f"the standby journal in {data_dir} cannot be written: "
+                       f"{exc.strerror}")

@@ -1,13 +1,13 @@
 """A standby manager's feed from the active manager (docs/standby.md, "The feed
 connection"): ask the active manager where its feed listens, connect there (a framed TLS
 connection, mosafs.rpc.framed), say where it stands, install a snapshot if one comes,
-apply the log entries as they come, confirm each batch once it is durable; reconnect with
-backoff when the connection breaks."""
+take the log entries as they come and confirm each batch once it is durable (journaled),
+apply what was taken to the database every SETTLE_ENTRIES entries or when the feed is
+quiet; reconnect with backoff when the connection breaks."""
 
 from __future__ import annotations
 
 import logging
-import queue
 import threading
 from typing import Any
 
@@ -25,7 +25,8 @@ from mosafs.rpc.errors import call
 log = logging.getLogger("mosafs.rpc.follow")
 
 ASK_TIMEOUT_S = 10.0  # the FeedAddress call
-BATCH_BYTES = 16 << 20  # of messages applied in one transaction
+BATCH_BYTES = 16 << 20  # of messages taken in one append
+SETTLE_IDLE_S = 0.05  # entries taken are applied after the feed was quiet this long
 RETRY_S = 0.5      # first wait before reconnecting; doubles up to RETRY_MAX_S
 RETRY_MAX_S = 5.0
 
@@ -90,29 +91,28 @@ class Follower:
                 conn.close()
                 return
             self._conn = conn
-        acks: queue.SimpleQueue[int | None] = queue.SimpleQueue()
-        # Confirmations leave from a thread of their own: sending them from the thread
-        # that applies cost 9 % of creates/s with 8 writers (docs/benchmarks.md).
-        confirming = threading.Thread(target=self._confirm, args=(conn, acks),
-                                      name="follow-acks", daemon=True)
         try:
-            seq, epoch = self._standby.position()
+            standby = self._standby
+            seq, epoch = standby.position()
             conn.send(pb.FollowRequest(hello=pb.FollowHello(
                 member=self._member, last_seq=seq, last_epoch=epoch)).SerializeToString())
-            confirming.start()
-            while (frame := conn.receive()) is not None:
+            while True:
+                if standby.unsettled and not conn.readable(SETTLE_IDLE_S):
+                    standby.settle()
+                if (frame := conn.receive()) is None:
+                    raise framed.Closed("the active manager ended the feed")
                 self.connected.set()
                 reached = self._take(self._arrived(conn, frame))
                 if reached is not None:
-                    acks.put(reached)
-            raise framed.Closed("the active manager ended the feed")
+                    # Confirmed from this thread, at once: a hand-off to a thread of its
+                    # own put a wake-up on every change's path (docs/benchmarks.md).
+                    conn.send(pb.FollowRequest(acked_seq=reached).SerializeToString())
+                if standby.due:  # after the confirmation left
+                    standby.settle()
         finally:
-            acks.put(None)
             with self._lock:
                 self._conn = None
             conn.close()
-            if confirming.is_alive():
-                confirming.join()
 
     def _connect(self) -> framed.Connection:
         """A connection to the active manager's feed; Unavailable where there is none (a
@@ -130,24 +130,10 @@ class Follower:
         return framed.connect(host, reply.port, role="manager")
 
     @staticmethod
-    def _confirm(conn: framed.Connection, acks: queue.SimpleQueue[int | None]) -> None:
-        """Send each seq put in ACKS, until None; of several queued, the newest only."""
-        while (acked := acks.get()) is not None:
-            while not acks.empty():
-                newer = acks.get()
-                if newer is None:
-                    return
-                acked = newer
-            try:
-                conn.send(pb.FollowRequest(acked_seq=acked).SerializeToString())
-            except framed.Closed:
-                return  # the reader finds out too
-
-    @staticmethod
     def _arrived(conn: framed.Connection, frame: bytes) -> list[pb.FollowMessage]:
         """FRAME's message and those that arrived behind it, up to BATCH_BYTES: entries
-        that arrive while a batch is applied are applied together, in one durable
-        transaction, not one each (8 writers: 7 % more creates/s, docs/benchmarks.md)."""
+        that arrive while a batch is taken are taken together, in one append and one
+        flush, not one each (8 writers: 7 % more creates/s, docs/benchmarks.md)."""
         messages, size = [_message(frame)], len(frame)
         while size < BATCH_BYTES and (more := conn.receive_ready()) is not None:
             messages.append(_message(more))
@@ -155,16 +141,16 @@ class Follower:
         return messages
 
     def _take(self, messages: list[pb.FollowMessage]) -> int | None:
-        """Apply MESSAGES in order; the seq reached durably, if it reached one."""
+        """Take MESSAGES in order; the seq reached durably, if it reached one."""
         reached: int | None = None
-        entries: list[pb.LogEntry] = []
+        entries: list[bytes] = []
         for message in messages:
             kind = message.WhichOneof("msg")
             if kind == "entries":
-                entries += [pb.LogEntry.FromString(raw) for raw in message.entries.entries]
+                entries += message.entries.entries
                 continue
             if entries:
-                reached = self._standby.apply(entries)
+                reached = self._standby.take(entries)
                 entries = []
             if kind == "error":
                 cls = errors.BY_KIND.get(message.error.kind, MosafsError)
@@ -172,7 +158,7 @@ class Follower:
             if kind == "snapshot":
                 reached = self._standby.snapshot_part(message.snapshot) or reached
         if entries:
-            reached = self._standby.apply(entries)
+            reached = self._standby.take(entries)
         return reached
 
 

@@ -87,6 +87,17 @@ class Connection:
             self._buffer += data
         return frame
 
+    def readable(self, timeout: float) -> bool:
+        """Whether receiving can start at once: bytes are held already, or arrive within
+        TIMEOUT seconds. A closed connection is readable (receive reports it)."""
+        with self._lock:
+            if self._closed or self._buffer or (
+                    isinstance(self._sock, ssl.SSLSocket) and self._sock.pending() > 0):
+                return True
+        poller = select.poll()
+        poller.register(self._fd, select.POLLIN)
+        return bool(poller.poll(max(0, int(timeout * 1000))))
+
     def receive_ready(self) -> bytes | None:
         """The next frame if it is here already (None: receiving it would wait; the end
         of the connection is left for `receive` to report)."""

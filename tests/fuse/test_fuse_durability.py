@@ -9,10 +9,10 @@ can hide a lost chunk.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 import signal
-import subprocess
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -133,23 +133,14 @@ def test_fuse_default_up_loses_nothing_when_a_benefactor_is_killed(
     assert len(closed) == 10
 
 
-def _tmpfs(path: Path, size: str) -> Iterator[Path]:
-    path.mkdir(parents=True)
-    subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(path)],
-                   check=True)
-    try:
-        yield path
-    finally:
-        subprocess.run(["umount", "-l", str(path)], check=False)
-
-
 @pytest.fixture
 def small_benefactor_disk(tmp_path: Path) -> Iterator[Path]:
     """DATA/benefactors/b0 on a 200 MiB file system of its own (the others on the big
     one)."""
     if os.geteuid() != 0:
         pytest.skip("mounting a small file system needs root")
-    yield from _tmpfs(tmp_path / "data" / "benefactors" / "b0", "200M")
+    with harness.tmpfs(tmp_path / "data" / "benefactors" / "b0", "200M") as path:
+        yield path
 
 
 def test_fuse_a_full_benefactor_is_no_target(
@@ -193,12 +184,11 @@ def tiny_disks(tmp_path: Path) -> Iterator[Path]:
     """Both benefactors of a cluster on 48 MiB file systems of their own."""
     if os.geteuid() != 0:
         pytest.skip("mounting a small file system needs root")
-    disks = [_tmpfs(tmp_path / "data" / "benefactors" / f"b{i}", "48M") for i in range(2)]
-    for disk in disks:
-        next(disk)
-    yield tmp_path / "data" / "benefactors"
-    for disk in disks:
-        next(disk, None)
+    with contextlib.ExitStack() as disks:
+        for i in range(2):
+            disks.enter_context(harness.tmpfs(tmp_path / "data" / "benefactors" / f"b{i}",
+                                              "48M"))
+        yield tmp_path / "data" / "benefactors"
 
 
 def test_fuse_enospc_only_when_the_pool_has_no_room(

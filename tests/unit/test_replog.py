@@ -80,7 +80,7 @@ def catch_up(journal: ReplicationLog, f: Follower, standby: Standby) -> int:
         assert batch is not None
         if not batch:
             return standby.position()[0]
-        seq = standby.apply([replication_pb2.LogEntry.FromString(b) for b in batch])
+        seq = standby.apply(batch)
         journal.confirmed(f, seq)
 
 
@@ -199,7 +199,10 @@ def test_a_standby_refuses_entries_that_do_not_follow(
                 replication_pb2.LogEntry(seq=seq + 1, epoch=epoch,
                                          ops=[replication_pb2.LogOp(db=99, key=b"k")])):
         with pytest.raises(InvalidArgument):
-            standby.apply([bad])
+            standby.apply([bad.SerializeToString()])
+    with pytest.raises(InvalidArgument, match="malformed"):
+        standby.take([b"\xff\xff"])
+    assert standby.position() == (seq, epoch)
     with pytest.raises(InvalidArgument):
         standby.snapshot_part(replication_pb2.SnapshotPart(offset=10, data=b"x"))
     assert dump(standby.store) == before
@@ -343,9 +346,8 @@ def test_replaying_an_entry_stores_what_a_standby_applies(
         workload(active, "replayed")
         batch = journal.next_entries(f, timeout=0)
         assert batch
-        entries = [replication_pb2.LogEntry.FromString(b) for b in batch]
-        journal.confirmed(f, standby.apply(entries))
-        for entry in entries:
+        journal.confirmed(f, standby.apply(batch))
+        for entry in map(replication_pb2.LogEntry.FromString, batch):
             copy._replay(entry.seq, entry.epoch, [
                 (op.db, op.key, None if op.delete else op.value) for op in entry.ops])
         assert dump(copy) == dump(standby.store) == dump(active)

@@ -1,21 +1,29 @@
 """The store's side of manager replication (docs/standby.md): a consistent snapshot of the
-whole database for a standby that starts from nothing, and applying the active manager's
-log entries on a standby."""
+whole database for a standby that starts from nothing, applying the active manager's log
+entries on a standby, and settling a standby's journal when the store opens."""
 
 from __future__ import annotations
 
+import logging
 import os
+import time
 from collections.abc import Sequence
 from dataclasses import fields
 from pathlib import Path
 
 import lmdb
+from google.protobuf.message import DecodeError
 
 from mosafs._proto import replication_pb2
 from mosafs.errors import InvalidArgument
+from mosafs.manager.metadata import journal
 from mosafs.manager.metadata.base import StoreBase, _rerun_if_grown
+from mosafs.manager.metadata.journal import JOURNAL
 from mosafs.manager.metadata.schema import _Dbs
 from mosafs.manager.replog import apply_ops, position, stamp
+from mosafs.procutil import fsync_dir
+
+log = logging.getLogger("mosafs.manager.metadata")
 
 
 class ReplicaOps(StoreBase):
@@ -63,16 +71,77 @@ class ReplicaOps(StoreBase):
         with self._write(grows=True) as tx:
             seq, epoch = position(tx.txn.get, self._db.meta)
             for entry in entries:
-                if entry.seq != seq + 1 or entry.epoch < epoch:
-                    raise InvalidArgument(
-                        f"log entry {entry.seq} of epoch {entry.epoch} does not follow "
-                        f"entry {seq} of epoch {epoch}")
-                unknown = next((op.db for op in entry.ops if op.db >= len(dbs)), None)
-                if unknown is not None:
-                    raise InvalidArgument(f"log entry {entry.seq} names sub-database "
-                                          f"{unknown}, which this schema lacks")
+                check_follows(entry, seq, epoch, len(dbs))
                 apply_ops(tx.txn, dbs, ((op.db, op.key, None if op.delete else op.value)
                                         for op in entry.ops))
                 seq, epoch = entry.seq, entry.epoch
             stamp(tx.txn, self._db.meta, seq, epoch)
         return seq, epoch
+
+    @property
+    def sub_databases(self) -> int:
+        """How many sub-databases the schema has (a log entry names them by index)."""
+        return len(self._dbs)
+
+    def settle_journal(self) -> None:
+        """Apply what a standby journaled in this database's directory and had not applied
+        yet (mosafs.manager.metadata.journal), then remove the journal: every store opened
+        does this first, so that a standby killed, restarted or promoted holds every entry
+        it confirmed."""
+        path = self.path / JOURNAL
+        if not path.exists():
+            return
+        seq, epoch = self.log_position()
+        entries, gap = _following(journal.read(path), seq, epoch, len(self._dbs))
+        if entries:
+            self.apply_log(entries)
+            log.info("applied %d journaled log entries (to entry %d)", len(entries),
+                     entries[-1].seq)
+        if gap is not None:
+            aside = path.with_name(f"{JOURNAL}.unapplied-{time.time_ns()}")
+            os.rename(path, aside)
+            log.error("the standby journal's entries from entry %d on do not follow entry "
+                      "%d of this database: set aside in %s", gap,
+                      entries[-1].seq if entries else seq, aside)
+        else:
+            path.unlink()
+        fsync_dir(self.path)
+
+
+def check_follows(entry: replication_pb2.LogEntry, seq: int, epoch: int, dbs: int) -> None:
+    """InvalidArgument unless ENTRY follows entry (SEQ, EPOCH) and names only the DBS
+    sub-databases of the schema."""
+    if entry.seq != seq + 1 or entry.epoch < epoch:
+        raise InvalidArgument(f"log entry {entry.seq} of epoch {entry.epoch} does not "
+                              f"follow entry {seq} of epoch {epoch}")
+    unknown = next((op.db for op in entry.ops if op.db >= dbs), None)
+    if unknown is not None:
+        raise InvalidArgument(f"log entry {entry.seq} names sub-database {unknown}, which "
+                              f"this schema lacks")
+
+
+def _following(raw: list[bytes], seq: int, epoch: int,
+               dbs: int) -> tuple[list[replication_pb2.LogEntry], int | None]:
+    """The journaled entries RAW that follow (SEQ, EPOCH), skipping those already held;
+    and the seq of the first that does not follow it (None: none). The journal ends at
+    the first entry that does not follow the entry before it in the file (a record of an
+    earlier round)."""
+    entries: list[replication_pb2.LogEntry] = []
+    before: int | None = None
+    for data in raw:
+        try:
+            entry = replication_pb2.LogEntry.FromString(data)
+        except DecodeError:
+            break  # whole by its CRC yet no entry: the journal ends here all the same
+        if before is not None and entry.seq != before + 1:
+            break
+        before = entry.seq
+        if entry.seq <= seq:
+            continue  # applied already: the journal had not started over after that commit
+        try:
+            check_follows(entry, seq, epoch, dbs)
+        except InvalidArgument:
+            return entries, entry.seq
+        entries.append(entry)
+        seq, epoch = entry.seq, entry.epoch
+    return entries, None

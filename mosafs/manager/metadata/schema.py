@@ -3,7 +3,8 @@ invariants every write transaction keeps, and the constants and encodings they u
 
 Schema version 2 (docs/metadata.md says the same at more length; version 1 lacked the
 holdings index, which the first open of a version-1 store builds: "Upgrades" there). The
-environment lives in DATA_DIR/metadata.lmdb/ (a directory: data.mdb, lock.mdb), opened
+environment lives in DATA_DIR/metadata.lmdb/ (a directory: data.mdb, lock.mdb, and on a
+standby standby.journal, mosafs.manager.metadata.journal), opened
 with sync and metasync on, so a write transaction that has committed is on disk when
 commit returns. Integers in keys are unsigned 64-bit big-endian ("u64be") so that keys
 sort numerically; protobuf records are the messages of protos/mosafs/v1/metadata.proto.

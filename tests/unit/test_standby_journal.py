@@ -1,0 +1,238 @@
+"""A standby's journal (docs/standby.md, "The standby's journal"): entries it confirmed
+before applying them survive its SIGKILL and reach its database when it opens again (as a
+standby, or as the active manager after a failover); a write cut short, entries already
+applied, entries that do not follow and a full disk each lose nothing confirmed."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from mosafs._proto import replication_pb2
+from mosafs.errors import NoSpace
+from mosafs.manager.metadata import ROOT_INODE, MetadataStore
+from mosafs.manager.metadata import journal as journal_file
+from mosafs.manager.metadata.journal import BLOCK, JOURNAL, records
+from mosafs.manager.replog import ReplicationLog
+from mosafs.manager.standby import Standby
+from tests import harness
+from tests.unit.test_replog import MAP, dump, send_snapshot, start_log, workload
+
+
+def entries_after_snapshot(active: MetadataStore, standby: Standby, tmp_path: Path,
+                           tag: str) -> tuple[ReplicationLog, list[bytes]]:
+    """STANDBY brought to a snapshot of ACTIVE, then the entries of a workload on ACTIVE
+    after it (not given to the standby)."""
+    journal = start_log(active)
+    f = journal.attach("s1", *standby.position())
+    send_snapshot(active, journal, f, standby, tmp_path)
+    workload(active, tag)
+    batch = journal.next_entries(f, timeout=0)
+    assert batch
+    return journal, batch
+
+
+def new_standby(tmp_path: Path) -> tuple[Path, Standby]:
+    """A standby's data directory under TMP_PATH, and the standby opened on it."""
+    data = tmp_path / "standby"
+    data.mkdir()
+    return data, Standby(data, map_size=MAP)
+
+
+def reopened(data: Path, journal: bytes, caplog: pytest.LogCaptureFixture) -> Standby:
+    """The standby on DATA opened again, its journal made to hold JOURNAL, its log
+    captured in CAPLOG."""
+    (data / "metadata.lmdb" / JOURNAL).write_bytes(journal)
+    with caplog.at_level(logging.INFO, "mosafs.manager.metadata"):
+        return Standby(data, map_size=MAP)
+
+
+@pytest.fixture
+def active(tmp_path: Path) -> Iterator[MetadataStore]:
+    store = MetadataStore(tmp_path / "active" / "metadata.lmdb", map_size=MAP)
+    yield store
+    store.close()
+
+
+def take_and_die(data_dir: Path, batch: list[bytes]) -> None:
+    """A standby process on DATA_DIR takes BATCH (confirming it), then is SIGKILLed
+    before it applies anything."""
+    (data_dir.parent / "batch.json").write_text(json.dumps([b.hex() for b in batch]))
+    script = (
+        "import json, os, signal, sys\n"
+        "from pathlib import Path\n"
+        "from mosafs.manager.standby import Standby\n"
+        "d = Path(sys.argv[1])\n"
+        "batch = [bytes.fromhex(h) for h in json.loads((d.parent / 'batch.json').read_text())]\n"
+        f"s = Standby(d, map_size={MAP})\n"
+        "print(s.take(batch), flush=True)\n"
+        "assert s.unsettled\n"
+        "os.kill(os.getpid(), signal.SIGKILL)\n")
+    done = subprocess.run([sys.executable, "-c", script, str(data_dir)], capture_output=True,
+                          text=True, timeout=60)
+    assert done.returncode == -signal.SIGKILL, done.stderr
+    assert int(done.stdout) > 0
+
+
+def test_entries_confirmed_before_they_were_applied_survive_a_sigkill(
+        active: MetadataStore, tmp_path: Path) -> None:
+    data, standby = new_standby(tmp_path)
+    journal, batch = entries_after_snapshot(active, standby, tmp_path, "killed")
+    applied_before = dump(standby.store)
+    standby.close()
+    take_and_die(data, batch)
+    assert (data / "metadata.lmdb" / JOURNAL).stat().st_size > 0
+    # As a standby again: it stands at the last entry it confirmed, with it applied.
+    standby = Standby(data, map_size=MAP)
+    try:
+        assert standby.position() == (journal.last_seq, journal.epoch)
+        assert dump(standby.store) == dump(active) != applied_before
+    finally:
+        standby.close()
+
+
+def test_a_former_standby_opened_as_the_active_manager_has_what_it_confirmed(
+        active: MetadataStore, tmp_path: Path) -> None:
+    data, standby = new_standby(tmp_path)
+    journal, batch = entries_after_snapshot(active, standby, tmp_path, "promoted")
+    standby.close()
+    take_and_die(data, batch)
+    promoted = MetadataStore(data / "metadata.lmdb", map_size=MAP)  # as active.py opens it
+    try:
+        assert promoted.log_position() == (journal.last_seq, journal.epoch)
+        assert dump(promoted) == dump(active)
+        assert not (data / "metadata.lmdb" / JOURNAL).exists()
+    finally:
+        promoted.close()
+
+
+def test_a_write_cut_short_and_entries_applied_already_are_skipped(
+        active: MetadataStore, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    data, standby = new_standby(tmp_path)
+    journal, batch = entries_after_snapshot(active, standby, tmp_path, "torn")
+    half = len(batch) // 2
+    standby.apply(batch[:half])  # applied; then its records appear again, as if the
+    standby.close()              # journal had not been emptied after that commit
+    torn = records(batch[half:half + 1])[:-3]  # the last write, cut short by a crash
+    standby = reopened(data, records(batch[:half]) + torn + bytes(BLOCK), caplog)
+    try:
+        assert standby.position()[0] == journal.last_seq - (len(batch) - half)
+        assert not [r for r in caplog.records if r.levelno >= logging.WARNING]
+        # The standby goes on from there: the rest follows.
+        standby.apply(batch[half:])
+        assert dump(standby.store) == dump(active)
+    finally:
+        standby.close()
+
+
+def test_journaled_entries_that_do_not_follow_are_set_aside_not_applied(
+        active: MetadataStore, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    data, standby = new_standby(tmp_path)
+    _, batch = entries_after_snapshot(active, standby, tmp_path, "gap")
+    position, before = standby.position(), dump(standby.store)
+    standby.close()
+    path = data / "metadata.lmdb" / JOURNAL
+    standby = reopened(data, records(batch[1:]), caplog)  # the first is missing: a gap
+    try:
+        assert standby.position() == position and dump(standby.store) == before
+        aside = list(path.parent.glob(f"{JOURNAL}.unapplied-*"))
+        assert len(aside) == 1 and aside[0].read_bytes() == records(batch[1:])
+        first = replication_pb2.LogEntry.FromString(batch[1]).seq
+        assert f"entries from entry {first} on do not follow" in caplog.text
+    finally:
+        standby.close()
+
+
+def test_a_snapshot_installed_discards_the_journal_it_supersedes(
+        active: MetadataStore, tmp_path: Path) -> None:
+    data, standby = new_standby(tmp_path)
+    try:
+        journal, batch = entries_after_snapshot(active, standby, tmp_path, "superseded")
+        standby.take(batch)
+        assert standby.unsettled
+        f = journal.attach("s1", 0, 0)  # it starts over from a snapshot
+        send_snapshot(active, journal, f, standby, tmp_path)
+        assert not standby.unsettled
+        assert journal_file.read(data / "metadata.lmdb" / JOURNAL) == []
+        assert standby.position() == (journal.last_seq, journal.epoch)
+        assert dump(standby.store) == dump(active)
+    finally:
+        standby.close()
+
+
+def test_records_of_an_earlier_round_end_the_journal(
+        active: MetadataStore, tmp_path: Path) -> None:
+    """After the entries are applied the journal starts over at offset 0: a crash then
+    leaves the new round's records before the old round's, which must not be read as
+    more entries."""
+    data, standby = new_standby(tmp_path)
+    journal, batch = entries_after_snapshot(active, standby, tmp_path, "rounds")
+    assert len(batch) >= 3
+    for entry in batch[:-1]:   # a block each
+        standby.take([entry])
+    standby.settle()           # the journal starts over ...
+    standby.take(batch[-1:])   # ... and the last entry lies over the first ones
+    on_disk = journal_file.read(data / "metadata.lmdb" / JOURNAL)
+    assert len(on_disk) >= 2 and on_disk[0] == batch[-1]
+    standby._close_journal()   # as a SIGKILL leaves it: nothing settled at close
+    standby.store.close()
+    standby = Standby(data, map_size=MAP)
+    try:
+        assert standby.position() == (journal.last_seq, journal.epoch)
+        assert dump(standby.store) == dump(active)
+    finally:
+        standby.close()
+
+
+def test_a_full_disk_refuses_the_batch_and_loses_nothing_taken(
+        active: MetadataStore, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    if os.geteuid() != 0:
+        pytest.skip("mounting a small file system needs root")
+    monkeypatch.setattr(journal_file, "JOURNAL_BYTES", 2 * BLOCK)  # a big entry grows it
+    with harness.tmpfs(tmp_path / "standby", "256M") as data:
+        standby = Standby(data, map_size=MAP)
+        try:
+            journal = start_log(active)
+            f = journal.attach("s1", *standby.position())
+            send_snapshot(active, journal, f, standby, tmp_path)
+            active.setxattr(ROOT_INODE, "user.big", b"x" * 16384)  # more than the journal
+            active.mkdir(ROOT_INODE, "small", 0o755)
+            batch = journal.next_entries(f, timeout=0)
+            assert batch and len(batch) == 2
+            path = data / "metadata.lmdb" / JOURNAL
+            position = standby.position()
+            filler = data / "filler"
+            fill(filler)
+            # The journal cannot grow: nothing is taken, and the file is as it was.
+            with pytest.raises(NoSpace, match="standby journal"):
+                standby.take(batch)
+            assert standby.position() == position and not standby.unsettled
+            assert path.stat().st_size == 2 * BLOCK
+            filler.unlink()
+            assert standby.take(batch) == journal.last_seq  # it grows now
+            # A full disk when the entries are applied: they stay taken, and go in later.
+            fill(filler)
+            with pytest.raises(NoSpace):
+                standby.settle()
+            assert standby.unsettled and standby.position()[0] == journal.last_seq
+            filler.unlink()
+            standby.settle()
+            assert dump(standby.store) == dump(active)
+        finally:
+            standby.close()
+
+
+def fill(path: Path) -> None:
+    """Fill the file system PATH is on."""
+    with path.open("wb") as out, pytest.raises(OSError):
+        while True:
+            out.write(bytes(1 << 20))
+            out.flush()

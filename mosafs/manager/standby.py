@@ -34,8 +34,8 @@ log = logging.getLogger("mosafs.manager.standby")
 STORE = "metadata.lmdb"
 INCOMING = "metadata.incoming"
 REPLACED = "metadata.replaced"
-SETTLE_ENTRIES = 64        # taken entries applied to LMDB together, at most
-SETTLE_BYTES = 4 << 20     # nor more bytes of them than this
+SETTLE_ENTRIES = 64        # entries taken are applied to LMDB once this many wait,
+SETTLE_BYTES = 4 << 20     # or this many bytes of them
 
 
 class Standby:

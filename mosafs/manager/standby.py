@@ -99,7 +99,7 @@ class Standby:
         size = sum(len(data) for data in raw)
         journal = self._journal
         assert journal is not None, "a closed standby takes nothing"
-        if journal.room() < size + 8 * len(raw):
+        if not journal.fits(raw):
             self.settle()  # the journal starts over, rather than grow
         try:
             journal.append(raw)
@@ -129,12 +129,6 @@ class Standby:
         self._pending, self._pending_bytes = [], 0
         if self._journal is not None:
             self._journal.restart()
-
-    def apply(self, raw: Sequence[bytes]) -> int:
-        """Take RAW and apply it at once; the seq reached."""
-        seq = self.take(raw)
-        self.settle()
-        return seq
 
     def snapshot_part(self, part: replication_pb2.SnapshotPart) -> int | None:
         """Take one part of a snapshot; once the last is in, install it and return the seq

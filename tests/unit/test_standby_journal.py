@@ -24,7 +24,7 @@ from mosafs.manager.metadata.journal import BLOCK, JOURNAL, records
 from mosafs.manager.replog import ReplicationLog
 from mosafs.manager.standby import Standby
 from tests import harness
-from tests.unit.test_replog import MAP, dump, send_snapshot, start_log, workload
+from tests.unit.test_replog import MAP, applied, dump, send_snapshot, start_log, workload
 
 
 def entries_after_snapshot(active: MetadataStore, standby: Standby, tmp_path: Path,
@@ -119,7 +119,7 @@ def test_a_write_cut_short_and_entries_applied_already_are_skipped(
     data, standby = new_standby(tmp_path)
     journal, batch = entries_after_snapshot(active, standby, tmp_path, "torn")
     half = len(batch) // 2
-    standby.apply(batch[:half])  # applied; then its records appear again, as if the
+    applied(standby, batch[:half])  # applied; then its records appear again, as if the
     standby.close()              # journal had not been emptied after that commit
     torn = records(batch[half:half + 1])[:-3]  # the last write, cut short by a crash
     standby = reopened(data, records(batch[:half]) + torn + bytes(BLOCK), caplog)
@@ -127,7 +127,7 @@ def test_a_write_cut_short_and_entries_applied_already_are_skipped(
         assert standby.position()[0] == journal.last_seq - (len(batch) - half)
         assert not [r for r in caplog.records if r.levelno >= logging.WARNING]
         # The standby goes on from there: the rest follows.
-        standby.apply(batch[half:])
+        applied(standby, batch[half:])
         assert dump(standby.store) == dump(active)
     finally:
         standby.close()

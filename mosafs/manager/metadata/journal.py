@@ -76,6 +76,7 @@ class Writer:
     def __init__(self, path: Path) -> None:
         self._path = path
         size = JOURNAL_BYTES
+        self._buffer = mmap.mmap(-1, BLOCK)  # page-aligned, as O_DIRECT needs
         self._fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
         try:
             _zeros(self._fd, 0, size)
@@ -86,13 +87,12 @@ class Writer:
             raise
         self._size = size
         self._end = 0  # where the next append goes
-        self._buffer = mmap.mmap(-1, BLOCK)  # page-aligned, as O_DIRECT needs
 
     def append(self, entries: Sequence[bytes]) -> None:
         """ENTRIES' records after the last append, durably; the journal grows first if
         they do not fit (OSError, and nothing recorded, if it cannot)."""
         data = records(entries)
-        span = -(-len(data) // BLOCK) * BLOCK
+        span = _span(len(data))
         if self._end + span > self._size:
             self._grow(self._end + span)
         if span > len(self._buffer):
@@ -110,9 +110,10 @@ class Writer:
         os.fdatasync(self._fd)
         self._end += span
 
-    def room(self) -> int:
-        """Bytes left before an append would grow the file."""
-        return self._size - self._end
+    def fits(self, entries: Sequence[bytes]) -> bool:
+        """Whether appending ENTRIES would leave the file's size as it is."""
+        size = sum(_HEADER.size + len(entry) for entry in entries)
+        return self._end + _span(size) <= self._size
 
     def restart(self) -> None:
         """Append from the start again (the entries before are applied to LMDB)."""
@@ -122,8 +123,7 @@ class Writer:
         if self._fd >= 0:
             os.close(self._fd)
             self._fd = -1
-        with contextlib.suppress(AttributeError):
-            self._buffer.close()
+        self._buffer.close()
 
     def _grow(self, size: int) -> None:
         """Zeros up to SIZE, synced; on failure the file is cut back to its size."""
@@ -138,6 +138,11 @@ class Writer:
                 os.truncate(self._path, self._size)
             raise
         self._size = size
+
+
+def _span(size: int) -> int:
+    """The bytes an append of SIZE bytes of records takes: whole blocks."""
+    return -(-size // BLOCK) * BLOCK
 
 
 def _zeros(fd: int, start: int, end: int) -> None:

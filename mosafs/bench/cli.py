@@ -15,6 +15,8 @@
     mosafs bench metadata [--clients N,N] [--files N] [--dir-entries N] [--commit-files N]
                           [--commit-chunks N] [--peer auto|moosefs|none] [--insecure]
                           [--managers N] [--keep DIR] [--json]
+    mosafs bench standby [--pairs N] [--files N] [--dir-entries N] [--commit-files N]
+                         [--keep DIR] [--json]
 
 `write` starts real processes (a cluster and a null FUSE file system) and measures the
 mount; `series`, `stripe` and `clients` reproduce the stdchk and MosaStore evaluations
@@ -24,11 +26,13 @@ measures content addressing (cut points + BLAKE3 ids) in-process on the CPU and 
 mosafs.checkpoint's save and load of a state dict against torch.save and safetensors on
 the local disk (mosafs/bench/checkpoint.py); `metadata` measures creates, stats, lookups,
 `ls -l` and commits through the mount with many client processes, against MooseFS' master
-(mosafs/bench/metadata.py). `--backend gpu` where no GPU is usable
-is an error with the reason (exit code 2), never a CPU run; `backends` compares cpu, and
-gpu where one is usable, unless told which. Each prints a table for people, or one JSON
-object with every figure with --json. Sizes and counts are checked as they are parsed
-(>= 1, a one-line error with exit code 2), so no value silently means "the default".
+(mosafs/bench/metadata.py); `standby` runs `metadata` with and without a standby manager,
+in pairs, and judges what the standby costs its creates (mosafs/bench/standby.py).
+`--backend gpu` where no GPU is usable is an error with the reason (exit code 2), never a
+CPU run; `backends` compares cpu, and gpu where one is usable, unless told which. Each
+prints a table for people, or one JSON object with every figure with --json. Sizes and
+counts are checked as they are parsed (>= 1, a one-line error with exit code 2), so no
+value silently means "the default".
 
 Imports stay light here: the benchmark modules load only when a benchmark runs
 (mosafs.bench.hash imports numpy and mosafs.chunking only in its functions).
@@ -45,6 +49,7 @@ from typing import Any
 
 from mosafs.argtypes import bounded_float, bounded_int
 from mosafs.bench import hash as hash_bench
+from mosafs.bench import standby as standby_bench
 
 MAX_MIB = 1 << 20  # the largest size in MiB a benchmark takes (1 TiB)
 
@@ -164,6 +169,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     _add_storage_benchmarks(sub)
     _add_checkpoint_benchmark(sub)
     _add_metadata_benchmark(sub)
+    standby_bench.add_parser(sub, _add_run_options)
 
 
 def _add_checkpoint_benchmark(sub: Any) -> None:

@@ -20,16 +20,11 @@ is flagged, never dropped.
 
 from __future__ import annotations
 
-import argparse
 import datetime
 import statistics
-import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
-
-from mosafs.argtypes import bounded_int
-from mosafs.bench.procs import BenchError
 
 MAX_LOSS_PCT = 20.0   # the target: creates/s with a standby at most this much lower
 SLOW_CONTROL = 0.8    # a run's control below this share of the median is flagged
@@ -101,13 +96,8 @@ def run_standby(pairs: int, *, files: int, dir_entries: int, commit_files: int,
                 command: str = "mosafs bench standby") -> dict[str, Any]:
     """The whole benchmark (see the module); one JSON-able dict."""
     from mosafs.bench.metadata import Options, run_metadata
-    from mosafs.bench.write import machine_info, progress
+    from mosafs.bench.write import _work_dir, machine_info, progress
 
-    if keep is not None:
-        keep = keep.absolute()
-        if keep.exists() and any(keep.iterdir()):
-            raise BenchError(f"--keep {keep}: the directory must be empty or absent")
-        keep.mkdir(parents=True, exist_ok=True)
     result: dict[str, Any] = {
         "benchmark": "mosafs bench standby",
         "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
@@ -118,16 +108,18 @@ def run_standby(pairs: int, *, files: int, dir_entries: int, commit_files: int,
                    "units": "creates/s and stats/s, aggregate over each phase"},
         "runs": [],
     }
-    for pair, managers in order(pairs):
-        progress(f"pair {pair}: {'one manager' if managers == 1 else 'with a standby'}")
-        options = Options(clients=CLIENTS, files=files, dir_entries=dir_entries,
-                          commit_files=commit_files, commit_chunks=commit_chunks,
-                          peer="none", tls=tls, scale_chunks=0, managers=managers,
-                          keep=None if keep is None else keep / f"pair{pair}-m{managers}")
-        one = run_metadata(options, command=f"{command} (pair {pair}, --managers {managers})")
-        result["runs"].append({"pair": pair, "managers": managers, "date": one["date"],
-                               "figures": figures(one),
-                               "left_running": one["processes"]["left_running"]})
+    with _work_dir(keep, "mosafs-bench-standby-") as workdir:
+        for pair, managers in order(pairs):
+            progress(f"pair {pair}: {'one manager' if managers == 1 else 'with a standby'}")
+            options = Options(clients=CLIENTS, files=files, dir_entries=dir_entries,
+                              commit_files=commit_files, commit_chunks=commit_chunks,
+                              peer="none", tls=tls, scale_chunks=0, managers=managers,
+                              keep=workdir / f"pair{pair}-m{managers}")
+            one = run_metadata(options,
+                               command=f"{command} (pair {pair}, --managers {managers})")
+            result["runs"].append({"pair": pair, "managers": managers, "date": one["date"],
+                                   "figures": figures(one),
+                                   "left_running": one["processes"]["left_running"]})
     result.update(summarize(result["runs"]))
     return result
 
@@ -149,54 +141,3 @@ def format_table(result: dict[str, Any]) -> str:
 
 def _list(values: Sequence[float]) -> str:
     return ", ".join(f"{v:.0f}" for v in values)
-
-
-# -- the command line ----------------------------------------------------------------------
-
-def add_parser(sub: Any, add_run_options: Callable[[argparse.ArgumentParser], None]) -> None:
-    """The `standby` subcommand in SUB; ADD_RUN_OPTIONS adds --json, --keep and --log-level
-    as every benchmark that starts a cluster has them."""
-    p = sub.add_parser(
-        "standby", help="what one standby manager costs the creates of `bench metadata`",
-        description="`mosafs bench metadata` (clients 1 and 8, no MooseFS, no synthetic "
-                    "manager) --pairs times with one manager and as many with a standby "
-                    "(`mosafs up --managers 2`), alternating in ABBA order: creates/s per "
-                    "line and run, their means, the change with the standby, and the "
-                    f"target (at most {MAX_LOSS_PCT:g} % fewer on every line). The 8 "
-                    "clients' uncached stats, which no manager serves, flag slow runs of "
-                    "the machine.",
-        epilog="examples:\n  mosafs bench standby --json\n"
-               "  mosafs bench standby --pairs 5 --files 1000",
-        formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--pairs", type=bounded_int(1, 50), default=3,
-                   help="runs with and without the standby (default 3)")
-    p.add_argument("--files", type=bounded_int(1, 1_000_000), default=500,
-                   help="files each client creates per phase (default 500)")
-    p.add_argument("--dir-entries", type=bounded_int(1, 10_000_000), default=2000,
-                   help="entries of the listed directory (default 2000)")
-    p.add_argument("--commit-files", type=bounded_int(1, 100_000), default=50,
-                   help="files each client writes and closes (default 50)")
-    p.add_argument("--commit-chunks", type=bounded_int(1, 16384), default=64,
-                   help="4 KiB chunks of each of those files (default 64)")
-    p.add_argument("--insecure", action="store_true",
-                   help="run the clusters plaintext (default: mutual TLS)")
-    add_run_options(p)
-    p.set_defaults(bench_run=_run)
-
-
-def _run(args: argparse.Namespace) -> int:
-    import json
-
-    from mosafs.procutil import setup_logging
-
-    setup_logging(args.log_level)
-    result = run_standby(args.pairs, files=args.files, dir_entries=args.dir_entries,
-                         commit_files=args.commit_files, commit_chunks=args.commit_chunks,
-                         tls=not args.insecure, keep=args.keep,
-                         command=" ".join(["mosafs", "bench", *sys.argv[2:]]))
-    if args.json:
-        json.dump(result, sys.stdout)
-        print()
-    else:
-        print(format_table(result))
-    return 0  # a missed target is a figure, not a failure: see "target" in the JSON

@@ -91,12 +91,9 @@ class Connection:
         """Whether receiving can start at once: bytes are held already, or arrive within
         TIMEOUT seconds. A closed connection is readable (receive reports it)."""
         with self._lock:
-            if self._closed or self._buffer or (
-                    isinstance(self._sock, ssl.SSLSocket) and self._sock.pending() > 0):
+            if self._closed or self._buffer:
                 return True
-        poller = select.poll()
-        poller.register(self._fd, select.POLLIN)
-        return bool(poller.poll(max(0, int(timeout * 1000))))
+        return self._held() or self._wait(select.POLLIN, max(0, int(timeout * 1000)))
 
     def receive_ready(self) -> bytes | None:
         """The next frame if it is here already (None: receiving it would wait; the end
@@ -163,18 +160,22 @@ class Connection:
         """Wait until there is something to read, unless TLS holds decrypted bytes already:
         a read that finds nothing costs a failed call and an exception (most reads of a
         feed come when the other end is idle)."""
-        with self._lock:
-            held = isinstance(self._sock, ssl.SSLSocket) and not self._closed and \
-                self._sock.pending() > 0
-        if not held:
+        if not self._held():
             self._wait(select.POLLIN)
 
-    def _wait(self, event: int) -> None:
+    def _held(self) -> bool:
+        """Whether TLS holds decrypted bytes not read yet (poll cannot see them)."""
+        with self._lock:
+            return isinstance(self._sock, ssl.SSLSocket) and not self._closed and \
+                self._sock.pending() > 0
+
+    def _wait(self, event: int, timeout_ms: int = WAKE_MS) -> bool:
+        """Whether the socket became ready for EVENT within TIMEOUT_MS. The default,
+        WAKE_MS, is for callers that wait in a loop: a close() between the lock and the
+        poll may have let the number of this socket's descriptor go to another one."""
         poller = select.poll()
         poller.register(self._fd, event)
-        # Bounded: a close() between the lock and the poll may have let the number of this
-        # socket's descriptor go to another one.
-        poller.poll(WAKE_MS)
+        return bool(poller.poll(timeout_ms))
 
 
 # --- TLS ------------------------------------------------------------------------------------

@@ -426,7 +426,7 @@ def _summary(runs: list[dict[str, Any]], h2d: float) -> dict[str, Any]:
 
 def _breakdown(chunker: Any, total: int, parity: tuple[int, int, int]) -> dict[str, Any]:
     """One more run with CUDA events per buffer: each stage's summed GPU time."""
-    from mosafs.chunking.gpu_runtime import Profile
+    from mosafs.chunking.gpu_stream import Profile
 
     profile = Profile()
     run = _stream_run(chunker, total, parity, profile)

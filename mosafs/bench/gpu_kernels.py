@@ -12,14 +12,14 @@ from typing import Any
 import numpy as np
 
 from mosafs.chunking.gpu_runtime import (
-    _ALIGN,
-    _D2H,
-    _H2D,
+    ALIGN,
+    D2H,
+    H2D,
     HIST,
     READ_SLACK,
+    DevArray,
     GpuRuntime,
-    _DevArray,
-    _HostArray,
+    HostArray,
     cupy,
     digests,
     launch_candidates,
@@ -47,8 +47,8 @@ def bench_copy(nbytes: int, reps: int, devices: Sequence[int] | None = None) -> 
     for i, _mem, host, dev, stream in bufs:
         cupy.cuda.runtime.setDevice(i)
         row: dict[str, Any] = {"device": i}
-        for name, kind, dst, src in (("h2d_GBps", _H2D, int(dev.data.ptr), int(host.ctypes.data)),
-                                     ("d2h_GBps", _D2H, int(host.ctypes.data), int(dev.data.ptr))):
+        for name, kind, dst, src in (("h2d_GBps", H2D, int(dev.data.ptr), int(host.ctypes.data)),
+                                     ("d2h_GBps", D2H, int(host.ctypes.data), int(dev.data.ptr))):
             times = []
             for _ in range(reps + 1):
                 a, b = cupy.cuda.Event(), cupy.cuda.Event()
@@ -67,7 +67,7 @@ def bench_copy(nbytes: int, reps: int, devices: Sequence[int] | None = None) -> 
             for i, _mem, host, dev, stream in bufs:
                 cupy.cuda.runtime.setDevice(i)
                 cupy.cuda.runtime.memcpyAsync(int(dev.data.ptr), int(host.ctypes.data), nbytes,
-                                              _H2D, stream.ptr)
+                                              H2D, stream.ptr)
             for _i, _mem, _host, _dev, stream in bufs:
                 stream.synchronize()
             times.append(time.perf_counter() - t)
@@ -91,14 +91,14 @@ def bench_kernels(spec: ChunkerSpec, nbytes: int, reps: int, seed: int = 1) -> d
         dev = slot.device
         dev.activate()
         host = np.random.default_rng(seed).integers(0, 256, nbytes, dtype=np.uint8)
-        buf = cupy.empty(_ALIGN + nbytes + READ_SLACK, dtype=cupy.uint8)
-        buf[_ALIGN:_ALIGN + nbytes].set(host)
+        buf = cupy.empty(ALIGN + nbytes + READ_SLACK, dtype=cupy.uint8)
+        buf[ALIGN:ALIGN + nbytes].set(host)
         cupy.cuda.runtime.deviceSynchronize()
-        base = int(buf.data.ptr) + _ALIGN
+        base = int(buf.data.ptr) + ALIGN
         cap = nbytes // 16 + 4096
         out = cupy.empty(1 + cap, dtype=cupy.uint32)
         want = min(cap, 2 * nbytes // max(1, spec.avg_size // 4) + 4096)
-        host_c = _HostArray(np.uint32, 1 + want)
+        host_c = HostArray(np.uint32, 1 + want)
         stream = slot.stream
 
         def timed(fn: Any) -> float:
@@ -125,7 +125,7 @@ def bench_kernels(spec: ChunkerSpec, nbytes: int, reps: int, seed: int = 1) -> d
             tc = timed(candidates)
             t1 = time.perf_counter()
             if spec.kind == "cdc":
-                cupy.cuda.runtime.memcpy(host_c.ptr, int(out.data.ptr), 4 * (1 + want), _D2H)
+                cupy.cuda.runtime.memcpy(host_c.ptr, int(out.data.ptr), 4 * (1 + want), D2H)
                 count = int(host_c.array[0])
                 if count > want:
                     raise RuntimeError("bench_kernels: more candidates than random data has")
@@ -187,8 +187,8 @@ def _bench_pipelined(rt: GpuRuntime, spec: ChunkerSpec, base: int, nbytes: int, 
         caps = [(b - a) // 16 + 4096 for a, b in itertools.pairwise(bounds)]
         wants = [min(c, 2 * (b - a) // max(1, spec.avg_size // 4) + 4096)
                  for c, (a, b) in zip(caps, itertools.pairwise(bounds), strict=True)]
-        outs = [_DevArray(np.uint32, 1 + c) for c in caps]
-        hosts = [_HostArray(np.uint32, 1 + w) for w in wants]
+        outs = [DevArray(np.uint32, 1 + c) for c in caps]
+        hosts = [HostArray(np.uint32, 1 + w) for w in wants]
         times = []
         same = True
         for rep in range(reps + 1):
@@ -199,7 +199,7 @@ def _bench_pipelined(rt: GpuRuntime, spec: ChunkerSpec, base: int, nbytes: int, 
                     launch_candidates(slot, base, 0, bounds[i], bounds[i + 1],
                                       min(HIST, bounds[i] & ~63), spec, outs[i].ptr, caps[i])
                     cupy.cuda.runtime.memcpyAsync(hosts[i].ptr, outs[i].ptr, 4 * (1 + wants[i]),
-                                                  _D2H, slot.stream.ptr)
+                                                  D2H, slot.stream.ptr)
                 slot.cand_ev.record(slot.stream)
             start = 0
             counts = []

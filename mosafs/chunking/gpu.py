@@ -13,6 +13,7 @@ windowed hash passes the loose or the strict mask and writes the few that do to 
 list; the host selects cut points from those candidates (sequential, cheap); the BLAKE3
 kernels hash every chunk of the buffer at once, one thread per 1 KiB BLAKE3 chunk, then
 the tree levels. `gpu_runtime` holds the pinned buffers, CUDA streams and devices,
+`gpu_stream` the chunk stream over them (`gpu_parity` its erasure parity stage),
 `gpu_kernels` the CUDA source, `gpu_select` the host-side selection.
 
 CuPy is imported only when a GPU chunker or hasher is first used, never at import of
@@ -33,7 +34,8 @@ from mosafs.chunking.spec import ChunkerSpec
 from mosafs.gpuprobe import probe_gpu as probe_gpu  # part of this module's API
 
 if TYPE_CHECKING:
-    from mosafs.chunking.gpu_runtime import GpuRuntime, GpuStream, Profile
+    from mosafs.chunking.gpu_runtime import GpuRuntime
+    from mosafs.chunking.gpu_stream import GpuStream, Profile
 
 
 @functools.cache
@@ -78,10 +80,10 @@ class GpuChunker(Chunker):
                profile: Profile | None = None,
                parity: tuple[int, int, int] | None = None,
                device_input: int | None = None) -> GpuStream:
-        """A new stream; see gpu_runtime.GpuStream for the options (parity=(K, M,
+        """A new stream; see gpu_stream.GpuStream for the options (parity=(K, M,
         MIN_CHUNK): each chunk's erasure parity computed on the GPU too; device_input=D:
         the bytes are on GPU D already)."""
-        from mosafs.chunking.gpu_runtime import GpuStream
+        from mosafs.chunking.gpu_stream import GpuStream
 
         return GpuStream(self.runtime, self.spec, pipelined=pipelined, keep_data=keep_data,
                          profile=profile, parity=parity, device_input=device_input)

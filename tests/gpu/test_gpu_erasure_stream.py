@@ -236,7 +236,7 @@ def test_without_parity_nothing_changes(runtimes: dict[str, Any]) -> None:
 
 
 def test_profile_times_the_parity_stage(runtimes: dict[str, Any]) -> None:
-    from mosafs.chunking.gpu_runtime import Profile
+    from mosafs.chunking.gpu_stream import Profile
 
     profile = Profile()
     stream = chunker_on(SMALL_SPEC, runtimes["small"]).stream(

@@ -43,14 +43,14 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from mosafs.argtypes import bounded_float, bounded_int
+from mosafs.argtypes import bounded_int
 from mosafs.bench import hash as hash_bench
-
-MAX_MIB = 1 << 20  # the largest size in MiB a benchmark takes (1 TiB)
+from mosafs.bench.cli_checkpoint import add_checkpoint_benchmark
+from mosafs.bench.cli_common import MAX_MIB, add_run_options, numbers, print_result
+from mosafs.bench.cli_metadata import add_metadata_benchmark, add_standby_benchmark
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -140,7 +140,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         "where one is usable; gpu named here without one is an error)")
     b.add_argument("--size-mib", type=bounded_int(1, MAX_MIB), default=2048,
                    help="bytes of each written file, MiB (default 2048)")
-    _add_run_options(b)
+    add_run_options(b)
     b.set_defaults(bench_run=_run_backends)
 
 
@@ -161,222 +161,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                    help="size of each, MiB (default 4)")
     d.add_argument("--kill-mib", type=bounded_int(64, 1 << 20), default=512,
                    help="MiB written before a benefactor is killed (default 512)")
-    _add_run_options(d)
+    add_run_options(d)
     d.set_defaults(bench_run=_run_durability)
 
     _add_ec_benchmark(sub)
     _add_storage_benchmarks(sub)
-    _add_checkpoint_benchmark(sub)
-    _add_metadata_benchmark(sub)
-    _add_standby_benchmark(sub)
-
-
-def _add_checkpoint_benchmark(sub: Any) -> None:
-    c = sub.add_parser(
-        "checkpoint", help="mosafs.checkpoint save and load of a state dict against "
-                           "torch.save and safetensors on the local disk",
-        description="A state dict of --size-mib on --device, saved as a series of steps with "
-                    "mosafs.checkpoint.save into a `mosafs up` mount (3 benefactors on "
-                    "loopback): step 1 all new, then steps with about --changed of the "
-                    "tensors new, one more saved non-blocking, one with every tensor new. "
-                    "Per step: the blocking save's seconds, its total, bytes hashed, copied "
-                    "from the device to the host and sent; torch.save of the same state to "
-                    "the local disk (with fsync) and to the mount. Then load against "
-                    "safetensors.torch.load_file from the local disk, every load checked "
-                    "equal. Needs torch and safetensors. Prints one JSON object with --json.",
-        epilog="examples:\n  mosafs bench checkpoint --json\n"
-               "  mosafs bench checkpoint --size-mib 256 --steps 3 --device cpu\n"
-               "  mosafs bench checkpoint --changed 0.25 --up-arg=--benefactors=4 "
-               "--keep /tmp/ckpt-run",
-        formatter_class=argparse.RawDescriptionHelpFormatter)
-    c.add_argument("--size-mib", type=bounded_int(1, MAX_MIB), default=1024,
-                   help="bytes of the state dict, MiB (default 1024)")
-    c.add_argument("--steps", type=bounded_int(1, 1000), default=5,
-                   help="blocking steps: the first all new, the others with --changed new "
-                        "(default 5); a non-blocking step and an all-new one follow")
-    c.add_argument("--changed", type=bounded_float(0.0, 1.0), default=0.10,
-                   help="fraction of the state dict's bytes (whole tensors) changed per "
-                        "step (default 0.10)")
-    c.add_argument("--device", choices=["cuda", "cpu"],
-                   help="where the tensors live (default: cuda where torch sees one, else "
-                        "cpu); cuda starts the cluster with --hash-backend gpu")
-    c.add_argument("--local-dir", type=Path, metavar="DIR",
-                   help="where the local-disk files go (default: beside the cluster's data)")
-    c.add_argument("--up-arg", action="append", default=[], metavar="ARG",
-                   help="passed to `mosafs up` (repeatable; write --up-arg=--flag=value)")
-    c.add_argument("--seed", type=int, default=0,
-                   help="the tensors' content and the changed subsets (default 0)")
-    c.add_argument("--no-prepare", dest="prepare", action="store_false",
-                   help="on a GPU, leave the process's one-time costs (mosafs.checkpoint."
-                        "prepare) to the first save instead of paying them before step 1")
-    c.add_argument("--ranks", type=_rank_counts, metavar="N,N",
-                   help="instead: passes of N rank processes (one GPU each, round-robin), "
-                        "each saving a --size-mib shard: steps 1..--steps then one all new, "
-                        "aggregate GB/s per pass against one rank (mosafs/bench/"
-                        "checkpoint_ranks.py); e.g. 1,2")
-    _add_run_options(c)
-    c.set_defaults(bench_run=_run_checkpoint)
-
-
-def _rank_counts(text: str) -> list[int]:
-    try:
-        counts = [int(x) for x in text.split(",") if x]
-    except ValueError:
-        counts = []
-    if not counts or any(not 1 <= n <= 64 for n in counts):
-        raise argparse.ArgumentTypeError(f"rank counts of 1 to 64, comma-separated: {text!r}")
-    return counts
-
-
-def _run_checkpoint(args: argparse.Namespace) -> int:
-    from mosafs.bench.checkpoint import format_table, run_checkpoint
-    from mosafs.procutil import setup_logging
-
-    setup_logging(args.log_level)
-    if args.ranks:
-        return _run_checkpoint_ranks(args)
-    result = run_checkpoint(size_mib=args.size_mib, steps=args.steps, changed=args.changed,
-                            device=args.device, local_dir=args.local_dir,
-                            up_args=args.up_arg, keep=args.keep, seed=args.seed,
-                            prepare=args.prepare,
-                            command=" ".join(["mosafs", "bench", *sys.argv[2:]]))
-    return _print_result(result, args.json, format_table)
-
-
-def _print_result(result: dict[str, Any], as_json: bool,
-                  table: Callable[[dict[str, Any]], str]) -> int:
-    if as_json:
-        json.dump(result, sys.stdout)
-        print()
-    else:
-        print(table(result))
-    return 0  # a missed target is a figure, not a failure: see "targets" in the JSON
-
-
-def _run_checkpoint_ranks(args: argparse.Namespace) -> int:
-    from mosafs.bench.checkpoint_ranks import format_table, run_checkpoint_ranks
-
-    result = run_checkpoint_ranks(ranks=args.ranks, size_mib=args.size_mib, steps=args.steps,
-                                  changed=args.changed, device=args.device,
-                                  up_args=args.up_arg, keep=args.keep, seed=args.seed,
-                                  command=" ".join(["mosafs", "bench", *sys.argv[2:]]))
-    return _print_result(result, args.json, format_table)
-
-
-def _add_metadata_benchmark(sub: Any) -> None:
-    m = sub.add_parser(
-        "metadata", help="metadata throughput through the mount: creates, stats, lookups, "
-                         "ls -l and commits with many client processes, against MooseFS",
-        description="On a `mosafs up` cluster (3 benefactors on loopback, chunker "
-                    "fixed:4096), for each client count N client processes: creates of "
-                    "empty files (all in one shared directory, then each in its own), stats "
-                    "of them (cached, then with the kernel's dentries dropped and the "
-                    "attribute timeout waited out), lookups of missing names, and commits "
-                    "(close latency of small files of many chunks); then `ls -l` and "
-                    "listdir of one large directory, cold and warm. Aggregate ops/s and "
-                    "p50/p99 latencies per phase, CPU seconds of the manager and the mount; "
-                    "the same creates with 8 clients on a private MooseFS cluster (--peer); "
-                    "the issue's targets judged. Runs as root for drop_caches and the "
-                    "MooseFS namespace. Prints one JSON object with --json.",
-        epilog="examples:\n  mosafs bench metadata --json\n"
-               "  mosafs bench metadata --clients 1,8 --files 300 --dir-entries 5000 "
-               "--commit-files 50\n"
-               "  mosafs bench metadata --peer none --keep /tmp/metadata-run",
-        formatter_class=argparse.RawDescriptionHelpFormatter)
-    m.add_argument("--clients", type=_numbers(1, 64), default="1,8,16",
-                   help="client process counts, 1..64 each (default 1,8,16; the targets "
-                        "are judged at 8)")
-    _add_metadata_workload(m, files=2000, dir_entries=100_000, commit_files=200)
-    m.add_argument("--peer", choices=["auto", "moosefs", "none"], default="auto",
-                   help="the MooseFS peer: moosefs (an error where it cannot run: not "
-                        "installed, not root), auto (where it is installed; the default), "
-                        "none")
-    m.add_argument("--scale-chunks", type=bounded_int(0, 100_000_000), default=10_000_000,
-                   help="chunk records of the synthetic manager measured for idle CPU, "
-                        "failure reaction and status latency (default 10000000, the "
-                        "targets'; 0: skip)")
-    m.add_argument("--scale-files", type=bounded_int(0, 10_000_000), default=1_000_000,
-                   help="files of the synthetic manager (default 1000000)")
-    m.add_argument("--managers", type=bounded_int(1, 5), default=1,
-                   help="managers of the cluster (`mosafs up --managers`): 2 or more put a "
-                        "standby's durable confirmation on every change (default 1)")
-    m.add_argument("--coherent-timeout", type=bounded_float(0, 86400), default=None,
-                   metavar="SECONDS",
-                   help="the mount's `--coherent-timeout` (default: the mount's own, 60; 0: "
-                        "no coherent caches, entries live 1 s)")
-    m.add_argument("--scale-idle-s", type=bounded_int(1, 3600), default=30,
-                   help="seconds the synthetic manager's idle CPU is measured over "
-                        "(default 30)")
-    _add_run_options(m)
-    m.set_defaults(bench_run=_run_metadata)
-
-
-def _run_metadata(args: argparse.Namespace) -> int:
-    from mosafs.bench.metadata import Options, format_table, run_metadata
-    from mosafs.procutil import setup_logging
-
-    setup_logging(args.log_level)
-    options = Options(clients=tuple(sorted(set(args.clients))), files=args.files,
-                      dir_entries=args.dir_entries, commit_files=args.commit_files,
-                      commit_chunks=args.commit_chunks, peer=args.peer,
-                      tls=not args.insecure, keep=args.keep,
-                      scale_chunks=args.scale_chunks, scale_files=args.scale_files,
-                      scale_idle_s=args.scale_idle_s, managers=args.managers,
-                      coherent_timeout=args.coherent_timeout)
-    result = run_metadata(options, command=" ".join(["mosafs", "bench", *sys.argv[2:]]))
-    return _print_result(result, args.json, format_table)
-
-
-def _add_metadata_workload(p: argparse.ArgumentParser, *, files: int, dir_entries: int,
-                           commit_files: int) -> None:
-    """The sizes of `bench metadata`'s phases, with these defaults, and --insecure."""
-    p.add_argument("--files", type=bounded_int(1, 1_000_000), default=files,
-                   help="files each client creates (and stats, and looks up missing) per "
-                        f"phase (default {files})")
-    p.add_argument("--dir-entries", type=bounded_int(1, 10_000_000), default=dir_entries,
-                   help=f"entries of the directory listed by `ls -l` (default {dir_entries}; "
-                        "the target is judged at 100000)")
-    p.add_argument("--commit-files", type=bounded_int(1, 100_000), default=commit_files,
-                   help="files each client writes and closes in the commit phase "
-                        f"(default {commit_files})")
-    p.add_argument("--commit-chunks", type=bounded_int(1, 16384), default=64,
-                   help="4 KiB chunks of each of those files (default 64)")
-    p.add_argument("--insecure", action="store_true",
-                   help="run the cluster plaintext (default: mutual TLS, as `mosafs up`)")
-
-
-def _add_standby_benchmark(sub: Any) -> None:
-    from mosafs.bench.standby import MAX_LOSS_PCT
-
-    p = sub.add_parser(
-        "standby", help="what one standby manager costs the creates of `bench metadata`",
-        description="`mosafs bench metadata` (clients 1 and 8, no MooseFS, no synthetic "
-                    "manager) --pairs times with one manager and as many with a standby "
-                    "(`mosafs up --managers 2`), alternating in ABBA order: creates/s per "
-                    "line and run, their means, the change with the standby, and the "
-                    f"target (at most {MAX_LOSS_PCT:g} % fewer on every line). The 8 "
-                    "clients' uncached stats, which no manager serves, flag slow runs of "
-                    "the machine.",
-        epilog="examples:\n  mosafs bench standby --json\n"
-               "  mosafs bench standby --pairs 5 --files 1000",
-        formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--pairs", type=bounded_int(1, 50), default=3,
-                   help="runs with and without the standby (default 3)")
-    _add_metadata_workload(p, files=500, dir_entries=2000, commit_files=50)
-    _add_run_options(p)
-    p.set_defaults(bench_run=_run_standby)
-
-
-def _run_standby(args: argparse.Namespace) -> int:
-    from mosafs.bench.standby import format_table, run_standby
-    from mosafs.procutil import setup_logging
-
-    setup_logging(args.log_level)
-    result = run_standby(args.pairs, files=args.files, dir_entries=args.dir_entries,
-                         commit_files=args.commit_files, commit_chunks=args.commit_chunks,
-                         tls=not args.insecure, keep=args.keep,
-                         command=" ".join(["mosafs", "bench", *sys.argv[2:]]))
-    return _print_result(result, args.json, format_table)
+    add_checkpoint_benchmark(sub)
+    add_metadata_benchmark(sub)
+    add_standby_benchmark(sub)
 
 
 def _add_ec_benchmark(sub: Any) -> None:
@@ -414,7 +206,7 @@ def _add_ec_benchmark(sub: Any) -> None:
                    help="each benefactor's emulated link in the rebuild part, Mbit/s "
                         "(default 200; slow enough that links, not CPUs, bound it: 20 on 2 "
                         "cores)")
-    _add_run_options(e)
+    add_run_options(e)
     e.set_defaults(bench_run=_run_ec)
 
 
@@ -449,14 +241,6 @@ def _run_ec(args: argparse.Namespace) -> int:
     return 0  # a missed target is a figure, not a failure: see "targets" in the JSON
 
 
-def _add_run_options(p: argparse.ArgumentParser) -> None:
-    """--json, --keep and --log-level, alike for every benchmark that starts a cluster."""
-    p.add_argument("--json", action="store_true", help="print only the JSON object on stdout")
-    p.add_argument("--keep", type=Path, metavar="DIR",
-                   help="run in DIR (empty or absent) and keep data and logs there")
-    p.add_argument("--log-level", default="WARNING")
-
-
 STORAGE_EPILOG = ("Definitions: OAB = size / (open until the last write returned); ASB = "
                   "size / (open until close returned). Links: each benefactor behind a "
                   "veth pair shaped by tc tbf between network namespaces the benchmark "
@@ -479,7 +263,7 @@ def _storage_parser(sub: Any, name: str, help_text: str, examples: str) -> Any:
     p.add_argument("--link-rate", type=bounded_int(1_000_000, 100_000_000_000),
                    default=1_000_000_000, metavar="BITS_PER_S",
                    help="rate of each emulated link (default 1000000000: 1 Gbit/s)")
-    _add_run_options(p)
+    add_run_options(p)
     p.set_defaults(bench_run=_run_storage, storage=name)
     return p
 
@@ -515,7 +299,7 @@ def _add_storage_benchmarks(sub: Any) -> None:
         "  mosafs bench stripe --quick --widths 1,2")
     t.add_argument("--size-mib", type=bounded_int(1, 1024),
                    help="file size (default 1024; --quick: 32)")
-    t.add_argument("--widths", type=_numbers(1, 16), default="1,2,3,4",
+    t.add_argument("--widths", type=numbers(1, 16), default="1,2,3,4",
                    help="stripe widths, 1..16 each (default 1,2,3,4)")
     c = _storage_parser(
         sub, "clients", "N concurrent writers (1 to 8) of 100 MiB files: aggregate "
@@ -524,22 +308,8 @@ def _add_storage_benchmarks(sub: Any) -> None:
         "  mosafs bench clients --quick --writers 1,2")
     c.add_argument("--size-mib", type=bounded_int(1, 1024),
                    help="file size (default 100; --quick: 16)")
-    c.add_argument("--writers", type=_numbers(1, 64), default="1,2,4,8",
+    c.add_argument("--writers", type=numbers(1, 64), default="1,2,4,8",
                    help="writer counts, 1..64 each (default 1,2,4,8)")
-
-
-def _numbers(low: int, high: int) -> Callable[[str], tuple[int, ...]]:
-    """An argparse type: a comma-separated list of whole numbers in LOW..HIGH."""
-    def parse(text: str) -> tuple[int, ...]:
-        try:
-            values = tuple(int(v) for v in text.split(",") if v.strip())
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"a comma-separated list of whole numbers, "
-                                             f"got {text!r}") from None
-        if not values or any(not low <= v <= high for v in values):
-            raise argparse.ArgumentTypeError(f"numbers {low}..{high}, got {text!r}")
-        return values
-    return parse
 
 
 def _run_storage(args: argparse.Namespace) -> int:
@@ -592,12 +362,7 @@ def _run_storage(args: argparse.Namespace) -> int:
         from mosafs.bench.plots import plot
 
         result["figures"] = [str(p) for p in plot(result, args.plot)]
-    if args.json:
-        json.dump(result, sys.stdout)
-        print()
-    else:
-        print(storage.format_table(result))
-    return 0  # a missed target is a figure, not a failure: see "targets" in the JSON
+    return print_result(result, args.json, storage.format_table)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -662,12 +427,7 @@ def _run_backends(args: argparse.Namespace) -> int:
     result = run_benchmark(backends, args.size_mib << 20, args.keep,
                            command=" ".join(["mosafs", "bench", *sys.argv[2:]]))
     result["skipped"] = skipped
-    if args.json:
-        json.dump(result, sys.stdout)
-        print()
-    else:
-        print(format_table(result))
-    return 0
+    return print_result(result, args.json, format_table)
 
 
 def _backends(text: str | None) -> tuple[list[str], dict[str, str]]:

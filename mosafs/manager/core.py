@@ -39,9 +39,11 @@ from mosafs.manager.metadata import (
     check_chunks,
     check_ids,
 )
+from mosafs.manager.redundancy_view import Redundancy
 from mosafs.manager.registry import Clock, Registry
-from mosafs.manager.replication import CopyFn, Redundancy, Replicator
+from mosafs.manager.replication import Replicator
 from mosafs.manager.tokens import TokenAuthority
+from mosafs.manager.transfers import CopyFn
 
 log = logging.getLogger(__name__)
 

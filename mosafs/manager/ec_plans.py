@@ -1,6 +1,6 @@
 """What the fragment repairer does for one chunk (docs/erasure_pools.md, "Repair" and
 "Conversion"): pure planning over one chunk record and one snapshot of the cluster
-(replication.Redundancy); mosafs.manager.ec_repair runs the plans.
+(redundancy_view.Redundancy); mosafs.manager.ec_repair runs the plans.
 
 - CONVERT: the record's layout is not the one its pool gives it now (Redundancy.converts):
   one benefactor reads the chunk (a whole copy, or K fragments), verifies it, encodes the
@@ -36,8 +36,8 @@ from dataclasses import dataclass, field, replace
 from mosafs._proto import metadata_pb2
 from mosafs.manager.metadata import FragmentMove, Layout
 from mosafs.manager.pools import fragment_size
+from mosafs.manager.redundancy_view import Redundancy
 from mosafs.manager.registry import FULL_BELOW_BYTES
-from mosafs.manager.replication import Redundancy
 
 REBUILD = "rebuild"
 MOVE = "move"

@@ -55,9 +55,10 @@ from mosafs.ids import ID_LEN
 from mosafs.manager.ec_plans import CONVERT, MOVE, REBUILD, Load, Plan, fits, plan, rebound
 from mosafs.manager.metadata import Fragments, MetadataStore
 from mosafs.manager.pools import scheme
+from mosafs.manager.redundancy_view import Redundancy
 from mosafs.manager.registry import Clock, Registry
-from mosafs.manager.replication import CopyFn, RateWindow, Redundancy, copy_deadline
 from mosafs.manager.tokens import TokenAuthority
+from mosafs.manager.transfers import CopyFn, RateWindow, copy_deadline
 
 log = logging.getLogger(__name__)
 

@@ -13,8 +13,8 @@ makes no whole copies of those.
 A chunk belongs to the pool of the write that stored it first (ChunkRecord.pool; a pool
 deleted since counts as "default"). Its copies that count towards R are those on live
 (or, right after a manager start, presumed live) benefactors of that pool that are not
-draining (`Redundancy`); copies elsewhere (a benefactor moved to another pool, or
-draining) still serve reads and replication sources.
+draining (`Redundancy`, mosafs.manager.redundancy_view); copies elsewhere (a benefactor
+moved to another pool, or draining) still serve reads and replication sources.
 
 Work comes from events, at once:
 
@@ -47,9 +47,9 @@ now does not re-read them all every few seconds; a benefactor that joins or come
 
 The figures (`figures`) are those of the known short chunks, current as of the last
 step that examined everything queued before it; the copy rate is measured over the last
-RATE_WINDOW_S of finished copies. `committed` keeps, per commit, the chunks still short;
-when the last gets its R copies the time since the commit goes into the
-close-to-fully-redundant histogram (pessimistic commits count 0).
+RATE_WINDOW_S of finished copies (mosafs.manager.transfers). `committed` keeps, per
+commit, the chunks still short; when the last gets its R copies the time since the commit
+goes into the close-to-fully-redundant histogram (pessimistic commits count 0).
 """
 
 from __future__ import annotations
@@ -64,18 +64,16 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 from mosafs import metrics
-from mosafs._proto import benefactor_pb2, metadata_pb2
 from mosafs.errors import DeadlineExceeded, MosafsError, NoSpace, Unavailable
 from mosafs.manager.metadata import MetadataStore
-from mosafs.manager.pools import DEFAULT_POOL, ec_min_chunk, fragment_size, scheme
-from mosafs.manager.registry import FULL_BELOW_BYTES, Clock, Registry
+from mosafs.manager.pools import fragment_size
+from mosafs.manager.redundancy_view import Redundancy
+from mosafs.manager.registry import Clock, Registry
+from mosafs.manager.transfers import CopyFn, RateWindow, copy_deadline
 
 log = logging.getLogger(__name__)
 
 MiB = 1 << 20
-# copy(source address, target address, ids, timeout) -> (copied[i] for each id, the
-# target's problem: "" | "unreachable" | "full")
-CopyFn = Callable[[str, str, Sequence[bytes], float], tuple[list[bool], str]]
 TICK_S = 0.2          # a step at least this often
 LAPSE_SLACK_S = 0.002  # a step this long after a lease lapses (_next_tick)
 EXAMINE_BATCH = 4096  # ids examined per step (a step with more queued runs again at once)
@@ -84,35 +82,6 @@ SCAN_SHARE = 0.02     # of one core, at most, for the safety-net scan
 WALK_PAGE = 4096      # ids of a dead benefactor queued at a time
 WALK_BELOW = 2 * EXAMINE_BATCH  # ... while fewer than this are queued
 RETRY_MAX_S = 60.0    # the longest wait between two examinations of a chunk still short
-RATE_WINDOW_S = 10.0
-
-
-class RateWindow:
-    """Bytes per second over the last RATE_WINDOW_S of finished transfers (the callers
-    hold their own lock around it)."""
-
-    def __init__(self, clock: Clock) -> None:
-        self._clock = clock
-        self._done: deque[tuple[float, int]] = deque()  # (clock, bytes)
-
-    def add(self, nbytes: int) -> None:
-        self._done.append((self._clock(), nbytes))
-
-    def rate(self) -> float:
-        now = self._clock()
-        while self._done and self._done[0][0] < now - RATE_WINDOW_S:
-            self._done.popleft()
-        if not self._done:
-            return 0.0
-        return sum(n for _, n in self._done) / max(now - self._done[0][0], 1.0)
-# Deadline of one copy request: a floor for connecting and a slow disk, plus its bytes at a
-# rate well below what any benefactor sustains.
-COPY_DEADLINE_FLOOR_S = 10.0
-COPY_DEADLINE_RATE = 4 * MiB
-
-
-def copy_deadline(nbytes: int) -> float:
-    return COPY_DEADLINE_FLOOR_S + nbytes / COPY_DEADLINE_RATE
 
 
 @dataclass
@@ -142,128 +111,6 @@ class _Short:
 class _Debt:
     started: float
     ids: set[bytes]
-
-
-class Redundancy:
-    """One snapshot of pools and benefactors: how many copies of a chunk count, and where
-    new copies may come from and go."""
-
-    def __init__(self, store: MetadataStore, registry: Registry) -> None:
-        settings = store.pools()
-        self.replication = {p.name: p.replication or 1 for p in settings}
-        self.schemes = {p.name: scheme(p) for p in settings}
-        self.min_chunk = {p.name: ec_min_chunk(p) for p in settings}
-        records = store.benefactors()
-        draining = {bid for bid, rec in records.items() if rec.draining}
-        live = registry.live()
-        self.alive = {b.id for b in live}
-        self.usable = registry.usable()
-        self.accepting: dict[str, dict[str, benefactor_pb2.BenefactorInfo]] = defaultdict(dict)
-        for b in live:
-            if b.id not in draining:
-                self.accepting[b.pool][b.id] = b
-        # Presumed alive (not heard from since the start, first lease): copies count.
-        self._presumed: dict[str, set[str]] = defaultdict(set)
-        for bid in registry.presumed():
-            rec = records.get(bid)
-            if rec is not None and not rec.draining:
-                self._presumed[rec.pool].add(bid)
-
-    def pool(self, rec: metadata_pb2.ChunkRecord) -> str:
-        return rec.pool if rec.pool in self.replication else DEFAULT_POOL
-
-    def want(self, rec: metadata_pb2.ChunkRecord) -> int:
-        return self.replication.get(self.pool(rec), 1)
-
-    def counted(self, rec: metadata_pb2.ChunkRecord) -> list[str]:
-        """The copies that count towards R: live (or presumed), not draining, in the
-        chunk's pool."""
-        pool = self.pool(rec)
-        accepting = self.accepting.get(pool, {})
-        presumed = self._presumed.get(pool, set())
-        return [b for b in rec.benefactor_ids if b in accepting or b in presumed]
-
-    def missing(self, rec: metadata_pb2.ChunkRecord, *, without: str = "") -> int:
-        """Copies (fragments, for an erasure-coded chunk) short of what the chunk needs,
-        not counting any held by WITHOUT (a benefactor being drained)."""
-        if rec.ec_k:
-            return rec.ec_k + rec.ec_m - len([
-                h for h in self.counted_fragments(rec) if h != without])
-        return max(0, self.want(rec) - len([b for b in self.counted(rec) if b != without]))
-
-    def counted_fragments(self, rec: metadata_pb2.ChunkRecord) -> list[str]:
-        """Holders of an erasure-coded chunk's fragments that count: as counted()."""
-        pool = self.pool(rec)
-        accepting = self.accepting.get(pool, {})
-        presumed = self._presumed.get(pool, set())
-        return [h for h in rec.fragment_holders if h and (h in accepting or h in presumed)]
-
-    def lost(self, rec: metadata_pb2.ChunkRecord) -> bool:
-        """No live whole copy, and (erasure-coded) fewer than K live fragments: unreadable
-        now (a dead holder may come back)."""
-        if any(b in self.alive for b in rec.benefactor_ids):
-            return False
-        return not rec.ec_k or sum(h in self.alive for h in rec.fragment_holders) < rec.ec_k
-
-    def wanted(self, rec: metadata_pb2.ChunkRecord) -> tuple[int, int]:
-        """The layout REC's pool gives a chunk of its length now: (K, M) of its fragments,
-        or (0, 0) for whole copies (replicas, or shorter than the pool's EC threshold)."""
-        pool = self.pool(rec)
-        kind = self.schemes.get(pool)
-        if kind is None or not kind.coded or rec.length < self.min_chunk[pool]:
-            return 0, 0
-        return kind.k, kind.m
-
-    def converts(self, rec: metadata_pb2.ChunkRecord) -> bool:
-        """Whether referenced REC is stored in another layout than its pool gives it now
-        (whole copies where it wants fragments, fragments of another K+M, or fragments
-        where it wants copies) and the pool has the live benefactors the new layout needs
-        (else the chunk keeps its layout, and replication its copies, until it has)."""
-        if not rec.refcount:
-            return False
-        k, m = self.wanted(rec)
-        if (k, m) == (rec.ec_k, rec.ec_m):
-            return False
-        width = k + m if k else self.want(rec)
-        return len(self.accepting.get(self.pool(rec), {})) >= width
-
-    def label(self, rec: metadata_pb2.ChunkRecord) -> str:
-        """How REC is stored, for people: "ec:K+M", or "replicas:R" (its pool's R)."""
-        return f"ec:{rec.ec_k}+{rec.ec_m}" if rec.ec_k else f"replicas:{self.want(rec)}"
-
-    def sources(self, rec: metadata_pb2.ChunkRecord) -> list[str]:
-        """Holders a copy may be read from now: live and not avoided (draining ones and
-        other pools' included)."""
-        return [b for b in rec.benefactor_ids if b in self.usable]
-
-    def targets(self, rec: metadata_pb2.ChunkRecord, planned: dict[str, int]) -> list[str]:
-        """Benefactors of the chunk's pool that may take a copy: live, not draining, not
-        avoided, no copy yet, room for it after what is PLANNED for them; least planned,
-        then most free space first."""
-        pool = self.accepting.get(self.pool(rec), {})
-        fits = [b for b, info in pool.items()
-                if b not in rec.benefactor_ids and b in self.usable
-                and info.free_bytes - planned.get(b, 0) >= FULL_BELOW_BYTES + rec.length]
-        return sorted(fits, key=lambda b: (planned.get(b, 0), -pool[b].free_bytes, b))
-
-    def unreachable(self, registry: Registry) -> list[str]:
-        """Pools whose R is more than their live benefactors with room can hold (presumed
-        ones count: right after a start nothing is known yet)."""
-        out = []
-        for name, want in sorted(self.replication.items()):
-            kind = self.schemes[name]
-            if kind.coded:
-                want, what = kind.width, f"{kind}"
-            else:
-                what = f"R={want}"
-            members = [*self.accepting.get(name, {}), *self._presumed.get(name, ())]
-            with_room = [b for b in members if registry.takes(b)]
-            if len(with_room) < want:
-                full = len(members) - len(with_room)
-                out.append(f"pool {name}: {what} needs {want} live benefactor"
-                           f"{'s' if want > 1 else ''} with space, {len(members)} alive"
-                           + (f" ({full} full)" if full else ""))
-        return out
 
 
 class Replicator:

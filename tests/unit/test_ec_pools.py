@@ -16,7 +16,7 @@ from mosafs.manager import pools
 from mosafs.manager.core import Manager, ManagerConfig
 from mosafs.manager.fsck import fsck
 from mosafs.manager.metadata import Fragments, MetadataStore
-from mosafs.manager.replication import Redundancy
+from mosafs.manager.redundancy_view import Redundancy
 from tests.unit.managers import Clock, cid, consistent, new_file, register
 
 # --- the redundancy setting ---------------------------------------------------------------

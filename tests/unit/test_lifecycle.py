@@ -23,7 +23,8 @@ from mosafs.manager.core import Manager
 from mosafs.manager.fsck import fsck
 from mosafs.manager.metadata import ROOT_INODE, MetadataStore
 from mosafs.manager.pruning import Image, Policy, check_policy, format_ms, select
-from mosafs.manager.replication import Redundancy, Replicator
+from mosafs.manager.redundancy_view import Redundancy
+from mosafs.manager.replication import Replicator
 from mosafs.manager.series import DEFAULT_PATTERN, compile_pattern
 from tests.unit.managers import Clock, cid, commit, consistent, new_file, register
 

@@ -24,12 +24,9 @@ running), up.lock (one `up` per DIR).
 from __future__ import annotations
 
 import argparse
-import errno
 import json
 import logging
 import os
-import re
-import shutil
 import signal
 import subprocess
 import sys
@@ -46,8 +43,10 @@ from mosafs.client.main import (
     add_stop_timeout_argument,
     check_stop_timeout,
 )
+from mosafs.deadmounts import is_dead_mount, is_mosafs_mount, lazy_unmount, recover_dead_mount
 from mosafs.errors import ConfigError, Unavailable
 from mosafs.procutil import LOG_LEVELS, python_command
+from mosafs.running import forget_running, record_running
 
 log = logging.getLogger("mosafs.up")
 START_TIMEOUT = 120.0
@@ -175,7 +174,7 @@ def _check_mountpoint(mountpoint: Path) -> list[Path]:
     """Make MOUNTPOINT usable (created if missing, with its parents); the directories it
     made, outermost first."""
     if is_dead_mount(mountpoint):
-        _recover_dead_mount(mountpoint)
+        recover_dead_mount(mountpoint)
     missing = []
     path = mountpoint
     while not path.exists() and path != path.parent:
@@ -184,7 +183,7 @@ def _check_mountpoint(mountpoint: Path) -> list[Path]:
     mountpoint.mkdir(parents=True, exist_ok=True)
     made = missing[::-1]
     if os.path.ismount(mountpoint):
-        hint = " (of a mosafs that is still running)" if _is_mosafs_mount(mountpoint) else ""
+        hint = " (of a mosafs that is still running)" if is_mosafs_mount(mountpoint) else ""
         raise ConfigError(f"{mountpoint} is already a mount point{hint}")
     if any(mountpoint.iterdir()):
         raise ConfigError(f"mount point {mountpoint} is not empty")
@@ -439,7 +438,7 @@ class Cluster:
             # The mount process died without unmounting: its mount point would answer
             # ENOTCONN to every access, and refuse the next `up`.
             log.info("unmounting %s, left behind by the mount process", self.mountpoint)
-            _lazy_unmount(self.mountpoint)
+            lazy_unmount(self.mountpoint)
         (self.data_dir / "cluster.json").unlink(missing_ok=True)
         self.mount_status.unlink(missing_ok=True)
         forget_running()
@@ -573,91 +572,3 @@ def _size(n: int) -> str:
         return f"{n} bytes"
     power = min(3, (n.bit_length() - 1) // 10)
     return f"{n / (1 << 10 * power):.1f} {('KiB', 'MiB', 'GiB')[power - 1]}"
-
-
-# -- the per-user list of running clusters ------------------------------------------------------
-
-def running_dir() -> Path:
-    """Where every running `mosafs up` of this user leaves a record of its data directory
-    (PID.json: {"data_dir", "pid"}), so that admin commands find a cluster started with
-    --data-dir without being told (mosafs.admin.common)."""
-    import platformdirs
-
-    return Path(platformdirs.user_state_dir("mosafs")) / "running"
-
-
-def record_running(data_dir: Path) -> None:
-    """Record this `up` as running on DATA_DIR (after cluster.json is written, which the
-    record's readers check it against). One that cannot be written costs only the look-up:
-    admin commands then need --data-dir."""
-    from mosafs.procutil import write_json_atomic
-
-    path = running_dir() / f"{os.getpid()}.json"
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        write_json_atomic(path, {"data_dir": str(data_dir.absolute()), "pid": os.getpid()})
-    except OSError as exc:
-        log.info("cannot record the cluster in %s (%s): admin commands need --data-dir %s",
-                 path.parent, exc.strerror, data_dir)
-
-
-def forget_running() -> None:
-    import contextlib
-
-    # A record left behind is recognised as stale by its readers (its pid is gone).
-    with contextlib.suppress(OSError):
-        (running_dir() / f"{os.getpid()}.json").unlink(missing_ok=True)
-
-
-# -- mount points left by a mount process that died --------------------------------------------
-
-def is_dead_mount(path: Path) -> bool:
-    """A FUSE mount whose process is gone: every access fails with ENOTCONN ("Transport
-    endpoint is not connected"). os.path.ismount() says False for it."""
-    try:
-        os.stat(path)
-    except OSError as exc:
-        return exc.errno == errno.ENOTCONN
-    return False
-
-
-def _is_mosafs_mount(path: Path) -> bool:
-    """PATH is a mosafs mount (alive or dead) in the mount table."""
-    where = os.path.join(os.path.realpath(path.parent), path.name)
-    try:
-        table = Path("/proc/self/mounts").read_text()
-    except OSError:
-        return False
-    for line in table.splitlines():
-        fields = line.split()
-        if len(fields) < 3:
-            continue
-        # The table writes a space in a path as \040, a tab as \011, and so on.
-        point = re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), fields[1])
-        if fields[2] == "fuse.mosafs" and point == where:
-            return True
-    return False
-
-
-def _recover_dead_mount(mountpoint: Path) -> None:
-    """Detach what a killed mosafs mount left: nothing is lost by it (what was not committed
-    died with the process). A dead mount of another file system is left to its owner."""
-    if not _is_mosafs_mount(mountpoint):
-        raise ConfigError(f"{mountpoint} is a dead mount of another file system (Transport "
-                          f"endpoint is not connected): unmount it first (fusermount3 -u -z "
-                          f"{mountpoint}, or umount -l)")
-    log.warning("%s is a mosafs mount whose process is gone (Transport endpoint is not "
-                "connected): unmounting it", mountpoint)
-    for _ in range(8):  # mounts of several crashes may lie on top of each other
-        _lazy_unmount(mountpoint)
-        if not is_dead_mount(mountpoint):
-            return
-    raise ConfigError(f"{mountpoint} stays a dead mount (Transport endpoint is not "
-                      f"connected): try fusermount3 -u -z {mountpoint}")
-
-
-def _lazy_unmount(mountpoint: Path) -> None:
-    """A mount whose client died leaves a dead mount behind; detach it."""
-    tool = shutil.which("fusermount3") or shutil.which("fusermount")
-    cmd = [tool, "-u", "-z", str(mountpoint)] if tool else ["umount", "-l", str(mountpoint)]
-    subprocess.run(cmd, check=False, capture_output=True)

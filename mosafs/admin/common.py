@@ -134,7 +134,7 @@ def _cluster(args: argparse.Namespace, *, strict: bool) -> tuple[str, str]:
 
 def _running_cluster(strict: bool) -> Path | None:
     """The data directory of the one `mosafs up` of this user that is running (its record
-    in the per-user state directory, mosafs.up.record_running); None for none."""
+    in the per-user state directory, mosafs.running.record_running); None for none."""
     running = running_clusters()
     if len(running) <= 1 or not strict:
         return running[0] if len(running) == 1 else None
@@ -145,7 +145,7 @@ def _running_cluster(strict: bool) -> Path | None:
 def running_clusters() -> list[Path]:
     """The data directories of this user's running `mosafs up`s, sorted. A record whose
     `up` is gone (killed before it could remove it) is dropped, and removed."""
-    from mosafs.up import running_dir
+    from mosafs.running import running_dir
 
     found = []
     for record in sorted(running_dir().glob("*.json")):

@@ -24,7 +24,7 @@ from pathlib import Path
 import blake3
 import pytest
 
-from mosafs.up import is_dead_mount
+from mosafs.deadmounts import is_dead_mount
 from tests.harness import cli_json
 
 MiB = 1 << 20

@@ -25,7 +25,7 @@ from mosafs.errors import ConfigError, NoSpace, NotFound, Unavailable
 from mosafs.manager import pools
 from mosafs.manager.core import Manager
 from mosafs.manager.metadata import ROOT_INODE
-from mosafs.up import forget_running, record_running, running_dir
+from mosafs.running import forget_running, record_running, running_dir
 from tests.unit.managers import Clock, new_file, register
 
 # --- numbers and durations: one line, exit code 2, nothing asked ------------------------------

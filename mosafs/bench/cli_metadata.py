@@ -61,7 +61,8 @@ def add_metadata_benchmark(sub: Any) -> None:
 
 
 def run_metadata(args: argparse.Namespace) -> int:
-    from mosafs.bench.metadata import Options, format_table, run_metadata
+    from mosafs.bench.metadata import Options, run_metadata
+    from mosafs.bench.metadata_figures import format_table
     from mosafs.procutil import setup_logging
 
     setup_logging(args.log_level)

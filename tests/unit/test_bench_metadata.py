@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 
 from mosafs.bench import metadata as md
+from mosafs.bench import metadata_figures as mf
 from mosafs.bench import metadata_ops as ops
 from mosafs.cli import build_parser
 from mosafs.errors import ConfigError
@@ -24,43 +25,43 @@ from mosafs.errors import ConfigError
 
 def test_percentile_is_the_nearest_rank() -> None:
     values = [float(v) for v in range(100, 0, -1)]  # 100..1, unsorted on purpose
-    assert md.percentile(values, 50) == 50.0
-    assert md.percentile(values, 99) == 99.0
-    assert md.percentile(values, 100) == 100.0
-    assert md.percentile(values, 0.1) == 1.0
-    assert md.percentile([7.0], 99) == 7.0
-    assert md.percentile([1.0, 2.0, 3.0], 50) == 2.0
-    assert md.percentile([1.0, 2.0, 3.0, 4.0], 50) == 2.0  # a value measured, never a mean
-    assert md.percentile([], 50) is None
+    assert mf.percentile(values, 50) == 50.0
+    assert mf.percentile(values, 99) == 99.0
+    assert mf.percentile(values, 100) == 100.0
+    assert mf.percentile(values, 0.1) == 1.0
+    assert mf.percentile([7.0], 99) == 7.0
+    assert mf.percentile([1.0, 2.0, 3.0], 50) == 2.0
+    assert mf.percentile([1.0, 2.0, 3.0, 4.0], 50) == 2.0  # a value measured, never a mean
+    assert mf.percentile([], 50) is None
 
 
 def test_latency_ms_converts_seconds_and_tells_no_figure_from_zero() -> None:
-    got = md.latency_ms([0.001, 0.002, 0.003, 0.1])
+    got = mf.latency_ms([0.001, 0.002, 0.003, 0.1])
     assert got == {"p50": 2.0, "p99": 100.0, "max": 100.0, "mean": 26.5}
-    assert md.latency_ms([0.0000004]) == {"p50": 0.0, "p99": 0.0, "max": 0.0, "mean": 0.0}
-    assert md.latency_ms([]) == {"p50": None, "p99": None, "max": None, "mean": None}
+    assert mf.latency_ms([0.0000004]) == {"p50": 0.0, "p99": 0.0, "max": 0.0, "mean": 0.0}
+    assert mf.latency_ms([]) == {"p50": None, "p99": None, "max": None, "mean": None}
 
 
 def test_rate_and_ratio_have_no_figure_without_a_denominator() -> None:
-    assert md.rate(300, 2.0) == 150.0
-    assert md.rate(1, 3.0) == 0.3
-    assert md.rate(5, 0.0) is None
-    assert md.ratio(130.0, 2600.0) == 0.05
-    assert md.ratio(None, 10.0) is None
-    assert md.ratio(10.0, None) is None
-    assert md.ratio(10.0, 0.0) is None
+    assert mf.rate(300, 2.0) == 150.0
+    assert mf.rate(1, 3.0) == 0.3
+    assert mf.rate(5, 0.0) is None
+    assert mf.ratio(130.0, 2600.0) == 0.05
+    assert mf.ratio(None, 10.0) is None
+    assert mf.ratio(10.0, None) is None
+    assert mf.ratio(10.0, 0.0) is None
 
 
 def test_judge_passes_at_the_target_and_fails_just_beyond() -> None:
-    assert md.judge(3000.0, ">=", md.CREATES_MIN)["pass"] is True
-    assert md.judge(2999.9, ">=", md.CREATES_MIN)["pass"] is False
-    assert md.judge(5.0, "<=", md.CLOSE_P99_MAX_MS)["pass"] is True
-    assert md.judge(5.001, "<=", md.CLOSE_P99_MAX_MS)["pass"] is False
-    got = md.judge(None, ">=", 3000.0, clients=8, note="no run with 8 clients")
+    assert mf.judge(3000.0, ">=", mf.CREATES_MIN)["pass"] is True
+    assert mf.judge(2999.9, ">=", mf.CREATES_MIN)["pass"] is False
+    assert mf.judge(5.0, "<=", mf.CLOSE_P99_MAX_MS)["pass"] is True
+    assert mf.judge(5.001, "<=", mf.CLOSE_P99_MAX_MS)["pass"] is False
+    got = mf.judge(None, ">=", 3000.0, clients=8, note="no run with 8 clients")
     assert got == {"value": None, "target": ">= 3000", "pass": None, "clients": 8,
                    "note": "no run with 8 clients"}
-    assert md.judge(0.1, "<=", 2.0, applies=False)["pass"] is None  # conditions not met
-    assert "note" not in md.judge(1.0, "<=", 2.0, note=None)
+    assert mf.judge(0.1, "<=", 2.0, applies=False)["pass"] is None  # conditions not met
+    assert "note" not in mf.judge(1.0, "<=", 2.0, note=None)
 
 
 @pytest.mark.parametrize(("total", "parts"), [(100_000, 8), (5000, 8), (7, 8), (1, 8),
@@ -100,7 +101,7 @@ CPU = {"wall_s": 2.0, "cpu_s": {"up": 0.0, "mount": 1.0, "mount-worker-0": 0.25,
 
 def test_summarize_takes_the_span_from_the_first_start_to_the_last_end() -> None:
     answers = [_answer(10.0, 2.0, [0.001] * 100), _answer(10.5, 2.5, [0.003] * 300)]
-    got = md.summarize(answers, CPU, md.MOSAFS_ROLES)
+    got = mf.summarize(answers, CPU, md.MOSAFS_ROLES)
     assert (got["clients"], got["ops"], got["seconds"]) == (2, 400, 3.0)
     assert got["ops_per_s"] == 133.3
     assert got["per_client_ops_per_s"] == [50.0, 120.0]
@@ -112,10 +113,10 @@ def test_summarize_takes_the_span_from_the_first_start_to_the_last_end() -> None
     assert got["clients_cpu_s"] == 1.0 and got["cpu"]["cpu_s"]["clients"] == 1.0
     assert got["manager_cpu_s"] == 3.0 and got["mount_cpu_s"] == 1.25
     assert "clients" not in CPU["cpu_s"]  # the meter's result is not changed in place
-    peer = md.summarize(answers, {"cpu_s": {"mfsmaster": 2.0, "mfsmaster-helper-0": 0.5,
+    peer = mf.summarize(answers, {"cpu_s": {"mfsmaster": 2.0, "mfsmaster-helper-0": 0.5,
                                             "mfsmount": 1.0}}, md.MOOSEFS_ROLES)
     assert (peer["master_cpu_s"], peer["mount_cpu_s"]) == (2.5, 1.0)
-    assert "cpu" not in md.summarize(answers)
+    assert "cpu" not in mf.summarize(answers)
 
 
 # -- verdicts and the table ------------------------------------------------------------------
@@ -161,7 +162,7 @@ def _result(runs: list[dict[str, Any]], *, entries: int = 100_000, ls_s: float =
 def test_figures_at_the_targets_pass_and_just_short_fail() -> None:
     peer = {"clients": 8, "creates_shared_dir": _phase(3000.0),
             "creates_own_dirs": _phase(3001.0)}
-    ok = md.targets(_result([_run(1, creates=1.0), _run(8)], peer=peer, scale=_scale()))
+    ok = mf.targets(_result([_run(1, creates=1.0), _run(8)], peer=peer, scale=_scale()))
     assert set(ok) == {"creates_per_s_shared_dir", "creates_per_s_own_dirs",
                        "creates_shared_dir_vs_moosefs", "creates_own_dirs_vs_moosefs",
                        "commit_close_p99_ms", "commit_rpc_p99_ms", "stat_cached_per_s",
@@ -169,20 +170,20 @@ def test_figures_at_the_targets_pass_and_just_short_fail() -> None:
                        "scale_rereplication_start_s", "scale_status_p99_ms"}
     assert all(t["pass"] is True for t in ok.values()), ok  # the 1-client run is not judged
     assert ok["creates_shared_dir_vs_moosefs"]["value"] == 1.0
-    assert ok["commit_close_p99_ms"]["value"] == 5.0 and md.overall(ok) is True
+    assert ok["commit_close_p99_ms"]["value"] == 5.0 and mf.overall(ok) is True
     assert ok["commit_rpc_p99_ms"]["value"] == 5.0 and ok["commit_rpc_p99_ms"]["calls"] == 80
 
-    bad = md.targets(_result([_run(8, creates=2998.0, stats=19999.0, close_p99=5.5,
+    bad = mf.targets(_result([_run(8, creates=2998.0, stats=19999.0, close_p99=5.5,
                                    commit_p99_s=0.01)],
                              ls_s=2.01, peer=peer, scale=_scale(idle=0.051, reaction=1.01,
                                                                 status_p99=100.5)))
     assert {n for n, t in bad.items() if t["pass"] is False} == set(bad)
     assert bad["creates_own_dirs_vs_moosefs"]["value"] == round(2999 / 3001, 3)
-    assert md.overall(bad) is False
+    assert mf.overall(bad) is False
 
 
 def test_what_the_run_cannot_judge_is_none_with_the_reason() -> None:
-    got = md.targets(_result([_run(1), _run(16)], entries=5000, ls_s=0.5))
+    got = mf.targets(_result([_run(1), _run(16)], entries=5000, ls_s=0.5))
     for name in ("creates_per_s_shared_dir", "commit_close_p99_ms", "stat_cached_per_s",
                  "creates_own_dirs_vs_moosefs"):
         assert got[name]["value"] is None and got[name]["pass"] is None
@@ -190,28 +191,28 @@ def test_what_the_run_cannot_judge_is_none_with_the_reason() -> None:
     ls = got["ls_l_100000_entries_s"]
     assert ls["value"] == 0.5 and ls["pass"] is None and ls["entries"] == 5000
     assert ls["linear_projection_s"] == 10.0 and "100000 entries" in ls["note"]
-    assert md.overall(got) is None
+    assert mf.overall(got) is None
 
-    skipped = md.targets(_result([_run(8)]))
+    skipped = mf.targets(_result([_run(8)]))
     assert skipped["creates_shared_dir_vs_moosefs"]["pass"] is None
     assert skipped["creates_shared_dir_vs_moosefs"]["note"] == "not asked for (--peer none)"
     assert skipped["creates_shared_dir_vs_moosefs"]["mosafs_per_s"] == 3000.0
 
-    small = md.targets(_result([_run(8)], scale=_scale(chunks=3000)))
+    small = mf.targets(_result([_run(8)], scale=_scale(chunks=3000)))
     for name in ("scale_idle_cpu_share", "scale_rereplication_start_s", "scale_status_p99_ms"):
         assert small[name]["pass"] is None and "10000000 chunk records" in small[name]["note"]
         assert skipped[name]["note"] == "not asked for (--scale-chunks 0)"
 
-    undropped = md.targets(_result([_run(8, dropped=False)]))["stat_uncached_per_s"]
+    undropped = mf.targets(_result([_run(8, dropped=False)]))["stat_uncached_per_s"]
     assert undropped["pass"] is True and undropped["caches_dropped"] is False
     assert "not root" in undropped["note"]
 
 
 def test_the_table_has_a_row_per_client_count_and_every_verdict() -> None:
     result = _result([_run(1, creates=130.0), _run(8, creates=150.0)], entries=5000)
-    result["targets"] = md.targets(result)
-    result["targets_pass"] = md.overall(result["targets"])
-    table = md.format_table(result)
+    result["targets"] = mf.targets(result)
+    result["targets_pass"] = mf.overall(result["targets"])
+    table = mf.format_table(result)
     rows = [line.split() for line in table.splitlines()]
     assert rows[4][:3] == ["1", "130", "131"] and rows[5][:3] == ["8", "150", "151"]
     assert "MooseFS peer skipped: not asked for (--peer none)" in table
@@ -223,7 +224,7 @@ def test_the_table_has_a_row_per_client_count_and_every_verdict() -> None:
 
     result["moosefs"] = {"clients": 8, "creates_shared_dir": _phase(900.0),
                          "creates_own_dirs": _phase(950.0)}
-    assert "MooseFS, 8 clients: creates/s shared 900, own dirs 950" in md.format_table(result)
+    assert "MooseFS, 8 clients: creates/s shared 900, own dirs 950" in mf.format_table(result)
 
 
 # -- options and the command line --------------------------------------------------------------
@@ -251,8 +252,8 @@ def test_the_defaults_are_the_issues() -> None:
         (2000, 100_000, 200, 64)
     assert (args.peer, args.insecure, args.json, args.keep) == ("auto", False, False, None)
     assert md.Options().check().clients == (1, 8, 16)
-    assert md.TARGET_CLIENTS in args.clients and args.dir_entries == md.TARGET_ENTRIES
-    assert (args.scale_chunks, args.scale_files) == (md.SCALE_CHUNKS, 1_000_000)
+    assert mf.TARGET_CLIENTS in args.clients and args.dir_entries == mf.TARGET_ENTRIES
+    assert (args.scale_chunks, args.scale_files) == (mf.SCALE_CHUNKS, 1_000_000)
     # --scale-chunks 0 skips the part whatever --scale-files says.
     assert md.Options(scale_chunks=0).check().scale_files == 1_000_000
 

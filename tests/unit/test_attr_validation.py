@@ -37,13 +37,8 @@ from mosafs.manager.metadata import (
     UNCHANGED_ID,
     MetadataStore,
 )
-from tests.unit.managers import MiB, cid, commit, register
+from tests.unit.managers import BLK, DIR, FIFO, LNK, REG, MiB, cid, commit, register
 
-DIR = manager_pb2.FILE_KIND_DIRECTORY
-REG = manager_pb2.FILE_KIND_REGULAR
-LNK = manager_pb2.FILE_KIND_SYMLINK
-FIFO = manager_pb2.FILE_KIND_FIFO
-BLK = manager_pb2.FILE_KIND_BLOCK_DEVICE
 U32 = (1 << 32) - 1
 I64_MIN, I64_MAX = -(1 << 63), (1 << 63) - 1
 SETTINGS = settings(max_examples=150, deadline=None, derandomize=True, database=None,

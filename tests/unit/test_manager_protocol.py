@@ -18,10 +18,7 @@ from mosafs.errors import (
 )
 from mosafs.manager.core import MAX_FIND_CHUNKS, Manager, ManagerConfig
 from mosafs.manager.metadata import ROOT_INODE, MetadataStore
-from tests.unit.managers import Clock, cid, commit, new_file, refcount, register
-
-MiB = 1 << 20
-
+from tests.unit.managers import Clock, MiB, cid, commit, new_file, refcount, register
 
 # --- leases -------------------------------------------------------------------------------
 

@@ -7,7 +7,6 @@ import stat
 
 import pytest
 
-from mosafs._proto import manager_pb2
 from mosafs.errors import (
     AlreadyExists,
     DirectoryNotEmpty,
@@ -20,11 +19,7 @@ from mosafs.errors import (
 from mosafs.manager import metadata, pools
 from mosafs.manager.core import Manager
 from mosafs.manager.metadata import ROOT_INODE, MetadataStore
-from tests.unit.managers import cid, commit, new_file, refcount, register
-
-DIR = manager_pb2.FILE_KIND_DIRECTORY
-REG = manager_pb2.FILE_KIND_REGULAR
-
+from tests.unit.managers import DIR, REG, cid, commit, new_file, refcount, register
 
 # --- namespace ----------------------------------------------------------------------------
 

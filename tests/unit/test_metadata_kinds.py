@@ -25,17 +25,22 @@ from mosafs.errors import (
 from mosafs.manager.core import Manager
 from mosafs.manager.fsck import fsck
 from mosafs.manager.metadata import ROOT_INODE, MetadataStore
-from tests.unit.managers import cid, commit, consistent, new_file, refcount, register
-
-DIR = manager_pb2.FILE_KIND_DIRECTORY
-REG = manager_pb2.FILE_KIND_REGULAR
-LNK = manager_pb2.FILE_KIND_SYMLINK
-FIFO = manager_pb2.FILE_KIND_FIFO
-SOCK = manager_pb2.FILE_KIND_SOCKET
-BLK = manager_pb2.FILE_KIND_BLOCK_DEVICE
-CHR = manager_pb2.FILE_KIND_CHAR_DEVICE
-MiB = 1 << 20
-
+from tests.unit.managers import (
+    BLK,
+    CHR,
+    DIR,
+    FIFO,
+    LNK,
+    REG,
+    SOCK,
+    MiB,
+    cid,
+    commit,
+    consistent,
+    new_file,
+    refcount,
+    register,
+)
 
 # --- symbolic links -----------------------------------------------------------------------
 

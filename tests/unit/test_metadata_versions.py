@@ -23,10 +23,7 @@ from mosafs.manager import metadata
 from mosafs.manager.core import Manager
 from mosafs.manager.fsck import fsck
 from mosafs.manager.metadata import ROOT_INODE, MetadataStore
-from tests.unit.managers import Clock, cid, commit, new_file, refcount, register
-
-MiB = 1 << 20
-
+from tests.unit.managers import Clock, MiB, cid, commit, new_file, refcount, register
 
 # --- versions, block-maps, refcounts ------------------------------------------------------
 

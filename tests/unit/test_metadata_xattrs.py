@@ -9,7 +9,6 @@ from pathlib import Path
 import lmdb
 import pytest
 
-from mosafs._proto import manager_pb2
 from mosafs.errors import (
     AlreadyExists,
     InvalidArgument,
@@ -23,12 +22,7 @@ from mosafs.errors import (
 )
 from mosafs.manager.core import Manager
 from mosafs.manager.metadata import ROOT_INODE, MetadataStore
-from tests.unit.managers import consistent, new_file
-
-FIFO = manager_pb2.FILE_KIND_FIFO
-SOCK = manager_pb2.FILE_KIND_SOCKET
-MiB = 1 << 20
-
+from tests.unit.managers import FIFO, SOCK, MiB, consistent, new_file
 
 # --- extended attributes ------------------------------------------------------------------
 

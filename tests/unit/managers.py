@@ -4,20 +4,15 @@ use them are in conftest.py)."""
 
 from __future__ import annotations
 
-from mosafs._proto import benefactor_pb2, manager_pb2
+from mosafs._proto import benefactor_pb2
 from mosafs.ids import chunk_id
 from mosafs.manager.core import Manager
-from mosafs.manager.metadata import ROOT_INODE, MetadataStore
+from mosafs.manager.metadata import ROOT_INODE, MetadataStore, schema
 
 MiB = 1 << 20
-# The kinds of inode, as the store's calls take them.
-DIR = manager_pb2.FILE_KIND_DIRECTORY
-REG = manager_pb2.FILE_KIND_REGULAR
-LNK = manager_pb2.FILE_KIND_SYMLINK
-FIFO = manager_pb2.FILE_KIND_FIFO
-SOCK = manager_pb2.FILE_KIND_SOCKET
-BLK = manager_pb2.FILE_KIND_BLOCK_DEVICE
-CHR = manager_pb2.FILE_KIND_CHAR_DEVICE
+# The kinds of inode, by short names.
+DIR, REG, LNK = schema.DIRECTORY, schema.REGULAR, schema.SYMLINK
+FIFO, SOCK, BLK, CHR = schema.FIFO, schema.SOCKET, schema.BLOCK_DEVICE, schema.CHAR_DEVICE
 
 
 class Clock:

@@ -91,9 +91,9 @@ class Connection:
         """Whether receiving can start at once: bytes are held already, or arrive within
         TIMEOUT seconds. A closed connection is readable (receive reports it)."""
         with self._lock:
-            if self._closed or self._buffer:
+            if self._closed or self._buffer or self._tls_pending():
                 return True
-        return self._held() or self._wait(select.POLLIN, max(0, int(timeout * 1000)))
+        return self._wait(select.POLLIN, max(0, int(timeout * 1000)))
 
     def receive_ready(self) -> bytes | None:
         """The next frame if it is here already (None: receiving it would wait; the end
@@ -160,14 +160,16 @@ class Connection:
         """Wait until there is something to read, unless TLS holds decrypted bytes already:
         a read that finds nothing costs a failed call and an exception (most reads of a
         feed come when the other end is idle)."""
-        if not self._held():
+        with self._lock:
+            held = self._tls_pending()
+        if not held:
             self._wait(select.POLLIN)
 
-    def _held(self) -> bool:
-        """Whether TLS holds decrypted bytes not read yet (poll cannot see them)."""
-        with self._lock:
-            return isinstance(self._sock, ssl.SSLSocket) and not self._closed and \
-                self._sock.pending() > 0
+    def _tls_pending(self) -> bool:
+        """Under the lock: whether TLS holds decrypted bytes not read yet (poll cannot
+        see them)."""
+        return isinstance(self._sock, ssl.SSLSocket) and not self._closed and \
+            self._sock.pending() > 0
 
     def _wait(self, event: int, timeout_ms: int = WAKE_MS) -> bool:
         """Whether the socket became ready for EVENT within TIMEOUT_MS. The default,

@@ -23,10 +23,13 @@ write token checked as a PutChunks call's), writes a group of blobs into a memor
 (memfd) and sends the ticket, then one message with the file's descriptor and a header
 naming each blob (id, offset, length: mosafs.localwire.put_header; at most
 PUT_MAX_COUNT blobs and PUT_MAX_BYTES bytes, every span inside the file). The benefactor
-maps the file read-only and stores the blobs as a PutChunks call stores them (each
-BLAKE3-verified, written, fsynced, renamed; the ingest limit applies), and answers with
-one JSON list: {"present": bool} for a blob stored, {"kind", "message"} for one refused.
-No TLS, no gRPC message: the bytes are copied once, into the memory file.
+reads each blob out of the file into a buffer of the thread that stores it, and stores it
+as a PutChunks call does (BLAKE3-verified, written, fsynced, renamed; the ingest limit
+applies), and answers with one JSON list: {"present": bool} for a blob stored, {"kind",
+"message"} for one refused. No TLS, no gRPC message. The memory file stays the writer's,
+who may write it again (mosafs.client.files.localputs keeps its files for the next
+group), hence the read into a buffer of the benefactor's own: the bytes checked are the
+bytes written (mosafs.benefactor.puts, `from_file`).
 """
 
 from __future__ import annotations
@@ -34,7 +37,6 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
-import mmap
 import os
 import secrets
 import socket
@@ -52,7 +54,6 @@ from mosafs.localwire import (
     TICKET_BYTES,
     parse_put_header,
 )
-from mosafs.rpc.chunkwire import PutChunk
 
 log = logging.getLogger(__name__)
 
@@ -66,7 +67,8 @@ class LocalReads:
     file is (the file store's layout)."""
 
     def __init__(self, path_of: Callable[[bytes], Path], *,
-                 put: Callable[[list[PutChunk]], list[Outcome]] | None = None,
+                 put: Callable[[int, list[tuple[bytes, int, int]]], list[Outcome]]
+                 | None = None,
                  clock: Callable[[], float] = time.monotonic) -> None:
         self._path_of = path_of
         self._put = put
@@ -174,8 +176,8 @@ class LocalReads:
             for fd in fds:
                 os.close(fd)
             return
-        with os.fdopen(fds[0], "rb", buffering=0) as f:
-            size = os.fstat(f.fileno()).st_size
+        try:
+            size = os.fstat(fds[0]).st_size
             try:
                 blobs = parse_put_header(header)
                 if any(n > PUT_MAX_BYTES or o + n > size for _, o, n in blobs) or \
@@ -184,27 +186,20 @@ class LocalReads:
             except ValueError as exc:
                 log.info("local put refused: %s", exc)
                 return
-            mem = mmap.mmap(f.fileno(), size, prot=mmap.PROT_READ)
-        reply = self._store(mem, blobs)
+            reply = self._store(fds[0], blobs)
+        finally:
+            os.close(fds[0])
         conn.sendall(reply)
 
-    def _store(self, mem: mmap.mmap, blobs: list[tuple[bytes, int, int]]) -> bytes:
-        """The blobs stored from MEM; the answer's bytes. The map is closed once no view
-        of it is left (a refused blob's error no longer holds its frames)."""
+    def _store(self, fd: int, blobs: list[tuple[bytes, int, int]]) -> bytes:
+        """The blobs stored from the memory file FD; the answer's bytes."""
         assert self._put is not None
-        view = memoryview(mem)
-        outcomes = self._put([PutChunk(raw, view[o:o + n]) for raw, o, n in blobs])
         answer: list[dict[str, object]] = []
-        for o in outcomes:
+        for o in self._put(fd, blobs):
             if o.error is None:
                 answer.append({"present": o.present})
             else:
-                o.error.__traceback__ = None  # its frames hold views of the map
                 answer.append({"kind": o.error.kind, "message": o.error.message})
-        del outcomes
-        view.release()
-        with contextlib.suppress(BufferError):  # a view still held: the GC closes it
-            mem.close()
         return json.dumps(answer).encode()
 
     def close(self) -> None:

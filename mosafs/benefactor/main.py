@@ -200,12 +200,13 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _local_put(puts: Any, ingest: Any) -> Any:
-    """What a local put does with its blobs: the ingest limit, then a PutChunks' store."""
+    """What a local put does with the blobs (id, offset, length) of its memory file FD:
+    the ingest limit, then each read out of the file and stored (Puts.from_file)."""
 
-    def put(blobs: list[Any]) -> Any:
+    def put(fd: int, spans: list[tuple[bytes, int, int]]) -> Any:
         if ingest is not None:
-            ingest.take(sum(memoryview(b.data).nbytes for b in blobs))
-        return puts.group(blobs, method="local")
+            ingest.take(sum(n for _, _, n in spans))
+        return puts.from_file(fd, spans)
 
     return put
 

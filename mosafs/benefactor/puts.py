@@ -6,20 +6,30 @@ stores its blobs side by side, at most THREADS at a time, each through the same
 each on its own: one bad or refused blob does not fail the others, and a blob that was
 stored stays stored whatever happens to the rest. The call's token and the ingest limit
 are checked by the caller, once per call, before anything is stored.
+
+A local put's blobs lie in the writer's memory file, which the writer can still write
+while they are stored (mosafs.benefactor.localreads): `from_file` reads each blob into a
+buffer of the storing thread (one copy, made by the kernel without the GIL) and stores
+that, so the bytes whose BLAKE3 is checked are the bytes written. Stored straight from a
+map of the file, a blob could change between its check and its write and be kept under
+an id it does not hash to, for every later writer of that content to dedupe against.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import os
+import threading
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Protocol, TypeVar
 
 from mosafs import metrics
 from mosafs.benefactor.chunkstore import Buffer, ChunkStore
-from mosafs.errors import MosafsError
+from mosafs.errors import InvalidArgument, MosafsError
 
 THREADS = 8
+T = TypeVar("T")
 
 
 class PutChunk(Protocol):
@@ -46,6 +56,7 @@ class Puts:
     def __init__(self, store: ChunkStore, threads: int = THREADS) -> None:
         self._store = store
         self._pool = ThreadPoolExecutor(threads, thread_name_prefix="put")
+        self._local = threading.local()  # each storing thread's read buffer (from_file)
 
     def one(self, blob: PutChunk) -> bool:
         """A PutChunk: store BLOB; whether it was there already. Errors are raised."""
@@ -53,26 +64,58 @@ class Puts:
         return self._store_one(blob)
 
     def _store_one(self, blob: PutChunk) -> bool:
-        present = self._store.put(blob.id, blob.data)
+        return self._stored(blob.id, blob.data)
+
+    def _stored(self, raw_id: bytes, data: Buffer) -> bool:
+        present = self._store.put(raw_id, data)
         metrics.BENEFACTOR_PUTS.labels("present" if present else "stored").inc()
-        metrics.BENEFACTOR_PUT_BYTES.inc(memoryview(blob.data).nbytes)
+        metrics.BENEFACTOR_PUT_BYTES.inc(memoryview(data).nbytes)
         return present
 
     def group(self, blobs: Sequence[PutChunk], method: str = "PutChunks") -> list[Outcome]:
         """Store every blob of BLOBS, in parallel; outcomes[i] answers blobs[i]. An error
         that is not a MosafsError is a bug and is raised (after the others ended). METHOD
         labels the call's metric (PutChunks, or a local put)."""
-        metrics.BENEFACTOR_PUT_CALLS.labels(method).inc()
-        if len(blobs) == 1:
-            return [self._outcome(blobs[0])]
-        return list(self._pool.map(self._outcome, blobs))
+        return self._all(blobs, lambda blob: self._store_one(blob), method)
 
-    def _outcome(self, blob: PutChunk) -> Outcome:
-        try:
-            return Outcome(present=self._store_one(blob))
-        except MosafsError as exc:
-            metrics.BENEFACTOR_PUTS.labels("refused").inc()
-            return Outcome(error=exc)
+    def from_file(self, fd: int, spans: Sequence[tuple[bytes, int, int]],
+                  method: str = "local") -> list[Outcome]:
+        """As group(), for blobs (id, offset, length) in the file FD, which its writer may
+        still change (module docstring): each is read into the storing thread's buffer
+        and stored from there."""
+        return self._all(spans, lambda span: self._stored(span[0], self._read(fd, *span[1:])),
+                         method)
+
+    def _read(self, fd: int, offset: int, length: int) -> memoryview:
+        """LENGTH bytes of FD at OFFSET in this thread's buffer (grown to the largest blob
+        it read, then reused: no page is allocated per blob); valid until its next read."""
+        buf = getattr(self._local, "buf", None)
+        if buf is None or len(buf) < length:
+            buf = self._local.buf = bytearray(length)
+        view = memoryview(buf)[:length]
+        got = 0
+        while got < length:
+            n = os.preadv(fd, [view[got:]], offset + got)
+            if n <= 0:
+                raise InvalidArgument(f"the memory file ends inside a blob: {got} of "
+                                      f"{length} bytes at offset {offset}; nothing stored")
+            got += n
+        return view
+
+    def _all(self, items: Sequence[T], store: Callable[[T], bool], method: str
+             ) -> list[Outcome]:
+        metrics.BENEFACTOR_PUT_CALLS.labels(method).inc()
+        if len(items) == 1:
+            return [_outcome(store, items[0])]
+        return list(self._pool.map(_outcome, [store] * len(items), items))
 
     def close(self) -> None:
         self._pool.shutdown(wait=True)
+
+
+def _outcome(store: Callable[[T], bool], item: T) -> Outcome:
+    try:
+        return Outcome(present=store(item))
+    except MosafsError as exc:
+        metrics.BENEFACTOR_PUTS.labels("refused").inc()
+        return Outcome(error=exc)

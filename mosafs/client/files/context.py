@@ -142,6 +142,7 @@ class ClientContext:
             self.workers.close()
         self.manager.close()
         self.benefactors.close()
+        self.puts.close()
 
 
 async def _guarded(fn: Callable[..., Awaitable[object]], *args: Any) -> None:

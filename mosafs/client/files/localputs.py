@@ -4,12 +4,22 @@ handed over its Unix socket, for a ticket its OpenLocal gave against the write t
 instead of through TLS and a gRPC message. The bytes are copied once, into the memory
 file, by a worker thread (no GIL held). A benefactor elsewhere (another boot id), one
 with local puts off, or a failure to reach its socket is remembered, and its puts go the
-usual way; so is a group the socket did not answer (re-sending a blob is harmless)."""
+usual way; so is a group the socket did not answer (re-sending a blob is harmless).
+
+Memory files are kept for the next group to the same benefactor (`MemoryFiles`): a new
+one gets every page allocated and, when closed, freed again, which cost 0.54 CPU-s per
+GiB against 0.14-0.21 for rewriting a kept one (docs/benefactor.md, "Local reads and
+puts"). Only
+the benefactor a file went to ever sees it again, and only once it answered for every
+blob of the group: a file whose hand-over failed may still be read there and is closed.
+The benefactor copies each blob out before checking it, so a writer that changes the file
+meanwhile cannot get unverified bytes stored (mosafs.benefactor.puts)."""
 
 from __future__ import annotations
 
 import logging
 import os
+import threading
 from collections.abc import Sequence
 from typing import Any
 
@@ -23,6 +33,48 @@ log = logging.getLogger(__name__)
 
 Outcome = bool | errors.MosafsError
 
+KEEP_PER_BENEFACTOR = 4      # memory files kept per benefactor (PutGroups sends 2 at once)
+KEEP_MAX_BYTES = 16 << 20    # a larger one (a group of large blobs) is not kept
+
+
+class MemoryFiles:
+    """Memory files kept per benefactor for its next groups (module docstring).
+    Thread-safe: hand-overs run in worker threads."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._free: dict[str, list[tuple[int, int]]] = {}  # address -> [(fd, size)]
+        self._closed = False
+        self.made = 0  # memory files created (tests, figures)
+
+    def take(self, address: str, size: int) -> tuple[int, int]:
+        """(fd, its size) of a file for ADDRESS, to hold SIZE bytes."""
+        with self._lock:
+            free = self._free.get(address)
+            if free:  # the smallest that holds SIZE, else the largest (it grows)
+                fits = [i for i, (_, have) in enumerate(free) if have >= size]
+                pick = min(fits, key=lambda i: free[i][1]) if fits else \
+                    max(range(len(free)), key=lambda i: free[i][1])
+                return free.pop(pick)
+            self.made += 1
+        return os.memfd_create("mosafs-put", os.MFD_CLOEXEC), 0
+
+    def give(self, address: str, fd: int, size: int) -> None:
+        """FD (SIZE bytes) back after a group ADDRESS answered whole; closed if not kept."""
+        with self._lock:
+            free = self._free.setdefault(address, [])
+            if not self._closed and size <= KEEP_MAX_BYTES and len(free) < KEEP_PER_BENEFACTOR:
+                free.append((fd, size))
+                return
+        os.close(fd)
+
+    def close(self) -> None:
+        with self._lock:
+            kept, self._free, self._closed = self._free, {}, True
+        for free in kept.values():
+            for fd, _ in free:
+                os.close(fd)
+
 
 class LocalPuts:
     """Local puts for one client; remembers the benefactors that do not take them."""
@@ -31,6 +83,7 @@ class LocalPuts:
         self._benefactors = benefactors
         self._host = host_id()
         self._remote: set[str] = set()
+        self.files = MemoryFiles()
         self.groups = 0  # groups stored this way (tests, figures)
 
     def usable(self, address: str, blobs: Sequence[tuple[bytes, Any]]) -> bool:
@@ -54,8 +107,8 @@ class LocalPuts:
             self._remote.add(address)
             return None
         try:
-            answers = await trio.to_thread.run_sync(_hand_over, reply.socket, reply.ticket,
-                                                    blobs)
+            answers = await trio.to_thread.run_sync(_hand_over, self.files, address,
+                                                    reply.socket, reply.ticket, blobs)
         except OSError as exc:
             log.info("local puts to %s failed, sending them the usual way: %s", address, exc)
             self._remote.add(address)
@@ -64,24 +117,33 @@ class LocalPuts:
         return [_outcome(a) for a in answers]
 
 
-def _hand_over(name: str, ticket: bytes, blobs: Sequence[tuple[bytes, Any]]
-               ) -> list[dict[str, object]]:
-    """In a worker thread: BLOBS written into a memory file, handed to socket NAME."""
-    fd = os.memfd_create("mosafs-put", os.MFD_CLOEXEC)
+    def close(self) -> None:
+        """Close the memory files kept (the context's end)."""
+        self.files.close()
+
+
+def _hand_over(files: MemoryFiles, address: str, name: str, ticket: bytes,
+               blobs: Sequence[tuple[bytes, Any]]) -> list[dict[str, object]]:
+    """In a worker thread: BLOBS written into a memory file for ADDRESS, handed to socket
+    NAME; the file is kept for the next group only once the benefactor answered."""
+    spans = []
+    at = 0
+    for blob_id, data in blobs:
+        n = memoryview(data).nbytes
+        spans.append((blob_id, at, n))
+        at += n
+    fd, size = files.take(address, at)
     try:
-        spans = []
-        at = 0
-        for blob_id, data in blobs:
-            n = memoryview(data).nbytes
-            spans.append((blob_id, at, n))
-            at += n
         written = 0
         views = [memoryview(d).cast("B") for _, d in blobs]
         while written < at:  # pwritev may write less than asked
             written += os.pwritev(fd, _rest(views, written), written)
-        return put(name, ticket, fd, spans)
-    finally:
+        answers = put(name, ticket, fd, spans)
+    except BaseException:
         os.close(fd)
+        raise
+    files.give(address, fd, max(size, at))
+    return answers
 
 
 def _rest(views: list[memoryview], skip: int) -> list[memoryview]:

@@ -83,6 +83,11 @@ class PutGroups:
         # Groups for benefactors on this host go as memory files (localputs).
         self.local: LocalPuts | None = LocalPuts(benefactors) if local else None
 
+    def close(self) -> None:
+        """Release what the local puts keep (their memory files)."""
+        if self.local is not None:
+            self.local.close()
+
     async def put_all(self, target: Any, blobs: list[Blob],
                       token: bytes) -> list[bool | errors.MosafsError]:
         """Store every one of BLOBS on TARGET (queued together: they leave in as few calls

@@ -292,6 +292,31 @@ def test_holdings_index_follows_every_change_of_the_chunk_index(tmp_path: Path) 
         assert not set(page.ids) & set(rest.ids)
 
 
+def test_holdings_index_follows_commits_that_reference_stored_chunks(tmp_path: Path) -> None:
+    """A commit that only counts a reference to a stored chunk leaves its holdings alone
+    (Tx.put_chunk, `holders_same`); one that names a new holder of it, or one in the same
+    commit that does, still updates them."""
+    bids = ["b1", "b2", "b3"]
+    with MetadataStore(tmp_path / "m.lmdb", map_size=64 * MiB) as store:
+        for i, bid in enumerate(bids):
+            store.register_benefactor(bid, f"127.0.0.1:{7000 + i}", "", 10**12, 10**11, 0)
+        ids = [cid(i) for i in range(12)]
+        f1, f2 = new_file(store, "f1"), new_file(store, "f2")
+        store.commit_version(f1, [(c, 10) for c in ids[:8]], [(c, ["b1"]) for c in ids[:8]])
+        # ids[:4] gain b2, ids[4:8] only gain a reference, ids[8:] are new on b3; ids[0]
+        # twice in the block-map
+        store.commit_version(f2, [(c, 10) for c in [ids[0], *ids]],
+                             [*[(c, ["b2"]) for c in ids[:4]], *[(c, ["b3"]) for c in ids[8:]]])
+        assert _holdings_by_index(store, bids) == _holdings_by_scan(store)
+        assert store.chunks_on("b2") == sorted(ids[:4])
+        assert [refcount(store, c) for c in ids] == [3, 2, 2, 2, 2, 2, 2, 2, 1, 1, 1, 1]
+        store.commit_version(f2, [(c, 10) for c in ids[4:]], [])  # references only
+        store.unlink(ROOT_INODE, "f1")  # releases: refcounts only
+        assert _holdings_by_index(store, bids) == _holdings_by_scan(store)
+        assert [refcount(store, c) for c in ids[4:]] == [2, 2, 2, 2, 2, 2, 2, 2]
+        assert fsck(store).findings == []
+
+
 def test_schema_1_store_gains_the_holdings_index_at_open(tmp_path: Path) -> None:
     """A store of schema 1 (no holdings index) is indexed at its first open, also after an
     upgrade cut short (a partial index, the schema still 1)."""

@@ -260,11 +260,13 @@ class VersionOps(StoreBase):
                 raise InvalidArgument(f"chunk {cid.hex()} has length {crec.length} in the "
                                       f"index, the commit says {length}")
             crec.refcount += count
-            for bid in locations or ():
-                if bid not in crec.benefactor_ids:
-                    crec.benefactor_ids.append(bid)
+            known = crec.benefactor_ids
+            new = [bid for bid in locations or () if bid not in known]
+            known.extend(dict.fromkeys(new))
             if fragments is not None:
                 _merge_fragments(tx, cid, crec, fragments)
+            tx.put_chunk(cid, crec, holders_same=not new and fragments is None)
+            return
         tx.put_chunk(cid, crec)
 
     @staticmethod
@@ -358,7 +360,7 @@ class VersionOps(StoreBase):
                                              f"{cid.hex()}, which the index lacks: run "
                                              f"mosafs fsck")
                 crec.refcount += count
-                tx.put_chunk(cid, crec)
+                tx.put_chunk(cid, crec, holders_same=True)
             vrec = metadata_pb2.VersionRecord(
                 size=old.size, chunks=old.chunks, shared_chunks=old.chunks,
                 base_inode=inode, base_version=version, new_bytes=0, commit_time_ns=now,

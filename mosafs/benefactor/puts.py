@@ -29,6 +29,9 @@ from mosafs.benefactor.chunkstore import Buffer, ChunkStore
 from mosafs.errors import InvalidArgument, MosafsError
 
 THREADS = 8
+# A storing thread keeps a read buffer up to this size (chunks are up to 64 MiB: eight
+# threads keeping that much would hold 512 MiB for good).
+KEPT_BUFFER = 8 << 20
 T = TypeVar("T")
 
 
@@ -88,10 +91,13 @@ class Puts:
 
     def _read(self, fd: int, offset: int, length: int) -> memoryview:
         """LENGTH bytes of FD at OFFSET in this thread's buffer (grown to the largest blob
-        it read, then reused: no page is allocated per blob); valid until its next read."""
+        it read up to KEPT_BUFFER bytes, then reused: no page is allocated per blob; a
+        larger blob gets a buffer of its own); valid until this thread's next read."""
         buf = getattr(self._local, "buf", None)
         if buf is None or len(buf) < length:
-            buf = self._local.buf = bytearray(length)
+            buf = bytearray(length)
+            if length <= KEPT_BUFFER:
+                self._local.buf = buf
         view = memoryview(buf)[:length]
         got = 0
         while got < length:

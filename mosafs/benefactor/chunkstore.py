@@ -211,6 +211,7 @@ class FileChunkStore(ChunkStore):
         self.capacity = capacity
         self._chunks_dir = self.data_dir / CHUNKS_DIR
         self._tmp_dir = self.data_dir / TMP_DIR
+        self._chunks_str, self._tmp_str = str(self._chunks_dir), str(self._tmp_dir)
         # Stripes, not one lock: puts of different ids rename and fsync in parallel, while
         # two puts of one id agree on which of them stored it.
         self._stripes = [threading.Lock() for _ in range(256)]
@@ -346,8 +347,13 @@ class FileChunkStore(ChunkStore):
 
     def path_of(self, raw_id: bytes) -> Path:
         """Where a chunk lives; RAW_ID must have passed check_id (the name is its hex)."""
+        return Path(self._where(raw_id))
+
+    def _where(self, raw_id: bytes) -> str:
+        # Strings, not Paths, on every put and get: pathlib's parsing and joining was a
+        # third of a small chunk's put (docs/benchmarks.md, "A put's own cost").
         name = raw_id.hex()
-        return self._chunks_dir / name[:2] / name[2:4] / name
+        return f"{self._chunks_str}/{name[:2]}/{name[2:4]}/{name}"
 
     def _stripe(self, raw_id: bytes) -> threading.Lock:
         return self._stripes[raw_id[0]]
@@ -357,34 +363,36 @@ class FileChunkStore(ChunkStore):
     def put(self, raw_id: bytes, data: Buffer) -> bool:
         check_id(raw_id)
         check_content(raw_id, data)
-        path = self.path_of(raw_id)
+        path = self._where(raw_id)
+        size = memoryview(data).nbytes
         # Under the stripe lock: a copy another put is still installing counts as present
         # only once its rename is durable.
         with self._stripe(raw_id):
-            if self._holds(raw_id, path, len(data)):
+            if self._holds(raw_id, path, size)[0]:
                 # A put of a stored chunk is a use: garbage collection spares a chunk put
                 # after its inventory (a write may be about to commit a reference to it).
                 os.utime(path)
                 return True
-        with self._reservation(len(data)):
+        with self._reservation(size):
             tmp = self._write_temp(raw_id, data)
             try:
-                return self._install(raw_id, tmp, path, len(data))
+                return self._install(raw_id, tmp, path, size)
             finally:
                 with contextlib.suppress(FileNotFoundError):
                     os.unlink(tmp)
 
-    def _holds(self, raw_id: bytes, path: Path, size: int) -> bool:
-        """Whether a sound copy is stored. A copy of the wrong size is damaged: replace it."""
+    def _holds(self, raw_id: bytes, path: str, size: int) -> tuple[bool, int | None]:
+        """(whether a sound copy is stored, the size of the file there or None). A copy of
+        the wrong size is damaged: replace it."""
         try:
-            stored_size = path.stat().st_size
+            stored_size = os.stat(path).st_size
         except FileNotFoundError:
-            return False
+            return False, None
         if stored_size != size:
             log.warning("chunk %s is stored with %d bytes, not %d: replacing the damaged copy",
                         raw_id.hex(), stored_size, size)
-            return False
-        return raw_id not in self._corrupt
+            return False, stored_size
+        return raw_id not in self._corrupt, stored_size
 
     @contextlib.contextmanager
     def _reservation(self, size: int) -> Iterator[None]:
@@ -403,13 +411,17 @@ class FileChunkStore(ChunkStore):
             with self._stats_lock:
                 self._reserved -= size
 
-    def _write_temp(self, raw_id: bytes, data: Buffer) -> Path:
-        tmp = self._tmp_dir / f"{raw_id.hex()}.{uuid.uuid4().hex}"
+    def _write_temp(self, raw_id: bytes, data: Buffer) -> str:
+        tmp = f"{self._tmp_str}/{raw_id.hex()}.{uuid.uuid4().hex}"
         try:
-            with open(tmp, "xb") as f:
-                f.write(data)
-                f.flush()
-                os.fsync(f.fileno())
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
+            try:
+                view = memoryview(data).cast("B")
+                while view:  # a write may store less than asked
+                    view = view[os.write(fd, view):]
+                os.fsync(fd)
+            finally:
+                os.close(fd)
         except OSError as exc:
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(tmp)
@@ -418,18 +430,18 @@ class FileChunkStore(ChunkStore):
             raise
         return tmp
 
-    def _install(self, raw_id: bytes, tmp: Path, path: Path, size: int) -> bool:
+    def _install(self, raw_id: bytes, tmp: str, path: str, size: int) -> bool:
         """Rename TMP into place unless a sound copy appeared meanwhile; False: stored now."""
         with self._stripe(raw_id):
-            if self._holds(raw_id, path, size):
+            present, old_size = self._holds(raw_id, path, size)
+            if present:
                 return True
-            self._make_dirs(path.parent)
             try:
-                old_size: int | None = path.stat().st_size
-            except FileNotFoundError:
-                old_size = None
-            os.replace(tmp, path)
-            fsync_dir(path.parent)  # the rename itself must survive a power loss
+                os.replace(tmp, path)
+            except FileNotFoundError:  # the fan-out directories are not there yet
+                self._make_dirs(os.path.dirname(path))
+                os.replace(tmp, path)
+            fsync_dir(os.path.dirname(path))  # the rename itself must survive a power loss
             self._corrupt.discard(raw_id)
         # The counters hold what the scan found on disk (or puts added), so a replaced
         # damaged copy adjusts them by its size on disk.
@@ -441,22 +453,24 @@ class FileChunkStore(ChunkStore):
                 self._stored += size - old_size
         return False
 
-    def _make_dirs(self, leaf_dir: Path) -> None:
+    @staticmethod
+    def _make_dirs(leaf_dir: str) -> None:
         """Create the fan-out directories, each durable in its parent.
 
         Called under the stripe lock of the id; every id under chunks/ab/ shares that
         stripe, so no other put creates these directories concurrently.
         """
-        for d in (leaf_dir.parent, leaf_dir):
-            if not d.is_dir():
-                d.mkdir()
-                fsync_dir(d.parent)
+        for d in (os.path.dirname(leaf_dir), leaf_dir):
+            if not os.path.isdir(d):
+                os.mkdir(d)
+                fsync_dir(os.path.dirname(d))
 
     def get(self, raw_id: bytes, *, verify: bool = True) -> bytes:
         check_id(raw_id)
-        path = self.path_of(raw_id)
+        path = self._where(raw_id)
         try:
-            data = path.read_bytes()
+            with open(path, "rb", buffering=0) as f:
+                data = f.readall()
         except FileNotFoundError:
             raise NotFound(f"chunk {raw_id.hex()} is not stored here") from None
         if not verify:
@@ -480,10 +494,10 @@ class FileChunkStore(ChunkStore):
 
     def delete(self, raw_id: bytes, *, touched_ns: int) -> int:
         check_id(raw_id)
-        path = self.path_of(raw_id)
+        path = self._where(raw_id)
         with self._stripe(raw_id):
             try:
-                st = path.stat()
+                st = os.stat(path)
             except FileNotFoundError:
                 return 0
             if st.st_mtime_ns > touched_ns:
@@ -492,23 +506,23 @@ class FileChunkStore(ChunkStore):
         self._forget_size(st.st_size)
         return st.st_size
 
-    def _remove(self, raw_id: bytes, path: Path) -> None:
+    def _remove(self, raw_id: bytes, path: str) -> None:
         """Unlink a chunk file durably, and the fan-out directories that leaves empty (under
         its stripe lock, which every put creating directories under chunks/ab/ holds too: a
         put never installs into a directory removed under it)."""
-        path.unlink()
-        fsync_dir(path.parent)
+        os.unlink(path)
+        fsync_dir(os.path.dirname(path))
         self._corrupt.discard(raw_id)
-        self._remove_empty_dirs(path.parent)
+        self._remove_empty_dirs(os.path.dirname(path))
 
     @staticmethod
-    def _remove_empty_dirs(leaf_dir: Path) -> None:
+    def _remove_empty_dirs(leaf_dir: str) -> None:
         """Remove LEAF_DIR while empty: without it a store that once held many chunks
         keeps up to 65,536 empty directories for every walk to read (the 256 top ones
         stay: _make_top_dirs). Not fsynced: an empty directory back after a crash is
         harmless."""
         try:
-            leaf_dir.rmdir()
+            os.rmdir(leaf_dir)
         except FileNotFoundError:
             return  # removed by someone else
         except OSError as exc:
@@ -523,11 +537,11 @@ class FileChunkStore(ChunkStore):
 
     def has(self, raw_id: bytes) -> bool:
         check_id(raw_id)
-        return raw_id not in self._corrupt and self.path_of(raw_id).is_file()
+        return raw_id not in self._corrupt and os.path.isfile(self._where(raw_id))
 
     def scrub(self, raw_id: bytes) -> tuple[str, int]:
         check_id(raw_id)
-        path = self.path_of(raw_id)
+        path = self._where(raw_id)
         try:
             with open(path, "rb") as f:
                 read = os.fstat(f.fileno())
@@ -538,7 +552,7 @@ class FileChunkStore(ChunkStore):
             return SOUND, len(data)
         with self._stripe(raw_id):
             try:
-                st = path.stat()
+                st = os.stat(path)
             except FileNotFoundError:
                 return GONE, len(data)
             if (st.st_ino, st.st_dev) != (read.st_ino, read.st_dev):

@@ -400,14 +400,13 @@ def test_services_local_puts_reuse_a_memory_file_only_after_a_whole_answer(
             blobs = [(chunk_id(b), b) for b in (os.urandom(3000 + round_) for _ in range(4))]
             reply = admin.OpenLocal(bpb.OpenLocalRequest(put=True),
                                     **with_token(lease.write_token))
-            answers = _hand_over(files, holder.address, reply.socket, reply.ticket, blobs)
+            answers = _hand_over(files, reply.socket, reply.ticket, blobs)
             assert answers == [{"present": False}] * 4
         assert files.made == 1
         with pytest.raises(OSError):  # a ticket never granted: the file is not kept
-            _hand_over(files, holder.address, reply.socket, bytes(32), blobs)
+            _hand_over(files, reply.socket, bytes(32), blobs)
         reply = admin.OpenLocal(bpb.OpenLocalRequest(put=True), **with_token(lease.write_token))
-        assert _hand_over(files, holder.address, reply.socket, reply.ticket,
-                          blobs) == [{"present": True}] * 4
+        assert _hand_over(files, reply.socket, reply.ticket, blobs) == [{"present": True}] * 4
         assert files.made == 2
     finally:
         files.close()

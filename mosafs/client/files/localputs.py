@@ -35,22 +35,25 @@ Outcome = bool | errors.MosafsError
 
 KEEP_PER_BENEFACTOR = 4      # memory files kept per benefactor (PutGroups sends 2 at once)
 KEEP_MAX_BYTES = 16 << 20    # a larger one (a group of large blobs) is not kept
+KEEP_BENEFACTORS = 16        # beyond, the files of the one used longest ago are closed
 
 
 class MemoryFiles:
-    """Memory files kept per benefactor for its next groups (module docstring).
-    Thread-safe: hand-overs run in worker threads."""
+    """Memory files kept per benefactor process for its next groups (module docstring),
+    by the name of its local socket, which every benefactor process draws at random: a
+    benefactor restarted, or another one at the same address, never sees a file kept for
+    the one before. Thread-safe: hand-overs run in worker threads."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._free: dict[str, list[tuple[int, int]]] = {}  # address -> [(fd, size)]
+        self._free: dict[str, list[tuple[int, int]]] = {}  # socket -> [(fd, size)]
         self._closed = False
         self.made = 0  # memory files created (tests, figures)
 
-    def take(self, address: str, size: int) -> tuple[int, int]:
-        """(fd, its size) of a file for ADDRESS, to hold SIZE bytes."""
+    def take(self, socket: str, size: int) -> tuple[int, int]:
+        """(fd, its size) of a file for the benefactor at SOCKET, to hold SIZE bytes."""
         with self._lock:
-            free = self._free.get(address)
+            free = self._free.get(socket)
             if free:  # the smallest that holds SIZE, else the largest (it grows)
                 fits = [i for i, (_, have) in enumerate(free) if have >= size]
                 pick = min(fits, key=lambda i: free[i][1]) if fits else \
@@ -59,14 +62,21 @@ class MemoryFiles:
             self.made += 1
         return os.memfd_create("mosafs-put", os.MFD_CLOEXEC), 0
 
-    def give(self, address: str, fd: int, size: int) -> None:
-        """FD (SIZE bytes) back after a group ADDRESS answered whole; closed if not kept."""
+    def give(self, socket: str, fd: int, size: int) -> None:
+        """FD (SIZE bytes) back after the benefactor at SOCKET answered for its whole
+        group; closed if not kept."""
+        closing = [fd]
         with self._lock:
-            free = self._free.setdefault(address, [])
+            free = self._free.pop(socket, [])  # re-inserted: the most recently used last
             if not self._closed and size <= KEEP_MAX_BYTES and len(free) < KEEP_PER_BENEFACTOR:
                 free.append((fd, size))
-                return
-        os.close(fd)
+                closing.clear()
+            if free and not self._closed:
+                self._free[socket] = free
+            while len(self._free) > KEEP_BENEFACTORS:
+                closing += [f for f, _ in self._free.pop(next(iter(self._free)))]
+        for unkept in closing:
+            os.close(unkept)
 
     def close(self) -> None:
         with self._lock:
@@ -107,8 +117,8 @@ class LocalPuts:
             self._remote.add(address)
             return None
         try:
-            answers = await trio.to_thread.run_sync(_hand_over, self.files, address,
-                                                    reply.socket, reply.ticket, blobs)
+            answers = await trio.to_thread.run_sync(_hand_over, self.files, reply.socket,
+                                                    reply.ticket, blobs)
         except OSError as exc:
             log.info("local puts to %s failed, sending them the usual way: %s", address, exc)
             self._remote.add(address)
@@ -122,17 +132,17 @@ class LocalPuts:
         self.files.close()
 
 
-def _hand_over(files: MemoryFiles, address: str, name: str, ticket: bytes,
+def _hand_over(files: MemoryFiles, name: str, ticket: bytes,
                blobs: Sequence[tuple[bytes, Any]]) -> list[dict[str, object]]:
-    """In a worker thread: BLOBS written into a memory file for ADDRESS, handed to socket
-    NAME; the file is kept for the next group only once the benefactor answered."""
+    """In a worker thread: BLOBS written into a memory file for the benefactor at socket
+    NAME and handed to it; the file is kept for its next group only once it answered."""
     spans = []
     at = 0
     for blob_id, data in blobs:
         n = memoryview(data).nbytes
         spans.append((blob_id, at, n))
         at += n
-    fd, size = files.take(address, at)
+    fd, size = files.take(name, at)
     try:
         written = 0
         views = [memoryview(d).cast("B") for _, d in blobs]
@@ -142,7 +152,7 @@ def _hand_over(files: MemoryFiles, address: str, name: str, ticket: bytes,
     except BaseException:
         os.close(fd)
         raise
-    files.give(address, fd, max(size, at))
+    files.give(name, fd, max(size, at))
     return answers
 
 

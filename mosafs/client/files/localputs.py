@@ -6,14 +6,14 @@ file, by a worker thread (no GIL held). A benefactor elsewhere (another boot id)
 with local puts off, or a failure to reach its socket is remembered, and its puts go the
 usual way; so is a group the socket did not answer (re-sending a blob is harmless).
 
-Memory files are kept for the next group to the same benefactor (`MemoryFiles`): a new
-one gets every page allocated and, when closed, freed again, which cost 0.54 CPU-s per
-GiB against 0.14-0.21 for rewriting a kept one (docs/benefactor.md, "Local reads and
-puts"). Only
-the benefactor a file went to ever sees it again, and only once it answered for every
-blob of the group: a file whose hand-over failed may still be read there and is closed.
-The benefactor copies each blob out before checking it, so a writer that changes the file
-meanwhile cannot get unverified bytes stored (mosafs.benefactor.puts)."""
+Memory files are kept for the next group to the same benefactor process (`MemoryFiles`):
+a new one gets every page allocated and, when closed, freed again, which cost 0.54 CPU-s
+per GiB against 0.14-0.21 for rewriting a kept one (docs/benefactor.md, "Local reads and
+puts"). Only the benefactor process a file went to ever sees it again, and only once it
+answered for every blob of the group: a file whose hand-over failed may still be read
+there and is closed. The benefactor reads each blob out before checking it, so a writer
+that changes the file meanwhile cannot get unverified bytes stored
+(mosafs.benefactor.puts)."""
 
 from __future__ import annotations
 

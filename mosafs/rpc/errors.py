@@ -57,6 +57,10 @@ _FALLBACK: dict[grpc.StatusCode, type[errors.MosafsError]] = {
     grpc.StatusCode.RESOURCE_EXHAUSTED: errors.ResourceExhausted,
     grpc.StatusCode.DATA_LOSS: errors.IntegrityError,
     grpc.StatusCode.UNAVAILABLE: errors.Unavailable,
+    # A call the other side cancelled: a server stopping cancels the calls it is serving.
+    # The peer is going away, as with UNAVAILABLE (a call this process cancelled itself is
+    # never looked at: its caller has gone).
+    grpc.StatusCode.CANCELLED: errors.Unavailable,
     grpc.StatusCode.DEADLINE_EXCEEDED: errors.DeadlineExceeded,
     grpc.StatusCode.INTERNAL: errors.InternalError,
     grpc.StatusCode.FAILED_PRECONDITION: errors.FailedPrecondition,

@@ -75,15 +75,19 @@ class ChunkStream(ABC):
         """Like feed() for the next COUNT bytes written into the array of pinned_buffer()."""
         raise TypeError(f"{type(self).__name__} has no pinned buffer")
 
-    @property
-    @abstractmethod
-    def fed(self) -> int:
-        """Bytes fed so far."""
+    # What every stream counts as it takes bytes and returns chunks.
+    _fed: int = 0
+    _returned: int = 0
 
     @property
-    @abstractmethod
+    def fed(self) -> int:
+        """Bytes fed so far."""
+        return self._fed
+
+    @property
     def pending(self) -> int:
         """Bytes fed but not yet returned in a chunk."""
+        return self._fed - self._returned
 
 
 class Chunker(ABC):

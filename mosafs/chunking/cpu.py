@@ -198,11 +198,7 @@ class CpuStream(ChunkStream):
         self._done = False
 
     @property
-    def fed(self) -> int:
-        return self._fed
-
-    @property
-    def pending(self) -> int:
+    def pending(self) -> int:  # what was returned is where the open chunk starts
         return self._fed - self._window.base - self._start
 
     def feed(self, piece: BytesLike) -> list[Chunk]:

@@ -211,14 +211,6 @@ class GpuStream(ChunkStream):
 
     # -- ChunkStream --------------------------------------------------------------------
 
-    @property
-    def fed(self) -> int:
-        return self._fed
-
-    @property
-    def pending(self) -> int:
-        return self._fed - self._returned
-
     def feed(self, piece: BytesLike) -> list[Chunk]:
         return _as_chunks(self.feed_batch(piece))
 

@@ -130,14 +130,6 @@ class OracleStream(ChunkStream):
         self._returned = 0
         self._done = False
 
-    @property
-    def fed(self) -> int:
-        return self._fed
-
-    @property
-    def pending(self) -> int:
-        return self._fed - self._returned
-
     def feed(self, piece: BytesLike) -> list[Chunk]:
         if self._done:
             raise ValueError("this chunk stream is finished; start a new one with stream()")

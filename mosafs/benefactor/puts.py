@@ -64,9 +64,6 @@ class Puts:
     def one(self, blob: PutChunk) -> bool:
         """A PutChunk: store BLOB; whether it was there already. Errors are raised."""
         metrics.BENEFACTOR_PUT_CALLS.labels("PutChunk").inc()
-        return self._store_one(blob)
-
-    def _store_one(self, blob: PutChunk) -> bool:
         return self._stored(blob.id, blob.data)
 
     def _stored(self, raw_id: bytes, data: Buffer) -> bool:
@@ -79,7 +76,7 @@ class Puts:
         """Store every blob of BLOBS, in parallel; outcomes[i] answers blobs[i]. An error
         that is not a MosafsError is a bug and is raised (after the others ended). METHOD
         labels the call's metric (PutChunks, or a local put)."""
-        return self._all(blobs, lambda blob: self._store_one(blob), method)
+        return self._all(blobs, lambda blob: self._stored(blob.id, blob.data), method)
 
     def from_file(self, fd: int, spans: Sequence[tuple[bytes, int, int]],
                   method: str = "local") -> list[Outcome]:

@@ -209,10 +209,15 @@ def test_fuse_two_mounts_names_within_the_entry_timeout(mounts: tuple[Path, Path
 METADATA_CALLS = ("Lookup", "GetAttr", "Batch", "BatchRead", "ReadDir")
 
 
-def _metadata_calls(cluster: UpCluster) -> float:
+def _served(cluster: UpCluster, *methods: str) -> float:
+    """Calls of METHODS the manager served so far."""
     served = harness.scrape(cluster.info["metrics"]["manager"])
     return sum(served.get(f"mosafs_rpc_server_seconds_count{{method={m},service=manager}}", 0)
-               for m in METADATA_CALLS)
+               for m in methods)
+
+
+def _metadata_calls(cluster: UpCluster) -> float:
+    return _served(cluster, *METADATA_CALLS)
 
 
 def test_fuse_two_mounts_coherent_caches_stay_and_hear_of_changes(
@@ -289,6 +294,37 @@ def test_fuse_two_mounts_a_directory_made_here_answers_missing_names_itself(
     with pytest.raises(FileNotFoundError):
         os.stat(m1 / "w" / "nothing")
     assert _metadata_calls(cluster) > before
+
+
+def test_fuse_two_mounts_stats_in_a_directory_fetch_its_listing(
+        two: tuple[UpCluster, Path]) -> None:
+    """Stat-ahead (docs/client.md): mount 2 has never seen the files mount 1 made in a
+    directory; stat'ing them one after another fetches the directory's listing after a
+    few lookups, and the rest are answered from it, attributes and all. Lookups of names
+    that are not there (a create's first step) fetch nothing."""
+    cluster, m2 = two
+    m1 = cluster.mountpoint
+    (m1 / "s").mkdir()
+    modes = [0o640 if i % 3 else 0o600 for i in range(200)]
+    for i, mode in enumerate(modes):
+        os.close(os.open(m1 / "s" / f"f{i}", os.O_CREAT | os.O_WRONLY, mode))
+        os.chmod(m1 / "s" / f"f{i}", mode)
+    wait_for(lambda: (m2 / "s").is_dir())
+    lookups, listings = _served(cluster, "Lookup", "Batch"), _served(cluster, "ReadDir")
+    got = [stat.S_IMODE(os.stat(m2 / "s" / f"f{i}").st_mode) for i in range(200)]
+    assert got == modes
+    asked = _served(cluster, "Lookup", "Batch") - lookups
+    assert _served(cluster, "ReadDir") > listings, "no listing was fetched"
+    assert asked <= 40, f"{asked} of 200 stats asked the manager"
+
+    (m1 / "new").mkdir()
+    wait_for(lambda: (m2 / "new").is_dir())
+    listings = _served(cluster, "ReadDir")
+    for i in range(20):
+        with pytest.raises(FileNotFoundError):
+            os.stat(m2 / "new" / f"g{i}")
+        write(m2 / "new" / f"g{i}", b"")
+    assert _served(cluster, "ReadDir") == listings, "missing names fetched a listing"
 
 
 # The benefactors' heartbeats meet the paused manager too.

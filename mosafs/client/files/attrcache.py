@@ -186,11 +186,20 @@ class AttrCache:
         attribute timeout only: it holds its entries' attributes, and a change list names
         a changed inode, not the directories whose listings hold it (the names and
         attributes cached one by one are dropped by inode and name)."""
-        life = self.life(since, parent=inode)
         self._listings.put(inode, entries, self.ttl)
+        self.put_entries(inode, entries, since)
+
+    def put_entries(self, inode: int, entries: list[mpb.DirEntry], since: int) -> None:
+        """The names and attributes of the first LISTING_ENTRIES of ENTRIES, entries of
+        directory INODE asked for at generation SINCE (a listing, or its first pages).
+        Attributes cached already stay: they are as valid, and may be newer (this mount's
+        own change since the page was read)."""
+        life = self.life(since, parent=inode)
+        attrs = self._attrs
         for entry in entries[:LISTING_ENTRIES]:
             self._names.put((inode, entry.name), entry.attr.inode, life)
-            self._attrs.put(entry.attr.inode, entry.attr, life)
+            if attrs.get(entry.attr.inode) is None:
+                attrs.put(entry.attr.inode, entry.attr, life)
 
     def invalidate(self, inodes: Iterable[int], names: Iterable[tuple[int, str]]) -> None:
         """Another mount, or the manager, changed INODES' attributes and NAMES."""

@@ -23,6 +23,7 @@ from mosafs.client.files.coherence import Coherence
 from mosafs.client.files.context import ClientContext
 from mosafs.client.files.listing import Listing
 from mosafs.client.files.readahead import MINIMUM, ReadAhead
+from mosafs.client.files.statahead import StatAhead
 from mosafs.client.files.versions import VERSIONS, VersionView, is_virtual
 from mosafs.client.files.writer import WriteSession, check_size
 from mosafs.client.files.xattrs import ExtendedAttributes
@@ -56,6 +57,7 @@ class FileSystem(ExtendedAttributes):
         self._writers: dict[int, int] = {}  # inode -> open writable handles
         self._session_locks: dict[int, trio.Lock] = {}
         self._cache = AttrCache(ctx.config.attr_timeout, ctx.config.coherent_timeout)
+        self._ahead = StatAhead(self._cache, ctx.manager.readdir_pages, ctx.spawn)
         # Started by `keep_coherent` (the mount does; a library client keeps the attribute
         # timeout).
         self.coherence: Coherence | None = None
@@ -140,6 +142,7 @@ class FileSystem(ExtendedAttributes):
                 raise errors.NotFound(f"no {name!r} in directory {parent}")
             found, since = await self._asked(self.manager.lookup(parent, name))
             attr = self._cache.put_entry(parent, name, found, since)
+            self._ahead.found(parent)
         return self._overlay(attr)
 
     async def getattr(self, inode: int) -> Attr:

@@ -55,6 +55,20 @@ def _touch(rec: metadata_pb2.InodeRecord, now: int) -> None:
     rec.ctime_ns = now
 
 
+def _add(tx: Tx, parent: int, pdir: metadata_pb2.InodeRecord, raw: bytes,
+         rec: metadata_pb2.InodeRecord, now: int) -> manager_pb2.Attr:
+    """REC, a new inode, named RAW in directory PARENT (whose record is PDIR, written back
+    with its times at NOW): its attributes."""
+    ino = tx.allocate_inode()
+    tx.put_inode(ino, rec)
+    tx.link(parent, raw, ino)
+    if rec.kind == DIRECTORY:
+        pdir.nlink += 1  # the new directory's ".."
+    _touch(pdir, now)
+    tx.put_inode(parent, pdir)
+    return _attr(ino, rec)
+
+
 class NamespaceOps(StoreBase):
     """The namespace: lookups, attributes, directories, files, links, symbolic links and
     device nodes, and the checks of nlink."""
@@ -174,22 +188,10 @@ class NamespaceOps(StoreBase):
         perm = _permissions(mode, DIRECTORY)
         _check_owner(uid, gid)
         now = time.time_ns()
-
-        def body(tx: Tx) -> manager_pb2.Attr:
-            pdir = tx.directory(parent)
-            if tx.child(parent, raw) is not None:
-                raise AlreadyExists(f"{name!r} exists in directory {parent}")
-            ino = tx.allocate_inode()
-            rec = metadata_pb2.InodeRecord(
-                kind=DIRECTORY, mode=perm, nlink=2, uid=uid, gid=gid, atime_ns=now,
-                mtime_ns=now, ctime_ns=now, parent=parent, name=raw)
-            tx.put_inode(ino, rec)
-            tx.link(parent, raw, ino)
-            pdir.nlink += 1
-            _touch(pdir, now)
-            tx.put_inode(parent, pdir)
-            return _attr(ino, rec)
-        return self._grouped(body, grows=True)
+        rec = metadata_pb2.InodeRecord(
+            kind=DIRECTORY, mode=perm, nlink=2, uid=uid, gid=gid, atime_ns=now,
+            mtime_ns=now, ctime_ns=now, parent=parent, name=raw)
+        return self._new_entry(parent, name, raw, rec, now)
 
     @_rerun_if_grown
     def create(self, parent: int, name: str, mode: int, uid: int = 0, gid: int = 0, *,
@@ -211,15 +213,10 @@ class NamespaceOps(StoreBase):
                 if rec.kind == DIRECTORY:
                     raise IsADirectory(f"{name!r} in directory {parent} is a directory")
                 return _attr(existing, rec)
-            ino = tx.allocate_inode()
             rec = metadata_pb2.InodeRecord(
                 kind=REGULAR, mode=perm, nlink=1, uid=uid, gid=gid, atime_ns=now,
                 mtime_ns=now, ctime_ns=now, parent=parent, name=raw)
-            tx.put_inode(ino, rec)
-            tx.link(parent, raw, ino)
-            _touch(pdir, now)
-            tx.put_inode(parent, pdir)
-            return _attr(ino, rec)
+            return _add(tx, parent, pdir, raw, rec, now)
         return self._grouped(body, grows=True)
 
     @_rerun_if_grown
@@ -392,18 +389,14 @@ class NamespaceOps(StoreBase):
     @_rerun_if_grown
     def _new_entry(self, parent: int, name: str, raw: bytes, rec: metadata_pb2.InodeRecord,
                    now: int) -> manager_pb2.Attr:
-        """Give a new non-directory REC an inode number and the name RAW in PARENT."""
+        """Give a new REC an inode number and the name RAW in PARENT (AlreadyExists where
+        PARENT has that name)."""
 
         def body(tx: Tx) -> manager_pb2.Attr:
             pdir = tx.directory(parent)
             if tx.child(parent, raw) is not None:
                 raise AlreadyExists(f"{name!r} exists in directory {parent}")
-            ino = tx.allocate_inode()
-            tx.put_inode(ino, rec)
-            tx.link(parent, raw, ino)
-            _touch(pdir, now)
-            tx.put_inode(parent, pdir)
-            return _attr(ino, rec)
+            return _add(tx, parent, pdir, raw, rec, now)
         return self._grouped(body, grows=True)
 
     @_rerun_if_grown

@@ -98,6 +98,12 @@ BENEFACTOR_PUT_BYTES = Counter("mosafs_benefactor_put_bytes", "Bytes of chunk pu
 BENEFACTOR_PUT_CALLS = Counter("mosafs_benefactor_put_calls",
                                "Put calls: PutChunk (one blob), PutChunks (grouped)",
                                ["method"])
+BENEFACTOR_PUT_SECONDS = Histogram(
+    "mosafs_benefactor_put_seconds",
+    "A put, by stage: a local connection (a read's or a put's) waiting for a thread to "
+    "serve it (local_wait), a grouped put's blob waiting for a storing thread (wait), a blob "
+    "stored (store: read out of a local put's file, checked, written, synced, renamed)",
+    ["stage"], buckets=_LATENCY)
 BENEFACTOR_SERVED = Counter("mosafs_benefactor_served_bytes", "Bytes of chunks served")
 BENEFACTOR_CORRUPT = Counter("mosafs_benefactor_corrupt_chunks",
                              "Copies found corrupt (and deleted)")

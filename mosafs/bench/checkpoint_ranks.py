@@ -18,6 +18,9 @@ return (the host's monotonic clock, the same in every process). Per kind of step
 median over its steps is the figure, and `scaling` is the N-rank figure over the
 one-rank figure (issue 23's target: at least 1.8 with two ranks on two GPUs, for the
 90 %-unchanged and the all-new steps). Each rank loads its last file back and checks it.
+Per pass, `benefactor_puts` gives the benefactors' puts by stage (a local connection's
+wait for a serving thread, a blob's wait for a storing thread, a blob's store): how many,
+and their mean time.
 """
 
 from __future__ import annotations
@@ -32,7 +35,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from mosafs.bench import write
+from mosafs.bench import rpcstats, write
 from mosafs.bench.checkpoint import (
     MiB,
     _import,
@@ -51,6 +54,7 @@ TARGET_SCALING = 1.8
 BARRIER_TIMEOUT_S = 600.0
 WARMUP_BYTES = 4 * MiB
 KINDS = ("changed", "all_new")  # the kinds of step the target is judged on
+PUT_STAGES = "mosafs_benefactor_put_seconds"  # by stage: local_wait, wait, store
 
 
 def step_kinds(steps: int) -> list[str]:
@@ -143,11 +147,13 @@ def _cpu(pids: dict[str, int]) -> dict[str, float]:
     return out
 
 
-def _pass(ranks: int, gpus: int, params: dict[str, Any],
-          pids: dict[str, int]) -> dict[str, Any]:
+def _pass(ranks: int, gpus: int, params: dict[str, Any], pids: dict[str, int],
+          benefactors: list[str]) -> dict[str, Any]:
     """N rank processes through their series; the figures, and the cluster's CPU seconds
-    by role over the pass (the ranks' start-up and warm-up included)."""
+    by role over the pass (the ranks' start-up and warm-up included), and the mean time
+    of each stage of the benefactors' puts (from their /metrics pages BENEFACTORS)."""
     before = _cpu(pids)
+    stages = rpcstats.totals(benefactors, PUT_STAGES, "stage")
     ctx = multiprocessing.get_context("spawn")
     barrier = ctx.Barrier(ranks)
     out = ctx.Queue()
@@ -157,8 +163,10 @@ def _pass(ranks: int, gpus: int, params: dict[str, Any],
     with running(procs, 60) as alive:
         rows = [item[1:] for item in collect(out, len(procs), alive)]
     after = _cpu(pids)
+    puts = rpcstats.means(stages, rpcstats.totals(benefactors, PUT_STAGES, "stage"))
     return {"ranks": ranks, "gpus_of_ranks": placed, **_aggregate(rows, ranks),
-            "cluster_cpu_s": {k: round(after[k] - before.get(k, 0.0), 2) for k in after}}
+            "cluster_cpu_s": {k: round(after[k] - before.get(k, 0.0), 2) for k in after},
+            "benefactor_puts": puts}
 
 
 def _aggregate(rows: list[tuple[Any, ...]], ranks: int) -> dict[str, Any]:
@@ -217,13 +225,15 @@ def run_checkpoint_ranks(*, ranks: Sequence[int] = (1, 2), size_mib: int = 1024,
         m = _Mosafs(workdir, [a for a in up if a != "--insecure"], tls="--insecure" not in up)
         try:
             m.start()
+            benefactors = list((m.cluster.ready.get("metrics") or {})
+                               .get("benefactors", {}).values())
             passes = []
             for n in ranks:
                 folder = m.mnt / f"ckpt-{n}"
                 folder.mkdir()
                 params = {"device": device, "folder": str(folder), "size_mib": size_mib,
                           "steps": steps, "changed": changed, "seed": seed}
-                passes.append(_pass(n, gpus, params, m.pids()))
+                passes.append(_pass(n, gpus, params, m.pids(), benefactors))
                 progress(f"{n} rank(s): {passes[-1]['median_GBps']} GB/s by kind of step")
         finally:
             m.stop()

@@ -30,6 +30,41 @@ def buckets(url: str, method: str | None, family: str = FAMILY) -> dict[float, f
     return dict(sorted(out.items()))
 
 
+def totals(urls: list[str], family: str, label: str) -> dict[str, tuple[float, float]]:
+    """(observations, seconds) so far of histogram FAMILY by the value of its LABEL,
+    summed over the /metrics pages URLS (one per process: the benefactors, say)."""
+    out: dict[str, tuple[float, float]] = {}
+    for url in urls:
+        with urllib.request.urlopen(url, timeout=10) as reply:
+            text = reply.read().decode()
+        for found in text_string_to_metric_families(text):
+            if found.name != family:
+                continue
+            for sample in found.samples:
+                key = sample.labels.get(label)
+                if key is None or not sample.name.endswith(("_count", "_sum")):
+                    continue
+                count, seconds = out.get(key, (0.0, 0.0))
+                if sample.name.endswith("_count"):
+                    count += sample.value
+                else:
+                    seconds += sample.value
+                out[key] = (count, seconds)
+    return out
+
+
+def means(before: dict[str, tuple[float, float]], after: dict[str, tuple[float, float]]
+          ) -> dict[str, dict[str, float]]:
+    """Per label value, the observations between BEFORE and AFTER (totals()) and their
+    mean in milliseconds."""
+    out = {}
+    for key, (count, seconds) in sorted(after.items()):
+        n = count - before.get(key, (0.0, 0.0))[0]
+        took = seconds - before.get(key, (0.0, 0.0))[1]
+        out[key] = {"count": int(n), "mean_ms": round(took / n * 1e3, 3) if n else 0.0}
+    return out
+
+
 def quantiles(before: dict[float, float], after: dict[float, float],
               qs: tuple[float, ...] = (0.5, 0.99)) -> dict[str, Any]:
     """The calls between BEFORE and AFTER: their number and, for each quantile, the upper

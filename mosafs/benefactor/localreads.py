@@ -46,6 +46,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+from mosafs import metrics
 from mosafs.benefactor.puts import Outcome
 from mosafs.localwire import (
     FDS_PER_MESSAGE,
@@ -56,6 +57,8 @@ from mosafs.localwire import (
 )
 
 log = logging.getLogger(__name__)
+# A connection's wait for one of the threads that serve them (reads and puts alike).
+_WAITED = metrics.BENEFACTOR_PUT_SECONDS.labels("local_wait")
 
 TICKET_TTL_S = 30.0
 MAX_IDS = 4096           # ids per ticket (OpenLocal refuses more)
@@ -121,11 +124,12 @@ class LocalReads:
             except OSError:
                 return  # closed
             try:
-                self._pool.submit(self._answer, conn)
+                self._pool.submit(self._answer, conn, time.monotonic())
             except RuntimeError:  # stopping
                 conn.close()
 
-    def _answer(self, conn: socket.socket) -> None:
+    def _answer(self, conn: socket.socket, accepted: float) -> None:
+        _WAITED.observe(time.monotonic() - accepted)
         try:
             self._answer_one(conn)
         except Exception:

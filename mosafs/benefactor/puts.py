@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import os
 import threading
+import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -33,6 +34,8 @@ THREADS = 8
 # threads keeping that much would hold 512 MiB for good).
 KEPT_BUFFER = 8 << 20
 T = TypeVar("T")
+_WAITED = metrics.BENEFACTOR_PUT_SECONDS.labels("wait")
+_STORED = metrics.BENEFACTOR_PUT_SECONDS.labels("store")
 
 
 class PutChunk(Protocol):
@@ -110,15 +113,23 @@ class Puts:
         metrics.BENEFACTOR_PUT_CALLS.labels(method).inc()
         if len(items) == 1:
             return [_outcome(store, items[0])]
-        return list(self._pool.map(_outcome, [store] * len(items), items))
+        queued = [time.monotonic()] * len(items)
+        return list(self._pool.map(_outcome, [store] * len(items), items, queued))
 
     def close(self) -> None:
         self._pool.shutdown(wait=True)
 
 
-def _outcome(store: Callable[[T], bool], item: T) -> Outcome:
+def _outcome(store: Callable[[T], bool], item: T, queued: float | None = None) -> Outcome:
+    """ITEM stored; QUEUED: when it was handed to the storing threads (its wait is
+    measured from there)."""
+    started = time.monotonic()
+    if queued is not None:
+        _WAITED.observe(started - queued)
     try:
         return Outcome(present=store(item))
     except MosafsError as exc:
         metrics.BENEFACTOR_PUTS.labels("refused").inc()
         return Outcome(error=exc)
+    finally:
+        _STORED.observe(time.monotonic() - started)

@@ -60,6 +60,13 @@ def test_bench_checkpoint_ranks_cpu(tmp_path: Path) -> None:
         assert 0 < changed["bytes_sent"] < first["bytes_sent"]
         assert set(p["median_GBps"]) == {"first", "changed", "all_new"}
         assert p["cluster_cpu_s"]["benefactors"] > 0
+        # Each step of each rank sent new chunks, each stored twice (R=2) by a timed
+        # store; grouped puts' blobs also wait for a storing thread, and local puts for a
+        # serving thread.
+        puts = p["benefactor_puts"]
+        assert puts["store"]["count"] >= 2 * len(p["steps"]) * p["ranks"]
+        assert puts["store"]["mean_ms"] > 0
+        assert puts["wait"]["count"] + puts["local_wait"]["count"] > 0
     targets = result["targets"]
     assert set(targets) == {"changed_2_ranks_over_1", "all_new_2_ranks_over_1", "pass"}
     assert all(isinstance(t["met"], bool) for n, t in targets.items() if n != "pass")

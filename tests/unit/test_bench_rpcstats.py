@@ -61,3 +61,19 @@ def test_buckets_read_one_method_from_a_metrics_page(page: tuple[str, Histogram]
     got = rpcstats.buckets(url, "CommitVersion")
     assert got == {0.001: 1.0, 0.005: 3.0, 0.01: 3.0, math.inf: 4.0}
     assert rpcstats.buckets(url, "CommitVersion", "mosafs_other_seconds") == {}
+
+
+def test_totals_and_means_by_label_over_several_pages(page: tuple[str, Histogram]) -> None:
+    url, hist = page
+    hist.labels("s", "store").observe(0.004)
+    hist.labels("s", "wait").observe(0.001)
+    before = rpcstats.totals([url], "mosafs_rpc_server_seconds", "method")
+    hist.labels("s", "store").observe(0.002)
+    hist.labels("s", "store").observe(0.006)
+    # Two pages of the same process stand for two processes: every sample counts twice.
+    after = rpcstats.totals([url, url], "mosafs_rpc_server_seconds", "method")
+    assert after["store"] == (6.0, pytest.approx(0.024))
+    assert rpcstats.means({k: (2 * n, 2 * s) for k, (n, s) in before.items()}, after) == {
+        "store": {"count": 4, "mean_ms": pytest.approx(4.0)},
+        "wait": {"count": 0, "mean_ms": 0.0}}
+    assert rpcstats.totals([url], "mosafs_no_such_family", "method") == {}

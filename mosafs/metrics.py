@@ -29,6 +29,8 @@ Manager:
   mosafs_manager_ec_lost_chunks, mosafs_manager_conversion_remaining_chunks{pool}
 Benefactor:
   mosafs_benefactor_put_chunks_total{outcome} (stored | present), mosafs_benefactor_put_bytes_total,
+  mosafs_benefactor_put_calls_total{method}, mosafs_benefactor_put_seconds{stage}
+  (histogram: local_wait | wait | store),
   mosafs_benefactor_served_bytes_total, mosafs_benefactor_corrupt_chunks_total,
   mosafs_benefactor_chunks, mosafs_benefactor_stored_bytes, mosafs_benefactor_free_bytes
 """

@@ -82,8 +82,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--scrub-rate", type=byte_size(0), default=DEFAULT_SCRUB_RATE,
                         metavar="BYTES_PER_S",
                         help="re-verify stored chunks in the background at this many bytes "
-                             "a second, e.g. 8M (K, M, G suffixes; default 8M; 0 turns "
-                             "background scrubbing off; `mosafs scrub` runs a pass now)")
+                             "a second, each chunk counting as at least 64 KiB, e.g. 8M (K, "
+                             "M, G suffixes; default 8M; 0 turns background scrubbing off; "
+                             "`mosafs scrub` runs a pass now)")
     parser.add_argument("--ingest-rate", type=byte_size(0), default=0, metavar="BYTES_PER_S",
                         help="take chunk bytes no faster than this, e.g. 125M (a 1 Gbit/s "
                              "link; K, M, G suffixes; default 0: no limit)")

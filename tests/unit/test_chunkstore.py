@@ -509,7 +509,7 @@ def test_unit_scrubber_reports_corrupt_copies_and_retries_failed_reports(
 
 
 def test_unit_scrubber_holds_its_rate_and_stops_when_asked(backend: Backend) -> None:
-    from mosafs.benefactor.scrub import Scrubber
+    from mosafs.benefactor.scrub import MIN_CHARGE, Scrubber
 
     with backend.open() as store:
         for i in range(8):
@@ -523,10 +523,17 @@ def test_unit_scrubber_holds_its_rate_and_stops_when_asked(backend: Backend) -> 
             now[0] += seconds
             return False
 
-        scrubber = Scrubber(store, clock=lambda: now[0])
+        scrubber = Scrubber(store, clock=lambda: now[0], min_charge=0)
         final = scrubber.run_pass(rate=1000.0, wait=wait)  # 1000 bytes a second
         assert final is not None and final.checked_bytes == 8000
         assert now[0] == pytest.approx(8.0)  # eight chunks of 1000 bytes: eight seconds
+        # By default each chunk counts as at least MIN_CHARGE bytes: small chunks are
+        # paced by their number (each costs an open, a read and a close).
+        now[0] = 0.0
+        small = Scrubber(store, clock=lambda: now[0])
+        final = small.run_pass(rate=float(MIN_CHARGE), wait=wait)
+        assert final is not None and final.checked_chunks == 8
+        assert now[0] == pytest.approx(8.0)  # eight chunks charged MIN_CHARGE each
         calls = [0]
 
         def stop_after_three(seconds: float) -> bool:

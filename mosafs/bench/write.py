@@ -97,7 +97,19 @@ class Options:
     series_steps: int = 4
 
 
+# Signals that stopped the run, as long as _signals_interrupt is active. Python raises a
+# signal's KeyboardInterrupt wherever the main thread is, and inside a callback that
+# swallows exceptions (an import's module-lock callback, a __del__) it is printed
+# ("Exception ignored in ...") and lost: the run went on to its end. progress(), called
+# between the run's steps, raises it again, except while processes are being stopped
+# (_uninterrupted, which holds signals off itself).
+_INTERRUPTED: list[int] = []
+_HOLDING = [0]  # depth of _uninterrupted blocks
+
+
 def progress(message: str) -> None:
+    if _INTERRUPTED and not _HOLDING[0]:
+        raise KeyboardInterrupt(f"signal {_INTERRUPTED[0]} (raised again: it was lost)")
     print(f"[bench] {message}", file=sys.stderr, flush=True)
 
 
@@ -124,18 +136,23 @@ def _work_dir(keep: Path | None, prefix: str = "mosafs-bench-") -> Iterator[Path
             shutil.rmtree(workdir, ignore_errors=True)
 
 
+def _interrupt(signum: int, frame: object) -> None:
+    _INTERRUPTED.append(signum)
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
 @contextlib.contextmanager
 def _signals_interrupt() -> Iterator[None]:
-    """SIGTERM and SIGHUP stop the run like Ctrl-C does, so every clean-up path runs."""
-    def interrupt(signum: int, frame: object) -> None:
-        raise KeyboardInterrupt(f"signal {signum}")
-
-    old = {s: signal.signal(s, interrupt) for s in (signal.SIGTERM, signal.SIGHUP)}
+    """SIGINT, SIGTERM and SIGHUP stop the run, so every clean-up path runs; one whose
+    KeyboardInterrupt was lost is raised again at the next progress() (_INTERRUPTED)."""
+    signals = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+    old = {s: signal.signal(s, _interrupt) for s in signals}
     try:
         yield
     finally:
         for s, handler in old.items():
             signal.signal(s, handler)
+        _INTERRUPTED.clear()
 
 
 @contextlib.contextmanager
@@ -149,9 +166,11 @@ def _uninterrupted() -> Iterator[None]:
         arrived.append(signum)
 
     old = {s: signal.signal(s, later) for s in (signal.SIGINT, signal.SIGTERM)}
+    _HOLDING[0] += 1
     try:
         yield
     finally:
+        _HOLDING[0] -= 1
         for s, handler in old.items():
             signal.signal(s, handler)
     if arrived:

@@ -54,7 +54,7 @@ TARGET_SCALING = 1.8
 BARRIER_TIMEOUT_S = 600.0
 WARMUP_BYTES = 4 * MiB
 KINDS = ("changed", "all_new")  # the kinds of step the target is judged on
-PUT_STAGES = "mosafs_benefactor_put_seconds"  # by stage: local_wait, wait, store
+PUT_SECONDS = "mosafs_benefactor_put_seconds"  # histogram by stage: local_wait, wait, store
 
 
 def step_kinds(steps: int) -> list[str]:
@@ -153,7 +153,7 @@ def _pass(ranks: int, gpus: int, params: dict[str, Any], pids: dict[str, int],
     by role over the pass (the ranks' start-up and warm-up included), and the mean time
     of each stage of the benefactors' puts (from their /metrics pages BENEFACTORS)."""
     before = _cpu(pids)
-    stages = rpcstats.totals(benefactors, PUT_STAGES, "stage")
+    stages = rpcstats.totals(benefactors, PUT_SECONDS, "stage")
     ctx = multiprocessing.get_context("spawn")
     barrier = ctx.Barrier(ranks)
     out = ctx.Queue()
@@ -163,7 +163,7 @@ def _pass(ranks: int, gpus: int, params: dict[str, Any], pids: dict[str, int],
     with running(procs, 60) as alive:
         rows = [item[1:] for item in collect(out, len(procs), alive)]
     after = _cpu(pids)
-    puts = rpcstats.means(stages, rpcstats.totals(benefactors, PUT_STAGES, "stage"))
+    puts = rpcstats.means(stages, rpcstats.totals(benefactors, PUT_SECONDS, "stage"))
     return {"ranks": ranks, "gpus_of_ranks": placed, **_aggregate(rows, ranks),
             "cluster_cpu_s": {k: round(after[k] - before.get(k, 0.0), 2) for k in after},
             "benefactor_puts": puts}

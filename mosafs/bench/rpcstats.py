@@ -8,25 +8,31 @@ from __future__ import annotations
 
 import math
 import urllib.request
+from collections.abc import Iterator
 from typing import Any
 
 from prometheus_client.parser import text_string_to_metric_families
+from prometheus_client.samples import Sample
 
 FAMILY = "mosafs_rpc_server_seconds"
+
+
+def _samples(url: str, family: str) -> Iterator[Sample]:
+    """The samples of metric FAMILY on the /metrics page at URL."""
+    with urllib.request.urlopen(url, timeout=10) as reply:
+        text = reply.read().decode()
+    for found in text_string_to_metric_families(text):
+        if found.name == family:
+            yield from found.samples
 
 
 def buckets(url: str, method: str | None, family: str = FAMILY) -> dict[float, float]:
     """Cumulative counts by upper bound (seconds; inf last) of histogram FAMILY at the
     /metrics page URL (of METHOD's calls; None: a histogram without labels)."""
-    with urllib.request.urlopen(url, timeout=10) as reply:
-        text = reply.read().decode()
     out: dict[float, float] = {}
-    for found in text_string_to_metric_families(text):
-        if found.name != family:
-            continue
-        for sample in found.samples:
-            if sample.name.endswith("_bucket") and sample.labels.get("method") == method:
-                out[float(sample.labels["le"])] = sample.value
+    for sample in _samples(url, family):
+        if sample.name.endswith("_bucket") and sample.labels.get("method") == method:
+            out[float(sample.labels["le"])] = sample.value
     return dict(sorted(out.items()))
 
 
@@ -35,21 +41,16 @@ def totals(urls: list[str], family: str, label: str) -> dict[str, tuple[float, f
     summed over the /metrics pages URLS (one per process: the benefactors, say)."""
     out: dict[str, tuple[float, float]] = {}
     for url in urls:
-        with urllib.request.urlopen(url, timeout=10) as reply:
-            text = reply.read().decode()
-        for found in text_string_to_metric_families(text):
-            if found.name != family:
+        for sample in _samples(url, family):
+            key = sample.labels.get(label)
+            if key is None or not sample.name.endswith(("_count", "_sum")):
                 continue
-            for sample in found.samples:
-                key = sample.labels.get(label)
-                if key is None or not sample.name.endswith(("_count", "_sum")):
-                    continue
-                count, seconds = out.get(key, (0.0, 0.0))
-                if sample.name.endswith("_count"):
-                    count += sample.value
-                else:
-                    seconds += sample.value
-                out[key] = (count, seconds)
+            count, seconds = out.get(key, (0.0, 0.0))
+            if sample.name.endswith("_count"):
+                count += sample.value
+            else:
+                seconds += sample.value
+            out[key] = (count, seconds)
     return out
 
 

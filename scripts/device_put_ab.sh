@@ -3,27 +3,22 @@
 # earlier commit, in the same lease (an A/B of a change to the write path), after
 # benchmarks/put_durability.py (PUTS=0 skips it). Runs alternate old, new, old, new.
 #
-#   Here:   rm -rf .abold && mkdir .abold && git archive COMMIT mosafs | tar -x -C .abold
-#           (and .abold/ in .git/info/exclude)
+#   Here:   make .abold as scripts/device_ab_env.sh says
 #   There:  ROUNDS=2 BENCH_ARGS="--changed 0.07" bash scripts/device_put_ab.sh
 #           (carry: .whl .devcarry .abold)
 set -u
 OUT=${OUT:-/tmp/mosafs-put-ab}
 mkdir -p "$OUT"
 . scripts/device_env.sh
-NEW=$PYTHONPATH
-OLD=/tmp/site:$PWD/.abold
-ROOT=$PWD
+. scripts/device_ab_env.sh
 if [ "${PUTS:-1}" = 1 ]; then
     echo "== put_durability (new code)"
-    PYTHONPATH=$NEW timeout 200 $PY benchmarks/put_durability.py --stores 3 --mib 683 \
+    PYTHONPATH=$AB_NEW timeout 200 $PY benchmarks/put_durability.py --stores 3 --mib 683 \
         --group 8 --dir /tmp --rounds ${PUT_ROUNDS:-2} 2>&1 | tee "$OUT/puts.txt"
 fi
 for round in $(seq ${ROUNDS:-1}); do
     for side in ${SIDES:-old new}; do
-        # The working directory comes first on sys.path (python -m): run each side from
-        # the directory that holds its own mosafs/.
-        if [ $side = new ]; then export PYTHONPATH=$NEW; cd "$ROOT"; else export PYTHONPATH=$OLD; cd "$ROOT/.abold"; fi
+        ab_side "$side"
         echo "== bench $side round $round: $($PY -c 'import mosafs.benefactor.chunkstore as c; print(c.__file__)')"
         START=$(date +%s)
         # shellcheck disable=SC2086
@@ -31,7 +26,7 @@ for round in $(seq ${ROUNDS:-1}); do
             --size-mib 1024 --steps 4 ${BENCH_ARGS:-} --json \
             > "$OUT/ck-$side-$round.json" 2> "$OUT/ck-$side-$round.err"
         echo "rc=$? in $(( $(date +%s) - START )) s"; tail -3 "$OUT/ck-$side-$round.err"
-        cd "$ROOT"
+        ab_home
         $PY -c "
 import json,sys
 r=json.load(open(sys.argv[1]))

@@ -4,23 +4,18 @@
 # new (an A/B of a change to the save or put path; docs/benchmarks.md, "The two-rank saves
 # on one host, probed"). The cluster's data directory is on a tmpfs for every run.
 #
-#   Here:   rm -rf .abold && mkdir .abold && git archive COMMIT mosafs | tar -x -C .abold
-#           (and .abold/ in .git/info/exclude)
+#   Here:   make .abold as scripts/device_ab_env.sh says
 #   There:  ROUNDS=2 bash scripts/device_ranks_ab.sh   (carry: .whl .devcarry .abold)
 set -u
 OUT=${OUT:-/tmp/mosafs-ranks-ab}
 mkdir -p "$OUT"
 . scripts/device_env.sh
-NEW=$PYTHONPATH
-OLD=/tmp/site:$PWD/.abold
-ROOT=$PWD
+. scripts/device_ab_env.sh
 RAM=/tmp/mosafs-ram
 mkdir -p $RAM
 for round in $(seq "${ROUNDS:-2}"); do
     for side in ${SIDES:-old new}; do
-        # The working directory comes first on sys.path (python -m): run each side from
-        # the directory that holds its own mosafs/.
-        if [ "$side" = new ]; then export PYTHONPATH=$NEW; cd "$ROOT"; else export PYTHONPATH=$OLD; cd "$ROOT/.abold"; fi
+        ab_side "$side"
         mount -t tmpfs -o size=96g tmpfs $RAM
         # shellcheck disable=SC2086
         TMPDIR=$RAM timeout "${RANKS_LIMIT:-200}" $PY -m mosafs bench checkpoint --ranks 1,2 \
@@ -28,7 +23,7 @@ for round in $(seq "${ROUNDS:-2}"); do
             --json > "$OUT/r-$side-$round.json" 2> "$OUT/r-$side-$round.err"
         echo "== $side round $round: rc=$?"
         umount $RAM
-        cd "$ROOT"
+        ab_home
         $PY - "$OUT/r-$side-$round.json" <<'PYEOF'
 import json, sys
 r = json.load(open(sys.argv[1]))

@@ -178,7 +178,6 @@ class NamespaceOps(StoreBase):
                 fill_attr(entry.attr, child, metadata_pb2.InodeRecord.FromString(raw))
         return out
 
-    @_rerun_if_grown
     def mkdir(self, parent: int, name: str, mode: int, uid: int = 0,
               gid: int = 0) -> manager_pb2.Attr:
         """A new empty directory NAME in PARENT. MODE: permission bits (0o7777; S_IFDIR

@@ -46,8 +46,8 @@ class UpCluster:
         return self.proc.ready
 
     def chunk_files(self) -> list[Path]:
-        return sorted(p for p in (self.data_dir / "benefactors").glob("*/chunks/*/*/*")
-                      if p.is_file())
+        return sorted(p for store in (self.data_dir / "benefactors").iterdir()
+                      for p in harness.chunk_files(store))
 
     def stored_bytes(self) -> int:
         return harness.sizes(self.chunk_files())

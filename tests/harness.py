@@ -158,6 +158,17 @@ def wait_redundant(*where: str, timeout: float = 60) -> Any:
         time.sleep(0.5)
 
 
+def chunk_files(store: Path) -> list[Path]:
+    """The chunk files of the benefactor store STORE (its chunks/ab/cd/<id>), sorted.
+    os.walk, not Path.glob: the benefactor removes fan-out directories that its deletes
+    leave empty, and glob fails on a directory that went between listing and reading it
+    (a CI run saw that while gc ran); os.walk leaves such a directory out."""
+    found = []
+    for dirpath, _dirs, files in os.walk(store / "chunks"):
+        found.extend(Path(dirpath, name) for name in files if len(name) == 64)
+    return sorted(found)
+
+
 def sizes(paths: Iterable[Path]) -> int:
     """The bytes of the files PATHS, leaving out those that went meanwhile (the manager
     deletes garbage in the background, between a listing and a stat)."""

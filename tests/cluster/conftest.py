@@ -57,9 +57,8 @@ class Cluster:
         """chunk id (hex) -> number of benefactor directories holding a file of it."""
         copies: dict[str, int] = {}
         for i in range(len(self.benefactors)):
-            for path in (self.base / f"b{i}" / "chunks").glob("*/*/*"):
-                if path.is_file() and len(path.name) == 64:
-                    copies[path.name] = copies.get(path.name, 0) + 1
+            for path in harness.chunk_files(self.base / f"b{i}"):
+                copies[path.name] = copies.get(path.name, 0) + 1
         return copies
 
     def wait_dead(self, bid: str, timeout: float = LEASE_S + 30) -> None:

@@ -33,7 +33,7 @@ from mosafs._proto import manager_pb2 as mpb
 from mosafs._proto import manager_pb2_grpc as mgrpc
 from mosafs.rpc.channels import channel
 from tests.cluster.conftest import Cluster, start_cluster
-from tests.harness import cli, cli_json, scrape
+from tests.harness import chunk_files, cli, cli_json, scrape, sizes
 
 MiB = 1 << 20
 KiB = 1 << 10
@@ -83,8 +83,8 @@ def _served(cluster: Cluster) -> float:
 
 
 def _stored_bytes(cluster: Cluster) -> int:
-    return sum(p.stat().st_size for i in range(len(cluster.benefactors))
-               for p in (cluster.base / f"b{i}" / "chunks").glob("*/*/*") if p.is_file())
+    return sizes(p for i in range(len(cluster.benefactors))
+                 for p in chunk_files(cluster.base / f"b{i}"))
 
 
 def _check_fragments(cluster: Cluster, bm: mpb.BlockMap) -> list[mpb.ChunkLocation]:

@@ -319,7 +319,7 @@ def test_ec_conversion_replicas_to_ec_and_back(cluster_factory: list[Cluster],
 
     def stored() -> int:
         return harness.sizes(p for i in range(len(cluster.benefactors))
-                             for p in (cluster.base / f"b{i}" / "chunks").glob("*/*/*"))
+                             for p in harness.chunk_files(cluster.base / f"b{i}"))
 
     def converted(redundancy: str) -> list[dict[str, Any]]:
         """Status until the default pool's conversion is complete; what it showed."""

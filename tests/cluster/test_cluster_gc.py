@@ -18,6 +18,7 @@ from mosafs._proto import manager_pb2 as mpb
 from mosafs._proto import manager_pb2_grpc as mgrpc
 from mosafs.rpc.channels import channel
 from tests.cluster.conftest import Cluster, start_cluster
+from tests.harness import chunk_files
 
 MiB = 1 << 20
 GRACE_S = 1.0
@@ -163,7 +164,7 @@ def test_cluster_returning_benefactor_copies_count_again(
     cluster.wait_redundant()
     victim = cluster.benefactors[2]
     bid = victim.ready["id"]
-    held = [bytes.fromhex(p.name) for p in (tmp_path / "b2" / "chunks").glob("*/*/*")]
+    held = [bytes.fromhex(p.name) for p in chunk_files(tmp_path / "b2")]
     assert held
     victim.expected_noise = [".*"]
     victim.kill(signal.SIGKILL)

@@ -36,7 +36,7 @@ def _mosafs(cluster: Cluster, *args: str, ok: tuple[int, ...] = (0,)) -> dict:  
 
 def _unsound(base: Path, benefactors: int) -> list[Path]:
     """Chunk files whose bytes do not hash to their names."""
-    return [p for i in range(benefactors) for p in (base / f"b{i}" / "chunks").glob("*/*/*")
+    return [p for i in range(benefactors) for p in harness.chunk_files(base / f"b{i}")
             if blake3.blake3(p.read_bytes()).hexdigest() != p.name]
 
 
@@ -65,8 +65,7 @@ def test_cluster_scrub_repairs_corrupt_chunk_files(
     cluster.wait_redundant()
     assert _mosafs(cluster, "fsck")["findings"] == []
 
-    victim = tmp_path / "b1" / "chunks"
-    held = sorted(victim.glob("*/*/*"))
+    held = harness.chunk_files(tmp_path / "b1")
     assert len(held) >= 20, f"only {len(held)} chunks on b1"
     rng = random.Random(1234)
     damaged = rng.sample(held, 20)
@@ -124,7 +123,7 @@ def test_cluster_background_scrub_and_missing_copies(
     cluster.wait_redundant()
     for proc in cluster.benefactors:
         proc.expected_noise = CORRUPT_NOISE
-    held = sorted((tmp_path / "b0" / "chunks").glob("*/*/*"))
+    held = harness.chunk_files(tmp_path / "b0")
     bad, gone = held[0], held[1]
     bad.write_bytes(b"rotten" + bad.read_bytes()[6:])
     gone.unlink()
@@ -155,7 +154,7 @@ def test_cluster_gc_after_deleting_everything_empties_the_disks(
 
     def stored() -> int:
         return harness.sizes(p for i in range(3)
-                             for p in (tmp_path / f"b{i}" / "chunks").glob("*/*/*"))
+                             for p in harness.chunk_files(tmp_path / f"b{i}"))
 
     assert stored() > 2 * 10 * MiB
     for path in [*(mnt / "d").iterdir(), mnt / "big"]:

@@ -11,14 +11,13 @@ from pathlib import Path
 import blake3
 
 from tests.cluster.conftest import Cluster, start_cluster
-from tests.harness import cli, cli_json
+from tests.harness import chunk_files, cli, cli_json
 
 MiB = 1 << 20
 
 
 def chunk_names(directory: Path) -> set[str]:
-    return {p.name for p in (directory / "chunks").glob("*/*/*")
-            if p.is_file() and len(p.name) == 64}
+    return {p.name for p in chunk_files(directory)}
 
 
 def wait_copies(cluster: Cluster, dirs: list[Path], want: int, ids: set[str],

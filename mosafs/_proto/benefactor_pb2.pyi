@@ -257,23 +257,27 @@ class RecodeChunkResponse(_message.Message):
     def __init__(self, fragment_ids: _Optional[_Iterable[bytes]] = ..., stored: _Optional[_Iterable[bool]] = ..., errors: _Optional[_Iterable[str]] = ..., target_problems: _Optional[_Iterable[str]] = ..., unreadable: _Optional[_Iterable[int]] = ...) -> None: ...
 
 class OpenLocalRequest(_message.Message):
-    __slots__ = ("ids", "tokens", "put")
+    __slots__ = ("ids", "tokens", "put", "put_tickets")
     IDS_FIELD_NUMBER: _ClassVar[int]
     TOKENS_FIELD_NUMBER: _ClassVar[int]
     PUT_FIELD_NUMBER: _ClassVar[int]
+    PUT_TICKETS_FIELD_NUMBER: _ClassVar[int]
     ids: _containers.RepeatedScalarFieldContainer[bytes]
     tokens: _containers.RepeatedScalarFieldContainer[bytes]
     put: bool
-    def __init__(self, ids: _Optional[_Iterable[bytes]] = ..., tokens: _Optional[_Iterable[bytes]] = ..., put: _Optional[bool] = ...) -> None: ...
+    put_tickets: int
+    def __init__(self, ids: _Optional[_Iterable[bytes]] = ..., tokens: _Optional[_Iterable[bytes]] = ..., put: _Optional[bool] = ..., put_tickets: _Optional[int] = ...) -> None: ...
 
 class OpenLocalResponse(_message.Message):
-    __slots__ = ("socket", "ticket", "host", "ticket_ttl_ms")
+    __slots__ = ("socket", "ticket", "host", "ticket_ttl_ms", "more_tickets")
     SOCKET_FIELD_NUMBER: _ClassVar[int]
     TICKET_FIELD_NUMBER: _ClassVar[int]
     HOST_FIELD_NUMBER: _ClassVar[int]
     TICKET_TTL_MS_FIELD_NUMBER: _ClassVar[int]
+    MORE_TICKETS_FIELD_NUMBER: _ClassVar[int]
     socket: str
     ticket: bytes
     host: str
     ticket_ttl_ms: int
-    def __init__(self, socket: _Optional[str] = ..., ticket: _Optional[bytes] = ..., host: _Optional[str] = ..., ticket_ttl_ms: _Optional[int] = ...) -> None: ...
+    more_tickets: _containers.RepeatedScalarFieldContainer[bytes]
+    def __init__(self, socket: _Optional[str] = ..., ticket: _Optional[bytes] = ..., host: _Optional[str] = ..., ticket_ttl_ms: _Optional[int] = ..., more_tickets: _Optional[_Iterable[bytes]] = ...) -> None: ...

@@ -19,7 +19,8 @@ then closes the connection. A wrong or expired ticket gets the connection closed
 message.
 
 Local puts, the same way round: a writer on this host asks `OpenLocal(put=True)` (its
-write token checked as a PutChunks call's), writes a group of blobs into a memory file
+write token checked as a PutChunks call's; with `put_tickets`, for up to MAX_PUT_TICKETS
+tickets at once, each for one group and used once), writes a group of blobs into a memory file
 (memfd) and sends the ticket, then one message with the file's descriptor and a header
 naming each blob (id, offset, length: mosafs.localwire.put_header; at most
 PUT_MAX_COUNT blobs and PUT_MAX_BYTES bytes, every span inside the file). The benefactor
@@ -63,6 +64,7 @@ _WAITED = metrics.BENEFACTOR_PUT_SECONDS.labels("local_wait")
 TICKET_TTL_S = 30.0
 MAX_IDS = 4096           # ids per ticket (OpenLocal refuses more)
 MAX_GRANTS = 4096        # tickets outstanding; the oldest are dropped beyond
+MAX_PUT_TICKETS = 16     # put tickets one OpenLocal gives (each for one group, used once)
 
 
 class LocalReads:

@@ -25,7 +25,7 @@ from mosafs.benefactor.chunkstore import CORRUPT, ChunkStore
 from mosafs.benefactor.garbage import GarbageRounds
 from mosafs.benefactor.ingest import IngestLimiter
 from mosafs.benefactor.localreads import MAX_IDS as MAX_LOCAL_IDS
-from mosafs.benefactor.localreads import TICKET_TTL_S, LocalReads
+from mosafs.benefactor.localreads import MAX_PUT_TICKETS, TICKET_TTL_S, LocalReads
 from mosafs.benefactor.puts import Outcome, Puts
 from mosafs.benefactor.recode import Recoder, job_of, reply_of
 from mosafs.benefactor.recovery import RecoveryRecords
@@ -145,8 +145,11 @@ class BenefactorServicer(pb_grpc.BenefactorServicer):
                 raise InvalidArgument("a local put's ticket names no ids") if request.ids \
                     else FailedPrecondition("local puts are off on this benefactor")
             self._admit("OpenLocal", context, 0)
-            return pb.OpenLocalResponse(socket=self._local.name, ticket=self._local.grant(None),
-                                        host=host_id(), ticket_ttl_ms=int(TICKET_TTL_S * 1000))
+            tickets = [self._local.grant(None)
+                       for _ in range(min(max(request.put_tickets, 1), MAX_PUT_TICKETS))]
+            return pb.OpenLocalResponse(socket=self._local.name, ticket=tickets[0],
+                                        more_tickets=tickets[1:], host=host_id(),
+                                        ticket_ttl_ms=int(TICKET_TTL_S * 1000))
         ids = [check_id(raw) for raw in request.ids]
         tokens = list(request.tokens) or [b""] * len(ids)
         if len(tokens) != len(ids) or len(ids) > MAX_LOCAL_IDS:

@@ -397,12 +397,14 @@ class Benefactors:
         return await self._rpc.run(self._get, address, chunk_id, token)
 
     async def open_local(self, address: str, chunk_ids: Sequence[bytes],
-                         tokens: Sequence[bytes], *, put_token: bytes | None = None
-                         ) -> bpb.OpenLocalResponse:
+                         tokens: Sequence[bytes], *, put_token: bytes | None = None,
+                         put_tickets: int = 1) -> bpb.OpenLocalResponse:
         """A ticket for reading CHUNK_IDS from their files on ADDRESS's host (its local
         reads; TOKENS: their read tokens, or none on a cluster without tokens), or, with
-        PUT_TOKEN (a write session's token), for one local put."""
-        request = bpb.OpenLocalRequest(ids=chunk_ids, tokens=tokens, put=put_token is not None)
+        PUT_TOKEN (a write session's token), PUT_TICKETS tickets for one local put each
+        (the benefactor may give fewer)."""
+        request = bpb.OpenLocalRequest(ids=chunk_ids, tokens=tokens, put=put_token is not None,
+                                       put_tickets=put_tickets if put_token is not None else 0)
         reply: bpb.OpenLocalResponse = await self._rpc.run(functools.partial(
             call, self._link(address).stub.OpenLocal, request, timeout=CHUNK_TIMEOUT,
             metadata=_token(put_token or b"")))

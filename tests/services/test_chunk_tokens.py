@@ -411,3 +411,79 @@ def test_services_local_puts_reuse_a_memory_file_only_after_a_whole_answer(
     finally:
         files.close()
         cluster["admin"].AbortWrite(mpb.AbortWriteRequest(lease_id=lease.lease_id))
+
+
+def test_services_open_local_gives_several_put_tickets_each_used_once(
+        cluster: dict[str, Any], tls: Path) -> None:
+    """OpenLocal(put, put_tickets=N) gives N tickets (at most 16; none asked is one), each
+    good for one group only."""
+    import os
+
+    from mosafs.localwire import put
+
+    holder = cluster["other"]
+    admin = benefactor_stub(holder.address, tls, "admin")
+    lease = manager_stub(cluster["manager"].address, tls, "admin").OpenWrite(
+        mpb.OpenWriteRequest(inode=cluster["secret"], client_id="several tickets"))
+    fd = os.memfd_create("test-tickets")
+    try:
+        sizes = {}
+        for asked in (0, 1, 5, 1000):
+            reply = admin.OpenLocal(bpb.OpenLocalRequest(put=True, put_tickets=asked),
+                                    **with_token(lease.write_token))
+            sizes[asked] = 1 + len(reply.more_tickets)
+        assert sizes == {0: 1, 1: 1, 5: 5, 1000: 16}
+        tickets = [reply.ticket, *reply.more_tickets]
+        assert len(set(tickets)) == 16
+        for i, ticket in enumerate(tickets[:4]):
+            blob = b"one group per ticket %d " % i * 40
+            os.pwrite(fd, blob, 0)
+            spans = [(chunk_id(blob), 0, len(blob))]
+            assert put(reply.socket, ticket, fd, spans) == [{"present": False}]
+            with pytest.raises(OSError):  # used once
+                put(reply.socket, ticket, fd, spans)
+    finally:
+        os.close(fd)
+        cluster["admin"].AbortWrite(mpb.AbortWriteRequest(lease_id=lease.lease_id))
+
+
+def test_services_local_puts_keep_tickets_and_ask_again_for_one_refused(
+        cluster: dict[str, Any], tls: Path) -> None:
+    """The writer's side asks for tickets ahead as a write keeps sending groups (1, 2, 4,
+    8: four OpenLocal calls for ten groups, where it made one per group), and a kept
+    ticket the benefactor no longer takes (as after its restart) costs one fresh
+    OpenLocal: the group is still stored locally and the benefactor still takes local
+    puts from this writer."""
+    import os
+
+    import trio
+
+    from mosafs.client.files.localputs import LocalPuts
+    from mosafs.client.rpc import Benefactors, Rpc
+
+    holder = cluster["other"]
+    lease = manager_stub(cluster["manager"].address, tls, "admin").OpenWrite(
+        mpb.OpenWriteRequest(inode=cluster["secret"], client_id="kept tickets"))
+    benefactors = Benefactors(Rpc(4), identity=certs.load(tls, "admin"))
+    local = LocalPuts(benefactors)
+
+    async def groups(count: int) -> list[Any]:
+        out = []
+        for _ in range(count):
+            blobs = [(chunk_id(b), b) for b in (os.urandom(2000) for _ in range(2))]
+            out.append(await local.put(holder.address, blobs, lease.write_token))
+        return out
+
+    try:
+        assert trio.run(groups, 10) == [[False, False]] * 10
+        assert (local.groups, local.opened) == (10, 4)
+        stock = local._stocks[(holder.address, lease.write_token)]
+        assert len(stock.tickets) == 5  # 1 + 2 + 4 + 8 given, 10 used
+        stock.tickets[:] = [os.urandom(32) for _ in stock.tickets]  # none the benefactor knows
+        assert trio.run(groups, 1) == [[False, False]]
+        assert (local.groups, local.opened) == (11, 5)
+        assert holder.address not in local._remote
+    finally:
+        local.close()
+        benefactors.close()
+        cluster["admin"].AbortWrite(mpb.AbortWriteRequest(lease_id=lease.lease_id))

@@ -483,6 +483,15 @@ def test_services_local_puts_keep_tickets_and_ask_again_for_one_refused(
         assert trio.run(groups, 1) == [[False, False]]
         assert (local.groups, local.opened) == (11, 5)
         assert holder.address not in local._remote
+
+        async def two_at_once() -> None:  # both find no ticket kept, both ask for 2
+            async with trio.open_nursery() as nursery:
+                for _ in range(2):
+                    nursery.start_soon(groups, 1)
+
+        trio.run(two_at_once)
+        assert (local.groups, local.opened) == (13, 7)
+        assert len(local._stocks[(holder.address, lease.write_token)].tickets) == 2  # both kept
     finally:
         local.close()
         benefactors.close()

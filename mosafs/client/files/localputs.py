@@ -150,7 +150,7 @@ class LocalPuts:
             return None
 
     async def _deliver(self, ticket: tuple[str, bytes],
-                         blobs: Sequence[tuple[bytes, Any]]) -> list[Outcome]:
+                       blobs: Sequence[tuple[bytes, Any]]) -> list[Outcome]:
         answers = await trio.to_thread.run_sync(_hand_over, self.files, *ticket, blobs)
         self.groups += 1
         return [_outcome(a) for a in answers]
@@ -185,9 +185,15 @@ class LocalPuts:
             self._remote.add(address)
             return None
         now = time.monotonic()
-        self._stocks.pop(key, None)  # in again as the most recently used
-        self._stocks[key] = _Stock(reply.socket, list(reply.more_tickets),
-                                   now + reply.ticket_ttl_ms / 2000, want)
+        stock = _Stock(reply.socket, list(reply.more_tickets), now + reply.ticket_ttl_ms / 2000,
+                       want)
+        kept = self._stocks.pop(key, None)  # in again as the most recently used
+        if kept is not None and kept.socket == stock.socket and kept.use_by >= now:
+            # Another group's call for the same key ended first (two groups in flight):
+            # both calls' tickets are kept, used by the earlier deadline.
+            stock.tickets += kept.tickets
+            stock.use_by = kept.use_by
+        self._stocks[key] = stock
         self._prune(now)
         return reply.socket, reply.ticket
 

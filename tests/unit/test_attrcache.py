@@ -17,7 +17,7 @@ def _entries(n: int) -> list[mpb.DirEntry]:
 def test_a_large_listing_caches_its_first_entries_one_by_one() -> None:
     cache = AttrCache(60.0)
     entries = _entries(attrcache.LISTING_ENTRIES + 5)
-    cache.put_listing(7, entries, cache.generation)
+    cache.put_listing(7, entries, cache.generation, cache.edits)
     assert cache.listing(7) == entries  # the whole listing
     last = attrcache.LISTING_ENTRIES - 1
     assert cache.child(7, f"f{last}") == 100 + last
@@ -29,7 +29,7 @@ def test_a_large_listing_caches_its_first_entries_one_by_one() -> None:
 
 def test_a_small_listing_caches_every_entry() -> None:
     cache = AttrCache(60.0)
-    cache.put_listing(7, _entries(3), cache.generation)
+    cache.put_listing(7, _entries(3), cache.generation, cache.edits)
     assert [cache.child(7, f"f{i}") for i in range(3)] == [100, 101, 102]
 
 
@@ -70,7 +70,7 @@ def test_entries_live_long_only_while_coherent_and_not_across_a_listed_change() 
     assert cache.left(11) == 1.0
     cache.put_entry(1, "e", mpb.Attr(inode=12), asked)  # nothing listed of it
     assert cache.left(12) == 60.0
-    cache.put_listing(1, [], cache.generation)  # a listing lives 1 s, coherent or not
+    cache.put_listing(1, [], cache.generation, cache.edits)  # lives 1 s, coherent or not
     assert cache.listing(1) is not None
     now[0] += 1.5
     assert cache.listing(1) is None and cache.attr(12) is not None
@@ -82,7 +82,7 @@ def test_entries_live_long_only_while_coherent_and_not_across_a_listed_change() 
 
 def test_invalidate_drops_the_inodes_the_names_and_their_directories() -> None:
     cache = AttrCache(60.0)
-    cache.put_listing(7, _entries(3), cache.generation)
+    cache.put_listing(7, _entries(3), cache.generation, cache.edits)
     cache.put(mpb.Attr(inode=7, nlink=2), cache.generation)
     cache.put(mpb.Attr(inode=55), cache.generation)
     cache.invalidate([101], [(7, "f2")])
@@ -168,3 +168,39 @@ def test_a_directory_known_whole_is_bounded() -> None:
         cache.entry_made(1, f"dir{d}", _dir(5000 + d), subdir=True, since=cache.generation)
     known = sum(cache.absent(5000 + d, "x") for d in range(attrcache.WHOLE_DIRS + 1))
     assert 1 <= known <= attrcache.WHOLE_DIRS
+
+
+def test_a_listing_fetched_across_a_change_here_in_its_directory_is_not_cached() -> None:
+    """git's lock files: `config.lock` renamed to `config` while a listing of the directory
+    that still held `config.lock` was on its way; cached after the rename, it answered
+    the next open(O_EXCL) of `config.lock` with EEXIST. A change in another directory
+    leaves a listing alone."""
+    cache = AttrCache(1.0, 60.0)
+    cache.coherent = lambda: True
+    before = [mpb.DirEntry(name="config.lock", attr=mpb.Attr(inode=50)),
+              mpb.DirEntry(name="HEAD", attr=mpb.Attr(inode=51))]
+    since, edits = cache.generation, cache.edits  # the fetch begins
+    cache.drop_entry(7, "config.lock")  # this mount renames it (both names change)
+    cache.drop_entry(7, "config")
+    cache.put_listing(7, before, since, edits)  # the fetch ends
+    assert cache.listing(7) is None
+    assert cache.child(7, "config.lock") is None and cache.child(7, "HEAD") is None
+    cache.put_entries(7, before, since, edits)
+    assert cache.child(7, "config.lock") is None
+
+    since, edits = cache.generation, cache.edits
+    cache.drop_entry(8, "elsewhere")
+    cache.put_listing(7, before, since, edits)
+    assert cache.child(7, "HEAD") == 51 and cache.listing(7) == before
+
+
+def test_edits_of_more_directories_than_remembered_forget_conservatively() -> None:
+    cache = AttrCache(1.0)
+    edits = cache.edits
+    for d in range(attrcache.EDITED_DIRS + 1):
+        cache.drop_entry(1000 + d, "x")
+    assert cache.edited_since(5, edits)  # 5 was never edited, but that far back is forgotten
+    now = cache.edits
+    assert not cache.edited_since(5, now)
+    cache.drop_entry(5, "y")
+    assert cache.edited_since(5, now) and not cache.edited_since(6, now)

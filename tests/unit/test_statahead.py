@@ -120,3 +120,35 @@ def test_a_directory_being_fetched_is_not_fetched_twice() -> None:
     for _ in range(3 * statahead.MISSES):
         ahead.found(7)
     assert spawned == [(7,)] and ahead.fetches == 1
+
+
+def test_a_fetch_across_a_change_here_in_its_directory_caches_nothing() -> None:
+    """This mount renames a name of the directory while stat-ahead fetches its listing:
+    the listing, which may still hold the old name, is not cached."""
+    directory = Directory(500)
+    now = [0.0]
+    cache = AttrCache(1.0, 60.0, timer=lambda: now[0])
+    cache.coherent = lambda: True
+    asked, renamed = trio.Event(), trio.Event()
+
+    async def pages(inode: int) -> AsyncGenerator[Sequence[mpb.DirEntry], None]:
+        asked.set()
+        await renamed.wait()  # the page comes back after the rename
+        async for page in directory.pages(inode):
+            yield page
+
+    async def main() -> StatAhead:
+        async with trio.open_nursery() as nursery:
+            ahead = StatAhead(cache, pages, lambda fn, *args: nursery.start_soon(fn, *args),
+                              timer=lambda: now[0])
+            for _ in range(statahead.MISSES):
+                ahead.found(7)
+            await asked.wait()
+            cache.drop_entry(7, "f3")  # a rename of f3 here, meanwhile
+            renamed.set()
+        return ahead
+
+    ahead = trio.run(main)
+    assert ahead.fetches == 1 and directory.pages_read == 1
+    assert cache.listing(7) is None and cache.child(7, "f3") is None
+    assert cache.child(7, "f4") is None  # nothing of that listing is kept

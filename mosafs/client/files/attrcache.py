@@ -19,6 +19,14 @@ here or listed by the manager, or a client beside the mount that resolves it, fo
 directory as whole), so a lookup of a name it does not hold is answered "no such file"
 without asking the manager (`absent`): a create is then one manager call, not two
 (docs/client.md, "Coherent caches").
+
+Listings fetched while this mount changes names: a listing (a readdir's pages after the
+first, or stat-ahead's) is fetched in the background, and a name this mount renamed or
+removed in that directory meanwhile would come back with it (git's lock files: a
+`config.lock` renamed to `config`, then found again by the next `open(O_EXCL)` of
+`config.lock`, which failed with EEXIST). Each name changed here counts as an edit of its
+directory (`edits`); a listing whose directory was edited after its fetch began is not
+cached.
 """
 
 from __future__ import annotations
@@ -44,6 +52,7 @@ RECENT = 64  # change lists remembered for answers still on their way (5 per sec
 # (a million names at most). One that grows past it is no longer known whole, and its
 # missing names are asked of the manager as before.
 WHOLE_DIRS = 256
+EDITED_DIRS = 4096  # directories whose last edit is remembered (then all are forgotten)
 WHOLE_NAMES = 4096
 
 
@@ -117,6 +126,11 @@ class AttrCache:
         # Inodes with open handles keep their newest attributes without expiry: a file
         # unlinked while open still has attributes until its last close.
         self._pinned: dict[int, mpb.Attr] = {}
+        # Names changed (module docstring): a count, each directory's count at its last
+        # change, and the count below which that is forgotten.
+        self.edits = 0
+        self._edited: dict[int, int] = {}
+        self._edits_forgotten = 0
 
     def pin(self, inode: int, attr: mpb.Attr) -> None:
         self._pinned.setdefault(inode, attr)
@@ -180,20 +194,28 @@ class AttrCache:
         self._names.put(key, attr.inode, self.life(since, attr.inode, key))
         return self.put(attr, since)
 
-    def put_listing(self, inode: int, entries: list[mpb.DirEntry], since: int) -> None:
-        """The listing of directory INODE, asked for at generation SINCE, and the names and
-        attributes of its first LISTING_ENTRIES entries. The listing itself lives for the
-        attribute timeout only: it holds its entries' attributes, and a change list names
-        a changed inode, not the directories whose listings hold it (the names and
-        attributes cached one by one are dropped by inode and name)."""
+    def put_listing(self, inode: int, entries: list[mpb.DirEntry], since: int,
+                    edits: int) -> None:
+        """The listing of directory INODE, asked for at generation SINCE and edit count
+        EDITS, and the names and attributes of its first LISTING_ENTRIES entries; nothing
+        if a name in INODE changed here since (module docstring). The listing itself
+        lives for the attribute timeout only: it holds its entries' attributes, and a
+        change list names a changed inode, not the directories whose listings hold it
+        (the names and attributes cached one by one are dropped by inode and name)."""
+        if self.edited_since(inode, edits):
+            return
         self._listings.put(inode, entries, self.ttl)
-        self.put_entries(inode, entries, since)
+        self.put_entries(inode, entries, since, edits)
 
-    def put_entries(self, inode: int, entries: list[mpb.DirEntry], since: int) -> None:
+    def put_entries(self, inode: int, entries: list[mpb.DirEntry], since: int,
+                    edits: int) -> None:
         """The names and attributes of the first LISTING_ENTRIES of ENTRIES, entries of
-        directory INODE asked for at generation SINCE (a listing, or its first pages).
-        Attributes cached already stay: they are as valid, and may be newer (this mount's
-        own change since the page was read)."""
+        directory INODE asked for at generation SINCE and edit count EDITS (a listing, or
+        its first pages); nothing if a name in INODE changed here since. Attributes
+        cached already stay: they are as valid, and may be newer (this mount's own change
+        since the page was read)."""
+        if self.edited_since(inode, edits):
+            return
         life = self.life(since, parent=inode)
         attrs = self._attrs
         for entry in entries[:LISTING_ENTRIES]:
@@ -262,11 +284,21 @@ class AttrCache:
         if life > self.ttl and len(names) <= WHOLE_NAMES:
             self._whole.put(inode, names, life)
 
+    def edited_since(self, directory: int, edits: int) -> bool:
+        """Whether a name in DIRECTORY changed after the edit count was EDITS (or may
+        have: that far back is forgotten)."""
+        return edits < self._edits_forgotten or self._edited.get(directory, -1) > edits
+
     def drop_entry(self, parent: int, name: str) -> None:
         """A name changed in PARENT: forget the name, its inode's attributes (nlink and
         ctime change), the listing and the parent's attributes (mtime, nlink), and that
         PARENT is known whole (what the change was, and whether it happened, is not
-        known here: a name may have come or gone)."""
+        known here: a name may have come or gone); count it as an edit of PARENT."""
+        self.edits += 1
+        if len(self._edited) >= EDITED_DIRS and parent not in self._edited:
+            self._edited.clear()
+            self._edits_forgotten = self.edits
+        self._edited[parent] = self.edits
         child = self._names.pop((parent, name), None)
         if child is not None:
             self._attrs.pop(child, None)

@@ -196,12 +196,12 @@ class FileSystem(ExtendedAttributes):
         cached = self._cache.listing(inode)
         if cached is not None:
             return Listing(cached)
-        since = self._cache.generation
+        since, edits = self._cache.generation, self._cache.edits
         pages = self.manager.readdir_pages(inode)
         first = await anext(pages)  # errors (not a directory, refused) come at opendir
         listing = Listing(first, done=False)
         self.ctx.spawn(listing.fill, pages,
-                       lambda entries: self._cache.put_listing(inode, entries, since))
+                       lambda entries: self._cache.put_listing(inode, entries, since, edits))
         return listing
 
     def listed(self, entry: DirEntry) -> Attr:

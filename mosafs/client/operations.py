@@ -316,7 +316,13 @@ class Operations(pyfuse3.Operations):
         inode, listing = self._dirs.get(fh, (0, Listing()))
         index = start_id
         while (entry := await listing.entry(index)) is not None:
-            attr = self._entry(self.fs.listed(entry), inode, entry.name)
+            if self.fs.listing_current(inode, listing):
+                attr = self._entry(self.fs.listed(entry), inode, entry.name)
+            else:
+                # A name of the directory changed here since these entries were read:
+                # the kernel must not keep this one as a name (it may be gone).
+                attr = self._entry(self.fs.listed(entry))
+                attr.entry_timeout = 0
             if not pyfuse3.readdir_reply(token, os.fsencode(entry.name), attr, index + 1):
                 break
             self.fs.entry_handed(entry.attr.inode)  # readdirplus counts as a lookup

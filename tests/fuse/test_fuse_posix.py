@@ -103,6 +103,33 @@ def test_fuse_posix_o_excl_on_existing_file_is_eexist(d: Path) -> None:
     assert stat.S_IMODE(os.stat(p).st_mode) == 0o644
 
 
+def test_fuse_posix_a_lock_file_renamed_while_a_listing_is_open_can_be_made_again(
+        d: Path) -> None:
+    """git's lock files with a listing of their directory open: `config.lock` renamed to
+    `config` after the directory's listing was read, that listing then handed to the
+    kernel (it may list the old name: POSIX leaves it open), and `config.lock` made again
+    with O_EXCL. The kernel must not keep the listed old name: the create failed with
+    EEXIST while it did (a CI run of git clone into a mount)."""
+    (d / "HEAD").write_bytes(b"ref")
+    for round_ in range(3):
+        lock = d / "config.lock"
+        fd = os.open(lock, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+        os.write(fd, b"[core] %d" % round_)
+        os.close(fd)
+        listed = os.open(d, os.O_RDONLY | os.O_DIRECTORY)  # opendir: the listing is read
+        try:
+            os.rename(lock, d / "config")
+            names = os.listdir(listed)  # readdir of the listing read before the rename
+        finally:
+            os.close(listed)
+        assert "config" in names or "config.lock" in names, names
+        fd = os.open(lock, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+        os.close(fd)
+        os.unlink(lock)
+    assert (d / "config").read_bytes() == b"[core] 2"
+    assert sorted(os.listdir(d)) == ["HEAD", "config"]
+
+
 def test_fuse_posix_open_missing_is_enoent(d: Path) -> None:
     raises_errno(errno.ENOENT, os.open, d / "missing", os.O_RDONLY)
     raises_errno(errno.ENOENT, os.open, d / "missing", os.O_WRONLY)

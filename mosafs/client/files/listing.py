@@ -21,8 +21,13 @@ from mosafs.errors import MosafsError
 
 
 class Listing:
-    def __init__(self, entries: Sequence[mpb.DirEntry] = (), *, done: bool = True) -> None:
+    """EDITS: the attribute cache's edit count when the entries were read (a name of the
+    directory changed here since makes them unfit to keep: AttrCache.edits)."""
+
+    def __init__(self, entries: Sequence[mpb.DirEntry] = (), *, done: bool = True,
+                 edits: int = -1) -> None:
         self.entries: list[mpb.DirEntry] = list(entries)
+        self.edits = edits
         self.done = done
         self.error: MosafsError | None = None
         self.abandoned = False  # the handle went: stop fetching

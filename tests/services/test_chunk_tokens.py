@@ -449,11 +449,11 @@ def test_services_open_local_gives_several_put_tickets_each_used_once(
 
 def test_services_local_puts_keep_tickets_and_ask_again_for_one_refused(
         cluster: dict[str, Any], tls: Path) -> None:
-    """The writer's side asks for tickets ahead as a write keeps sending groups (1, 2, 4,
-    8: four OpenLocal calls for ten groups, where it made one per group), and a kept
-    ticket the benefactor no longer takes (as after its restart) costs one fresh
-    OpenLocal: the group is still stored locally and the benefactor still takes local
-    puts from this writer."""
+    """The writer's side asks for tickets ahead as groups keep coming (1, 2, 4, 8: four
+    OpenLocal calls for ten groups, where it made one per group), and uses them for any
+    write of this client (another write's token); a kept ticket the benefactor no longer
+    takes (as after its restart) costs one fresh OpenLocal: the group is still stored
+    locally and the benefactor still takes local puts from this writer."""
     import os
 
     import trio
@@ -477,7 +477,7 @@ def test_services_local_puts_keep_tickets_and_ask_again_for_one_refused(
     try:
         assert trio.run(groups, 10) == [[False, False]] * 10
         assert (local.groups, local.opened) == (10, 4)
-        stock = local._stocks[(holder.address, lease.write_token)]
+        stock = local._stocks[holder.address]
         assert len(stock.tickets) == 5  # 1 + 2 + 4 + 8 given, 10 used
         stock.tickets[:] = [os.urandom(32) for _ in stock.tickets]  # none the benefactor knows
         assert trio.run(groups, 1) == [[False, False]]
@@ -491,7 +491,16 @@ def test_services_local_puts_keep_tickets_and_ask_again_for_one_refused(
 
         trio.run(two_at_once)
         assert (local.groups, local.opened) == (13, 7)
-        assert len(local._stocks[(holder.address, lease.write_token)].tickets) == 2  # both kept
+        assert len(local._stocks[holder.address].tickets) == 2  # both kept
+
+        other = manager_stub(cluster["manager"].address, tls, "admin").OpenWrite(
+            mpb.OpenWriteRequest(inode=cluster["secret"], client_id="another write"))
+        try:
+            blobs = [(chunk_id(b), b) for b in (os.urandom(2000) for _ in range(2))]
+            got = trio.run(local.put, holder.address, blobs, other.write_token)
+            assert got == [False, False] and local.opened == 7  # a kept ticket served it
+        finally:
+            cluster["admin"].AbortWrite(mpb.AbortWriteRequest(lease_id=other.lease_id))
     finally:
         local.close()
         benefactors.close()

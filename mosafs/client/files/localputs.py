@@ -6,13 +6,15 @@ file, by a worker thread (no GIL held). A benefactor elsewhere (another boot id)
 with local puts off, or a failure to reach its socket is remembered, and its puts go the
 usual way; so is a group the socket did not answer (re-sending a blob is harmless).
 
-Tickets are asked for several at a time (`put_tickets`) once a writer has had more than one
-group for a benefactor under one write token, doubling up to TICKETS_MAX, and kept for its
-next groups (each still used once, within half their life): one OpenLocal per group cost
-the writer a gRPC call per 3-8 MiB stored, and its wait on a busy benefactor (6 ms on
-average in an all-new 256 MiB write on the 2-CPU machine, docs/benchmarks.md). A kept
-ticket that the benefactor no longer takes (restarted, or past its life there) costs one
-fresh OpenLocal, not the local puts.
+Tickets are asked for several at a time (`put_tickets`) once a client has had more than one
+group for a benefactor, doubling up to TICKETS_MAX, and kept for its next groups to that
+benefactor, whichever file they belong to (each still used once, within half its life): one
+OpenLocal per group cost the writer a gRPC call per 3-8 MiB stored, or per small file, and
+its wait on a busy benefactor (6 ms on average in an all-new 256 MiB write on the 2-CPU
+machine, docs/benchmarks.md). A write token says only that this client (its certificate)
+may put chunks until it expires, whichever write it came with, so a ticket given against
+one write's token allows what another's would. A kept ticket that the benefactor no longer
+takes (restarted, or past its life there) costs one fresh OpenLocal, not the local puts.
 
 Memory files are kept for the next group to the same benefactor process (`MemoryFiles`):
 a new one gets every page allocated and, when closed, freed again, which cost 0.54 CPU-s
@@ -47,7 +49,7 @@ KEEP_PER_BENEFACTOR = 4      # memory files kept per benefactor (PutGroups sends
 KEEP_MAX_BYTES = 16 << 20    # a larger one (a group of large blobs) is not kept
 KEEP_BENEFACTORS = 16        # beyond, the files of the one used longest ago are closed
 TICKETS_MAX = 16             # put tickets asked for at once (the benefactor gives no more)
-STOCKS_MAX = 64              # (benefactor, write token) pairs whose tickets are kept
+STOCKS_MAX = 64              # benefactors whose tickets are kept
 
 
 class MemoryFiles:
@@ -100,7 +102,7 @@ class MemoryFiles:
 
 @dataclass
 class _Stock:
-    """Put tickets of one benefactor for one write token, given and not yet used."""
+    """Put tickets of one benefactor, given and not yet used."""
 
     socket: str
     tickets: list[bytes]
@@ -116,7 +118,7 @@ class LocalPuts:
         self._benefactors = benefactors
         self._host = host_id()
         self._remote: set[str] = set()
-        self._stocks: dict[tuple[str, bytes], _Stock] = {}
+        self._stocks: dict[str, _Stock] = {}  # by benefactor address
         self.files = MemoryFiles()
         self.groups = 0  # groups stored this way (tests, figures)
         self.opened = 0  # OpenLocal calls made for puts (tests, figures)
@@ -130,16 +132,15 @@ class LocalPuts:
                   token: bytes) -> list[Outcome] | None:
         """Each blob's outcome, or None: not done this way (the caller puts them the usual
         way). A refused write token is the caller's error, as for a PutChunks call."""
-        key = (address, token)
-        kept = self._kept(key)
+        kept = self._kept(address)
         if kept is not None:
             try:
                 return await self._deliver(kept, blobs)
             except OSError as exc:  # re-sending a blob is harmless
                 log.debug("a kept put ticket of %s failed, asking for another: %s",
                           address, exc)
-                self._stocks.pop(key, None)
-        fresh = await self._open(key)
+                self._stocks.pop(address, None)
+        fresh = await self._open(address, token)
         if fresh is None:
             return None
         try:
@@ -155,21 +156,21 @@ class LocalPuts:
         self.groups += 1
         return [_outcome(a) for a in answers]
 
-    def _kept(self, key: tuple[str, bytes]) -> tuple[str, bytes] | None:
-        """(socket, ticket) of a kept ticket for KEY, or None."""
-        stock = self._stocks.get(key)
+    def _kept(self, address: str) -> tuple[str, bytes] | None:
+        """(socket, ticket) of a ticket kept for ADDRESS, or None."""
+        stock = self._stocks.get(address)
         if stock is None or not stock.tickets:
             return None
         if stock.use_by < time.monotonic():
-            del self._stocks[key]
+            del self._stocks[address]
             return None
         return stock.socket, stock.tickets.pop()
 
-    async def _open(self, key: tuple[str, bytes]) -> tuple[str, bytes] | None:
-        """(socket, ticket) from a new OpenLocal for KEY, the tickets beyond the first
-        kept; None if the benefactor takes no local puts from here (remembered)."""
-        address, token = key
-        before = self._stocks.get(key)
+    async def _open(self, address: str, token: bytes) -> tuple[str, bytes] | None:
+        """(socket, ticket) from a new OpenLocal to ADDRESS with write token TOKEN, the
+        tickets beyond the first kept; None if the benefactor takes no local puts from
+        here (remembered)."""
+        before = self._stocks.get(address)
         want = 1 if before is None else min(2 * before.asked, TICKETS_MAX)
         try:
             reply = await self._benefactors.open_local(address, [], [], put_token=token,
@@ -187,13 +188,13 @@ class LocalPuts:
         now = time.monotonic()
         stock = _Stock(reply.socket, list(reply.more_tickets), now + reply.ticket_ttl_ms / 2000,
                        want)
-        kept = self._stocks.pop(key, None)  # in again as the most recently used
+        kept = self._stocks.pop(address, None)  # in again as the most recently used
         if kept is not None and kept.socket == stock.socket and kept.use_by >= now:
             # Another group's call for the same key ended first (two groups in flight):
             # both calls' tickets are kept, used by the earlier deadline.
             stock.tickets += kept.tickets
             stock.use_by = kept.use_by
-        self._stocks[key] = stock
+        self._stocks[address] = stock
         self._prune(now)
         return reply.socket, reply.ticket
 

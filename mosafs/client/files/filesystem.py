@@ -208,7 +208,8 @@ class FileSystem(ExtendedAttributes):
         """Whether no name of directory INODE changed here since LISTING was read: its
         entries may then be kept by the kernel (else one could be a name renamed or
         removed since, docs/client.md "Directory listings")."""
-        return is_virtual(inode) or not self._cache.edited_since(inode, listing.edits)
+        return listing.edits == self._cache.edits or is_virtual(inode) or \
+            not self._cache.edited_since(inode, listing.edits)
 
     def listed(self, entry: DirEntry) -> Attr:
         """ENTRY's attributes to hand the kernel: the attribute cache may hold a newer state

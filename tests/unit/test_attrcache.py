@@ -17,7 +17,7 @@ def _entries(n: int) -> list[mpb.DirEntry]:
 def test_a_large_listing_caches_its_first_entries_one_by_one() -> None:
     cache = AttrCache(60.0)
     entries = _entries(attrcache.LISTING_ENTRIES + 5)
-    cache.put_listing(7, entries, cache.generation, cache.edits)
+    cache.put_listing(7, entries, cache.mark())
     assert cache.listing(7) == entries  # the whole listing
     last = attrcache.LISTING_ENTRIES - 1
     assert cache.child(7, f"f{last}") == 100 + last
@@ -29,7 +29,7 @@ def test_a_large_listing_caches_its_first_entries_one_by_one() -> None:
 
 def test_a_small_listing_caches_every_entry() -> None:
     cache = AttrCache(60.0)
-    cache.put_listing(7, _entries(3), cache.generation, cache.edits)
+    cache.put_listing(7, _entries(3), cache.mark())
     assert [cache.child(7, f"f{i}") for i in range(3)] == [100, 101, 102]
 
 
@@ -70,7 +70,7 @@ def test_entries_live_long_only_while_coherent_and_not_across_a_listed_change() 
     assert cache.left(11) == 1.0
     cache.put_entry(1, "e", mpb.Attr(inode=12), asked)  # nothing listed of it
     assert cache.left(12) == 60.0
-    cache.put_listing(1, [], cache.generation, cache.edits)  # lives 1 s, coherent or not
+    cache.put_listing(1, [], cache.mark())  # lives 1 s, coherent or not
     assert cache.listing(1) is not None
     now[0] += 1.5
     assert cache.listing(1) is None and cache.attr(12) is not None
@@ -82,7 +82,7 @@ def test_entries_live_long_only_while_coherent_and_not_across_a_listed_change() 
 
 def test_invalidate_drops_the_inodes_the_names_and_their_directories() -> None:
     cache = AttrCache(60.0)
-    cache.put_listing(7, _entries(3), cache.generation, cache.edits)
+    cache.put_listing(7, _entries(3), cache.mark())
     cache.put(mpb.Attr(inode=7, nlink=2), cache.generation)
     cache.put(mpb.Attr(inode=55), cache.generation)
     cache.invalidate([101], [(7, "f2")])
@@ -179,18 +179,18 @@ def test_a_listing_fetched_across_a_change_here_in_its_directory_is_not_cached()
     cache.coherent = lambda: True
     before = [mpb.DirEntry(name="config.lock", attr=mpb.Attr(inode=50)),
               mpb.DirEntry(name="HEAD", attr=mpb.Attr(inode=51))]
-    since, edits = cache.generation, cache.edits  # the fetch begins
+    mark = cache.mark()  # the fetch begins
     cache.drop_entry(7, "config.lock")  # this mount renames it (both names change)
     cache.drop_entry(7, "config")
-    cache.put_listing(7, before, since, edits)  # the fetch ends
+    cache.put_listing(7, before, mark)  # the fetch ends
     assert cache.listing(7) is None
     assert cache.child(7, "config.lock") is None and cache.child(7, "HEAD") is None
-    cache.put_entries(7, before, since, edits)
+    cache.put_entries(7, before, mark)
     assert cache.child(7, "config.lock") is None
 
-    since, edits = cache.generation, cache.edits
+    mark = cache.mark()
     cache.drop_entry(8, "elsewhere")
-    cache.put_listing(7, before, since, edits)
+    cache.put_listing(7, before, mark)
     assert cache.child(7, "HEAD") == 51 and cache.listing(7) == before
 
 

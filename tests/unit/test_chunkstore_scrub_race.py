@@ -23,6 +23,7 @@ from mosafs.benefactor.chunkstore import CORRUPT, GONE, SOUND, FileChunkStore
 from mosafs.benefactor.garbage import GarbageRounds
 from mosafs.benefactor.scrub import Scrubber
 from mosafs.ids import chunk_id
+from tests import harness
 
 DENSE = 500  # ids in one top fan-out dir: ~2 a leaf dir, so a walk finds siblings
 SPARSE = 300  # ids spread out: ~1 a leaf dir, so deletions empty (and remove) dirs
@@ -73,7 +74,7 @@ def run_threads(*work: Callable[[], None]) -> None:
 
 
 def chunk_files(root: Path) -> set[bytes]:
-    return {bytes.fromhex(p.name) for p in (root / "chunks").glob("*/*/*") if p.is_file()}
+    return {bytes.fromhex(p.name) for p in harness.chunk_files(root)}
 
 
 def empty_fanout_dirs(root: Path) -> list[Path]:

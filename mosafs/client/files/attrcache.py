@@ -34,7 +34,7 @@ from __future__ import annotations
 import time
 from collections import deque
 from collections.abc import Callable, Iterable
-from typing import Generic, TypeVar
+from typing import Generic, NamedTuple, TypeVar
 
 from mosafs._proto import manager_pb2 as mpb
 
@@ -101,6 +101,14 @@ class TtlDict(Generic[K, V]):
 
     def __len__(self) -> int:
         return len(self._data)
+
+
+class Mark(NamedTuple):
+    """Where the cache stood when a listing's fetch began (`AttrCache.mark`): the change
+    lists taken (generation) and the names changed (edits)."""
+
+    generation: int
+    edits: int
 
 
 class AttrCache:
@@ -194,28 +202,33 @@ class AttrCache:
         self._names.put(key, attr.inode, self.life(since, attr.inode, key))
         return self.put(attr, since)
 
-    def put_listing(self, inode: int, entries: list[mpb.DirEntry], since: int,
-                    edits: int) -> None:
-        """The listing of directory INODE, asked for at generation SINCE and edit count
-        EDITS, and the names and attributes of its first LISTING_ENTRIES entries; nothing
-        if a name in INODE changed here since (module docstring). The listing itself
-        lives for the attribute timeout only: it holds its entries' attributes, and a
-        change list names a changed inode, not the directories whose listings hold it
-        (the names and attributes cached one by one are dropped by inode and name)."""
-        if self.edited_since(inode, edits):
+    def mark(self) -> Mark:
+        """Where the cache stands now: taken before a listing is asked for, and given back
+        with it to put_listing or put_entries."""
+        return Mark(self.generation, self.edits)
+
+    def put_listing(self, inode: int, entries: list[mpb.DirEntry], mark: Mark) -> None:
+        """The listing of directory INODE, asked for at MARK, and the names and attributes
+        of its first LISTING_ENTRIES entries; nothing if a name in INODE changed here
+        since (module docstring). The listing itself lives for the attribute timeout
+        only: it holds its entries' attributes, and a change list names a changed inode,
+        not the directories whose listings hold it (the names and attributes cached one
+        by one are dropped by inode and name)."""
+        if self.edited_since(inode, mark.edits):
             return
         self._listings.put(inode, entries, self.ttl)
-        self.put_entries(inode, entries, since, edits)
+        self._put_entries(inode, entries, mark.generation)
 
-    def put_entries(self, inode: int, entries: list[mpb.DirEntry], since: int,
-                    edits: int) -> None:
+    def put_entries(self, inode: int, entries: list[mpb.DirEntry], mark: Mark) -> None:
         """The names and attributes of the first LISTING_ENTRIES of ENTRIES, entries of
-        directory INODE asked for at generation SINCE and edit count EDITS (a listing, or
-        its first pages); nothing if a name in INODE changed here since. Attributes
-        cached already stay: they are as valid, and may be newer (this mount's own change
-        since the page was read)."""
-        if self.edited_since(inode, edits):
-            return
+        directory INODE asked for at MARK (a listing's first pages); nothing if a name in
+        INODE changed here since."""
+        if not self.edited_since(inode, mark.edits):
+            self._put_entries(inode, entries, mark.generation)
+
+    def _put_entries(self, inode: int, entries: list[mpb.DirEntry], since: int) -> None:
+        """Attributes cached already stay: they are as valid, and may be newer (this
+        mount's own change since the page was read)."""
         life = self.life(since, parent=inode)
         attrs = self._attrs
         for entry in entries[:LISTING_ENTRIES]:
@@ -287,6 +300,8 @@ class AttrCache:
     def edited_since(self, directory: int, edits: int) -> bool:
         """Whether a name in DIRECTORY changed after the edit count was EDITS (or may
         have: that far back is forgotten)."""
+        if edits == self.edits:
+            return False  # no name changed anywhere since
         return edits < self._edits_forgotten or self._edited.get(directory, -1) > edits
 
     def drop_entry(self, parent: int, name: str) -> None:

@@ -196,20 +196,19 @@ class FileSystem(ExtendedAttributes):
         cached = self._cache.listing(inode)
         if cached is not None:
             return Listing(cached, edits=self._cache.edits)
-        since, edits = self._cache.generation, self._cache.edits
+        mark = self._cache.mark()
         pages = self.manager.readdir_pages(inode)
         first = await anext(pages)  # errors (not a directory, refused) come at opendir
-        listing = Listing(first, done=False, edits=edits)
+        listing = Listing(first, done=False, edits=mark.edits)
         self.ctx.spawn(listing.fill, pages,
-                       lambda entries: self._cache.put_listing(inode, entries, since, edits))
+                       lambda entries: self._cache.put_listing(inode, entries, mark))
         return listing
 
     def listing_current(self, inode: int, listing: Listing) -> bool:
         """Whether no name of directory INODE changed here since LISTING was read: its
         entries may then be kept by the kernel (else one could be a name renamed or
         removed since, docs/client.md "Directory listings")."""
-        return listing.edits == self._cache.edits or is_virtual(inode) or \
-            not self._cache.edited_since(inode, listing.edits)
+        return is_virtual(inode) or not self._cache.edited_since(inode, listing.edits)
 
     def listed(self, entry: DirEntry) -> Attr:
         """ENTRY's attributes to hand the kernel: the attribute cache may hold a newer state

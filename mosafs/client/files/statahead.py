@@ -79,7 +79,7 @@ class StatAhead:
         self._spawn(self._fetch, parent)
 
     async def _fetch(self, parent: int) -> None:
-        since, edits = self._cache.generation, self._cache.edits  # before the first page
+        mark = self._cache.mark()  # before the first page is asked for
         entries: list[mpb.DirEntry] = []
         whole = False
         try:
@@ -98,8 +98,8 @@ class StatAhead:
         finally:
             self._fetching.discard(parent)
         if whole:
-            self._cache.put_listing(parent, entries, since, edits)
+            self._cache.put_listing(parent, entries, mark)
         else:
-            self._cache.put_entries(parent, entries, since, edits)
+            self._cache.put_entries(parent, entries, mark)
             self._quiet[parent] = True
 

@@ -123,17 +123,6 @@ class _Worker:
             await send_frame(self.sock, reply, payload)
 
 
-def _warm_up(ctx: ClientContext) -> None:
-    """Chunk one small buffer with the default chunker now, while the mount starts: the
-    kernels get compiled (numba, or NVRTC and the GPU context) before the first write,
-    which would otherwise pay seconds for it."""
-    from mosafs.chunking import DEFAULT_SPEC
-
-    stream = ctx.chunker(DEFAULT_SPEC, "auto").stream()
-    stream.feed(bytes(1 << 20))
-    stream.finish()
-
-
 async def _report_ready(sock: trio.socket.SocketType, ctx: ClientContext) -> bool:
     """Set up the hash backend and tell the mount which (or why not: it says so, and
     stops). False when this worker is to stop: no backend, or the mount is gone (it
@@ -170,7 +159,7 @@ async def _main(fd: int) -> None:
         if not await _report_ready(sock, ctx):
             ctx.close()
             return
-        nursery.start_soon(ctx.cpu, _warm_up, ctx)
+        nursery.start_soon(ctx.cpu, ctx.warm_up)
         try:
             await _Worker(sock, ctx).serve(nursery)
         finally:

@@ -195,6 +195,8 @@ async def _serve(config: object, mountpoint: Path, args: argparse.Namespace) -> 
                                          eager=not args.datapath_workers)
         try:
             await _start_workers(ctx, args, nursery)
+            if not args.datapath_workers:  # each worker warms its own
+                ctx.spawn(ctx.cpu, ctx.warm_up)
             fs = await FileSystem.create(ctx)
         except BaseException:
             ctx.close()

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import time
 import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -92,17 +93,20 @@ class ClientContext:
         ctx = cls(config, nursery, identity=identity)
         if eager:
             log.info("hash backend: %s", ctx.chunker(_default_spec()).backend)
-            ctx.spawn(ctx.cpu, ctx.warm_up)
         return ctx
 
     def warm_up(self) -> None:
-        """Chunk one small buffer with the default chunker, in a thread while the mount
-        starts: its kernels get compiled or loaded (numba's cache, or NVRTC and the GPU
-        context) before the first write, whose close would otherwise wait for them
-        (0.1-0.3 s with numba's cache on the 2-CPU machine, seconds without it)."""
-        stream = self.chunker(_default_spec(), "auto").stream()
+        """Chunk one small buffer with the default chunker (call it in a thread as a
+        process that chunks starts): its kernels get compiled or loaded (numba's cache, or
+        NVRTC and the GPU context) before the first write, whose close would otherwise
+        wait for them (0.2-1.6 s with numba's cache on the 2-CPU machine)."""
+        started = time.monotonic()
+        chunker = self.chunker(_default_spec(), "auto")
+        stream = chunker.stream()
         stream.feed(bytes(1 << 20))
         stream.finish()
+        log.info("chunker ready (%s backend, %.2f s)", chunker.backend,
+                 time.monotonic() - started)
 
     def spawn(self, fn: Callable[..., Awaitable[object]], *args: Any) -> None:
         """Start a background task in the root nursery. A bug in it is logged and stays

@@ -3,7 +3,8 @@
 #
 #   Here, once:  python3 -m pip download --no-deps --only-binary=:all: --python-version 3.12 \
 #                  --implementation cp --platform manylinux2014_x86_64 -d .whl blake3==1.0.11 \
-#                  trio outcome sniffio sortedcontainers lmdb cachetools platformdirs grpcio protobuf
+#                  trio outcome sniffio sortedcontainers lmdb cachetools platformdirs grpcio protobuf \
+#                  humanfriendly tqdm
 #                (pinned to the versions of .venv), a pyfuse3 wheel built with Python 3.12
 #                (`python3.12 -m pip wheel --no-deps -w .whl pyfuse3`), the FUSE library and
 #                tools as Debian packages (`cd .devcarry/debs && apt-get download libfuse3-3

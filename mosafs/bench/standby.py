@@ -27,6 +27,12 @@ from pathlib import Path
 from typing import Any
 
 MAX_LOSS_PCT = 20.0   # the target: creates/s with a standby at most this much lower
+# Student's t, 97.5 % quantile, by degrees of freedom (pairs - 1): a table, since the
+# interval below is the benchmark's only use of the distribution. Between two rows the
+# lower one's (larger) value is taken, which widens the interval.
+_T975 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306,
+         9: 2.262, 10: 2.228, 12: 2.179, 15: 2.131, 20: 2.086, 30: 2.042, 40: 2.021,
+         49: 2.010}
 SLOW_CONTROL = 0.8    # a run's control below this share of the median is flagged
 CLIENTS = (1, 8)
 # line -> (clients, phase of `mosafs bench metadata`)
@@ -61,6 +67,18 @@ def change_pct(without: float, with_standby: float) -> float:
     return round(100.0 * (with_standby / without - 1.0), 1)
 
 
+def interval95(changes: Sequence[float]) -> list[float] | None:
+    """The 95 % confidence interval of the mean of CHANGES (each pair's change, in %),
+    which the machine's swings between pairs make wide; None below two pairs."""
+    if len(changes) < 2:
+        return None
+    df = len(changes) - 1
+    t = _T975[max(k for k in _T975 if k <= df)]
+    half = t * statistics.stdev(changes) / len(changes) ** 0.5
+    mean = statistics.fmean(changes)
+    return [round(mean - half, 1), round(mean + half, 1)]
+
+
 def summarize(runs: Sequence[dict[str, Any]]) -> dict[str, Any]:
     """RUNS (each {"pair", "managers", "figures"}) as means, changes and the verdict."""
     controls = [run["figures"]["control_stat_uncached_8"] for run in runs]
@@ -81,13 +99,19 @@ def summarize(runs: Sequence[dict[str, Any]]) -> dict[str, Any]:
             "change_pct": change_pct(without, with_standby),
             "change_pct_by_pair": [change_pct(side[1][p], side[2][p]) for p in pairs],
         }
+        lines[line]["by_pair_ci95"] = interval95(lines[line]["change_pct_by_pair"])
     worst = min(lines, key=lambda line: lines[line]["change_pct"])
+    intervals = [v["by_pair_ci95"] for v in lines.values()]
     return {
         "lines": lines,
         "slow_runs": slow,
         "target": {"max_loss_pct": MAX_LOSS_PCT, "worst_line": worst,
                    "worst_change_pct": lines[worst]["change_pct"],
-                   "pass": all(v["change_pct"] >= -MAX_LOSS_PCT for v in lines.values())},
+                   "pass": all(v["change_pct"] >= -MAX_LOSS_PCT for v in lines.values()),
+                   # Whether every line's interval lies within the target too: the
+                   # verdict that the machine's swings cannot have made.
+                   "pass_ci95": None if None in intervals else
+                   all(ci[0] >= -MAX_LOSS_PCT for ci in intervals if ci is not None)},
     }
 
 
@@ -125,14 +149,20 @@ def run_standby(pairs: int, *, files: int, dir_entries: int, commit_files: int,
 
 
 def format_table(result: dict[str, Any]) -> str:
-    rows = [f"{'line':<22} {'one manager':>24} {'with a standby':>24} {'change':>8}"]
+    rows = [f"{'line':<22} {'one manager':>24} {'with a standby':>24} {'change':>8} "
+            f"{'pairs, 95 %':>16}"]
     for line, v in result["lines"].items():
+        ci = v["by_pair_ci95"]
         rows.append(f"{line:<22} {_list(v['one_manager']):>24} "
-                    f"{_list(v['with_standby']):>24} {v['change_pct']:>+7.1f}%")
+                    f"{_list(v['with_standby']):>24} {v['change_pct']:>+7.1f}% "
+                    f"{f'{ci[0]:+.1f}..{ci[1]:+.1f} %' if ci else '-':>16}")
     target = result["target"]
     rows.append(f"target: at most {target['max_loss_pct']:g} % fewer creates/s on every "
                 f"line: {'met' if target['pass'] else 'NOT met'} (worst "
                 f"{target['worst_line']}, {target['worst_change_pct']:+.1f} %)")
+    if target["pass_ci95"] is not None:
+        rows.append("every line's 95 % interval within it: "
+                    f"{'yes' if target['pass_ci95'] else 'no'}")
     for run in result["slow_runs"]:
         rows.append(f"slow run flagged: pair {run['pair']}, managers {run['managers']}, "
                     f"uncached stats {run['control_stat_uncached_8']:.0f}/s")

@@ -36,7 +36,8 @@ def test_means_changes_and_a_met_target() -> None:
     shared = out["lines"]["creates_shared_dir_8"]
     assert shared["change_pct"] == -19.6  # 410 / 510 - 1: within the line
     assert out["target"] == {"max_loss_pct": 20.0, "worst_line": "creates_shared_dir_8",
-                             "worst_change_pct": -19.6, "pass": True}
+                             "worst_change_pct": -19.6, "pass": True,
+                             "pass_ci95": False}  # two pairs: intervals far too wide
     assert out["slow_runs"] == []
 
 
@@ -92,3 +93,27 @@ def test_pairs_out_of_range_is_a_usage_error(pairs: int) -> None:
     with pytest.raises(SystemExit) as exc:
         parser.parse_args(["standby", "--pairs", str(pairs)])
     assert exc.value.code == 2
+
+
+def test_the_interval_of_the_pairs_changes() -> None:
+    assert standby.interval95([-10.0]) is None
+    # Two pairs: mean -15, sd 7.07, t = 12.706 (1 degree of freedom), half 63.5.
+    assert standby.interval95([-10.0, -20.0]) == [-78.5, 48.5]
+    # Eight pairs: t = 2.365 (7 degrees of freedom).
+    changes = [-12.0, -18.0, -15.0, -9.0, -21.0, -14.0, -16.0, -11.0]
+    low, high = standby.interval95(changes)  # type: ignore[misc]
+    assert (low, high) == (-17.8, -11.2)  # mean -14.5, sd 3.89, half 3.25
+
+
+def test_the_verdict_at_95_percent_needs_every_interval_within_the_line() -> None:
+    tight = [(p, -15.0 + (p % 2)) for p in range(1, 9)]
+    runs = [r for p, c in tight for r in (
+        _run(p, 1, 1000, 500, 500), _run(p, 2, 1000 * (1 + c / 100), 500 * (1 + c / 100),
+                                         500 * (1 + c / 100)))]
+    out = standby.summarize(runs)
+    assert out["target"]["pass"] is True and out["target"]["pass_ci95"] is True
+    wide = [*runs[:-1], _run(8, 2, 400, 200, 200)]  # one pair lost 60 %
+    out = standby.summarize(wide)
+    assert out["target"]["pass_ci95"] is False
+    assert "every line's 95 % interval within it: no" in standby.format_table(out)
+    assert standby.summarize(runs[:2])["target"]["pass_ci95"] is None

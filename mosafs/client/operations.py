@@ -436,11 +436,6 @@ class Operations(pyfuse3.Operations):
 
     @_errno_mapped
     async def getxattr(self, inode: int, name: bytes, ctx: Any) -> bytes:
-        # The kernel asks for security.capability before every write(2) to a FUSE file
-        # (FUSE clears SB_NOSEC, so no inode is ever marked free of security attributes),
-        # and mosafs stores none: answered before decoding, the file system and a log line.
-        if name.startswith(b"security."):
-            raise pyfuse3.FUSEError(errno.ENODATA)
         return await self.fs.getxattr(inode, _decode(name))
 
     @_errno_mapped

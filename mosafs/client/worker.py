@@ -159,7 +159,7 @@ async def _main(fd: int) -> None:
         if not await _report_ready(sock, ctx):
             ctx.close()
             return
-        nursery.start_soon(ctx.cpu, ctx.warm_up)
+        ctx.spawn(ctx.cpu, ctx.warm_up)  # a failure is logged; the worker goes on
         try:
             await _Worker(sock, ctx).serve(nursery)
         finally:

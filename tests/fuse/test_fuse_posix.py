@@ -866,7 +866,7 @@ def test_fuse_posix_other_xattr_namespaces_are_not_supported(d: Path) -> None:
     for name in ("trusted.x", "security.x"):
         raises_errno(errno.EOPNOTSUPP, os.setxattr, p, name, b"v")
     raises_errno((errno.EOPNOTSUPP, errno.ENODATA), os.getxattr, p, "trusted.x")
-    # What the kernel asks before every write (answered without the file system).
+    # What the kernel asks before every write (answered without a manager call).
     raises_errno(errno.ENODATA, os.getxattr, p, "security.capability")
     assert [n for n in os.listxattr(p) if not n.startswith("user.")] == []
 

@@ -40,6 +40,10 @@ def add_metadata_benchmark(sub: Any) -> None:
                    help="the MooseFS peer: moosefs (an error where it cannot run: not "
                         "installed, not root), auto (where it is installed; the default), "
                         "none")
+    m.add_argument("--no-floor", dest="floor", action="store_false",
+                   help="skip the null namespace (mosafs.bench.nullns): the same creates "
+                        "and stats with 8 clients on a pyfuse3 file system that does no "
+                        "work, the ceiling of any pyfuse3 mount on this machine")
     m.add_argument("--scale-chunks", type=bounded_int(0, 100_000_000), default=10_000_000,
                    help="chunk records of the synthetic manager measured for idle CPU, "
                         "failure reaction and status latency (default 10000000, the "
@@ -72,7 +76,7 @@ def run_metadata(args: argparse.Namespace) -> int:
                       tls=not args.insecure, keep=args.keep,
                       scale_chunks=args.scale_chunks, scale_files=args.scale_files,
                       scale_idle_s=args.scale_idle_s, managers=args.managers,
-                      coherent_timeout=args.coherent_timeout)
+                      coherent_timeout=args.coherent_timeout, floor=args.floor)
     result = run_metadata(options, command=" ".join(["mosafs", "bench", *sys.argv[2:]]))
     return print_result(result, args.json, format_table)
 

@@ -29,6 +29,12 @@ with the caches dropped as above, then again warm; and os.listdir alone, cold an
 The peer (--peer, as `mosafs bench write`): a private MooseFS cluster
 (mosafs.bench.moosefs) and the same create phases with 8 clients on its mount.
 
+The floor (unless --no-floor): the null namespace (mosafs.bench.nullns, a pyfuse3 file
+system that keeps its tree in a dict and answers at once, served as `mosafs mount` is) and
+the create and stat phases with 8 clients on it: what pyfuse3, trio and the kernel's FUSE
+module allow on this machine at this moment, before any file system's own work. Each
+target on creates and stats reports it beside mosafs' figure ("floor_per_s", "of_floor").
+
 The manager at scale (--scale-chunks, --scale-files; mosafs.bench.manager_scale): a
 synthetic store of 10 million chunk records and 1 million files written straight into
 LMDB (mosafs.bench.synthetic), a real manager on it with six stand-in benefactors: its
@@ -90,6 +96,7 @@ ANSWER_TIMEOUT = 4 * 3600.0  # one phase of one client; a hung mount ends the ru
 Pids = Callable[[], dict[str, int]]
 MOSAFS_ROLES: Roles = {"manager": ("manager",), "mount": ("mount",)}  # mount + its workers
 MOOSEFS_ROLES: Roles = {"master": ("mfsmaster",), "mount": ("mfsmount",)}
+NULL_ROLES: Roles = {"mount": ("nullns",)}
 
 
 @dataclass
@@ -107,6 +114,7 @@ class Options:
     scale_idle_s: int = 30
     managers: int = 1            # `mosafs up --managers`: 2 puts a standby on every commit
     coherent_timeout: float | None = None  # the mount's --coherent-timeout (None: default)
+    floor: bool = True           # the null namespace's create and stat phases
 
     def check(self) -> Options:
         """The options as they are, or ConfigError (exit code 2) naming the bad one."""
@@ -381,6 +389,40 @@ def _peer(workdir: Path, options: Options, skipped: str | None, logs: Path) -> d
             fs.stop()
 
 
+def _floor(workdir: Path, options: Options, logs: Path) -> dict[str, Any]:
+    """The create and stat phases with TARGET_CLIENTS clients on the null namespace."""
+    if not options.floor:
+        return {"skipped": "not asked for (--no-floor)"}
+    mnt = workdir / "nullns-mnt"
+    mnt.mkdir(parents=True)
+    ready = workdir / "nullns.ready.json"
+    fs = procs.Daemon("nullns", python_command("mosafs.bench.nullns", str(mnt), "--ready-file",
+                                               str(ready)), ready, workdir / "nullns.log")
+    try:
+        fs.start(timeout=60)
+
+        def pids() -> dict[str, int]:
+            return {"nullns": fs.pid}
+
+        label, base = "null namespace", mnt / f"n{TARGET_CLIENTS}"
+        out: dict[str, Any] = {"clients": TARGET_CLIENTS}
+        with Clients(TARGET_CLIENTS, logs, "nullns") as clients:
+            out.update(creates(clients, base, options.files, pids, NULL_ROLES, label))
+            own = own_dirs(base, TARGET_CLIENTS)
+            out["stat_cached"] = _phase(clients, "stat_cached", label, client_commands(
+                "stat", own, options.files), pids, NULL_ROLES)
+            expired = expire_caches()
+            out["stat_uncached"] = {**_phase(clients, "stat_uncached", label, client_commands(
+                "stat", own, options.files), pids, NULL_ROLES), **expired}
+        return out
+    finally:
+        with _uninterrupted():
+            try:
+                fs.stop(timeout=30)
+            finally:
+                procs.unmount(mnt)
+
+
 # -- the run ---------------------------------------------------------------------------------
 
 def run_metadata(options: Options, command: str = "mosafs bench metadata") -> dict[str, Any]:
@@ -396,6 +438,7 @@ def run_metadata(options: Options, command: str = "mosafs bench metadata") -> di
                    "dir_entries": options.dir_entries, "commit_files": options.commit_files,
                    "commit_chunks": options.commit_chunks, "chunk_bytes": CHUNK_BYTES,
                    "fill_clients": FILL_CLIENTS, "peer": options.peer, "tls": options.tls,
+                   "floor": options.floor,
                    "benefactors": 3, "attr_timeout_s": ATTR_TIMEOUT_S,
                    "units": "ops_per_s: operations per second, aggregate (first start -> "
                             "last end); latencies in ms; seconds"},
@@ -405,6 +448,7 @@ def run_metadata(options: Options, command: str = "mosafs bench metadata") -> di
         logs = workdir / "clients"
         logs.mkdir()
         result.update(_mosafs(workdir / "mosafs", options, logs))
+        result["floor"] = _floor(workdir / "floor", options, logs)
         result["moosefs"] = _peer(workdir, options, skipped, logs)
         result["scale"] = _scale(workdir, options)
         result["targets"] = targets(result)

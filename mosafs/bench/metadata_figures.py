@@ -112,11 +112,20 @@ def targets(result: dict[str, Any]) -> dict[str, Any]:
             value = value[key]
         return value
 
+    floor = result.get("floor") or {}
+
+    def of_floor(phase: str, ours: float | None) -> dict[str, Any]:
+        """The null namespace's figure for PHASE (mosafs.bench.nullns) and ours as a share
+        of it: the ceiling of any pyfuse3 file system on this machine in this run."""
+        theirs = (floor.get(phase) or {}).get("ops_per_s")
+        return {"floor_per_s": theirs, "of_floor": ratio(ours, theirs)}
+
     out: dict[str, Any] = {}
     for layout in ("shared_dir", "own_dirs"):
         ours = figure(f"creates_{layout}", "ops_per_s")
         out[f"creates_per_s_{layout}"] = judge(ours, ">=", CREATES_MIN,
-                                               clients=TARGET_CLIENTS, note=no_run)
+                                               clients=TARGET_CLIENTS, note=no_run,
+                                               **of_floor(f"creates_{layout}", ours))
         theirs = (peer.get(f"creates_{layout}") or {}).get("ops_per_s")
         out[f"creates_{layout}_vs_moosefs"] = judge(
             ratio(ours, theirs), ">=", VS_MOOSEFS_MIN, mosafs_per_s=ours,
@@ -132,12 +141,14 @@ def targets(result: dict[str, Any]) -> dict[str, Any]:
         writers=TARGET_CLIENTS, calls=rpc.get("calls"),
         note=no_run or (None if at_most is not None else "past the histogram's last bound"
                         if rpc.get("calls") else "the manager's metrics were not read"))
-    out["stat_cached_per_s"] = judge(figure("stat_cached", "ops_per_s"), ">=", STATS_MIN,
-                                     clients=TARGET_CLIENTS, note=no_run)
+    cached = figure("stat_cached", "ops_per_s")
+    out["stat_cached_per_s"] = judge(cached, ">=", STATS_MIN, clients=TARGET_CLIENTS,
+                                     note=no_run, **of_floor("stat_cached", cached))
     dropped = figure("stat_uncached", "caches_dropped")
+    uncached = figure("stat_uncached", "ops_per_s")
     out["stat_uncached_per_s"] = judge(
-        figure("stat_uncached", "ops_per_s"), ">=", STATS_MIN, clients=TARGET_CLIENTS,
-        caches_dropped=dropped, note=no_run or (
+        uncached, ">=", STATS_MIN, clients=TARGET_CLIENTS,
+        caches_dropped=dropped, **of_floor("stat_uncached", uncached), note=no_run or (
             None if dropped or run is None else "the kernel's caches could not be dropped "
             "(not root): only the attribute timeout expired them"))
     large = result["large_dir"]
@@ -209,6 +220,15 @@ def format_table(result: dict[str, Any]) -> str:
               f"{large['ls_l_cold']['seconds']:.3f}s, warm {large['ls_l_warm']['seconds']:.3f}s; "
               f"listdir cold {large['listdir_cold']['seconds']:.3f}s, warm "
               f"{large['listdir_warm']['seconds']:.3f}s"]
+    floor = result.get("floor") or {"skipped": "not in this result"}
+    if "skipped" in floor:
+        lines.append(f"null namespace (the pyfuse3 floor) skipped: {floor['skipped']}")
+    else:
+        lines.append(f"null namespace (the pyfuse3 floor), {floor['clients']} clients: "
+                     f"creates/s shared {num(floor['creates_shared_dir']['ops_per_s'])}, own "
+                     f"dirs {num(floor['creates_own_dirs']['ops_per_s'])}; stat/s cached "
+                     f"{num(floor['stat_cached']['ops_per_s'])}, uncached "
+                     f"{num(floor['stat_uncached']['ops_per_s'])}")
     peer = result["moosefs"]
     if "skipped" in peer:
         lines.append(f"MooseFS peer skipped: {peer['skipped']}")

@@ -29,6 +29,7 @@ import stat
 import sys
 import time
 from collections import Counter
+from collections.abc import Callable
 from typing import Any
 
 import pyfuse3
@@ -207,10 +208,17 @@ def read_stats(path: str | os.PathLike[str]) -> dict[str, Any]:
 
 async def _serve(ops: NullOperations, mountpoint: str, allow_other: bool,
                  ready_file: str | None) -> None:
+    await _serve_ops(ops, "mosafs-null", mountpoint, allow_other, ready_file,
+                     lambda: print(json.dumps(ops.stats()), file=sys.stderr, flush=True))
+
+
+async def _serve_ops(ops: pyfuse3.Operations, name: str, mountpoint: str, allow_other: bool,
+                     ready_file: str | None, at_exit: Callable[[], None] | None) -> None:
+    """Serve OPS at MOUNTPOINT as `mosafs mount` serves its operations, until a signal."""
     from mosafs.procutil import write_ready_file
 
     options = set(pyfuse3.default_options)  # as mosafs.client.main._serve
-    options |= {"fsname=mosafs-null", "subtype=mosafs-null"}
+    options |= {f"fsname={name}", f"subtype={name}"}
     if allow_other:
         options.add("allow_other")
     pyfuse3.init(ops, mountpoint, options)
@@ -222,7 +230,8 @@ async def _serve(ops: NullOperations, mountpoint: str, allow_other: bool,
             nursery.cancel_scope.cancel()
     finally:
         pyfuse3.close(unmount=True)
-        print(json.dumps(ops.stats()), file=sys.stderr, flush=True)
+        if at_exit is not None:
+            at_exit()
 
 
 async def _terminate_on_signal() -> None:

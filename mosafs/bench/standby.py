@@ -138,7 +138,7 @@ def run_standby(pairs: int, *, files: int, dir_entries: int, commit_files: int,
             options = Options(clients=CLIENTS, files=files, dir_entries=dir_entries,
                               commit_files=commit_files, commit_chunks=commit_chunks,
                               peer="none", tls=tls, scale_chunks=0, managers=managers,
-                              keep=workdir / f"pair{pair}-m{managers}")
+                              floor=False, keep=workdir / f"pair{pair}-m{managers}")
             one = run_metadata(options,
                                command=f"{command} (pair {pair}, --managers {managers})")
             result["runs"].append({"pair": pair, "managers": managers, "date": one["date"],

@@ -69,7 +69,7 @@ def test_bench_metadata_json_figures_and_clean_up(tmp_path: Path) -> None:
     for log in logs:
         assert [x for x in log.read_text().splitlines() if NOISE.search(x)] == [], log
     client_logs = sorted((run_dir / "clients").glob("*.log"))
-    assert len(client_logs) == 1 + 8 + 8  # n1, n8 and the large directory's
+    assert len(client_logs) == 1 + 8 + 8 + 8  # n1, n8, the large directory's, the floor's
     assert [p.name for p in client_logs if p.read_text()] == []
 
     assert {"benchmark", "date", "command", "machine", "params", "cluster", "runs",
@@ -101,6 +101,14 @@ def test_bench_metadata_json_figures_and_clean_up(tmp_path: Path) -> None:
         _check_phase(large[name], 1, ENTRIES)
     assert large["ls_l_cold"]["caches_dropped"] is (os.geteuid() == 0)
     assert result["moosefs"] == {"skipped": "not asked for (--peer none)"}
+    # The floor: the same creates and stats on the null namespace, by its one process.
+    floor = result["floor"]
+    assert floor["clients"] == 8 and params["floor"] is True
+    for name in ("creates_shared_dir", "creates_own_dirs", "stat_cached", "stat_uncached"):
+        assert floor[name]["ops"] == 8 * FILES and floor[name]["ops_per_s"] > 0, name
+        assert {"nullns", "clients"} <= set(floor[name]["cpu"]["cpu_s"])
+        assert floor[name]["mount_cpu_s"] == floor[name]["cpu"]["cpu_s"]["nullns"]
+    assert floor["stat_uncached"]["caches_dropped"] is (os.geteuid() == 0)
     # The synthetic manager: generated, served, idle, asked for its status, one benefactor
     # stopped and its chunks copied from the others.
     scale = result["scale"]
@@ -120,6 +128,10 @@ def test_bench_metadata_json_figures_and_clean_up(tmp_path: Path) -> None:
     for name in ("creates_per_s_shared_dir", "creates_per_s_own_dirs", "commit_close_p99_ms",
                  "stat_cached_per_s", "stat_uncached_per_s"):
         assert isinstance(targets[name]["pass"], bool), name  # judged at 8 clients
+    for name, phase in (("creates_per_s_own_dirs", "creates_own_dirs"),
+                        ("stat_uncached_per_s", "stat_uncached")):
+        assert targets[name]["floor_per_s"] == floor[phase]["ops_per_s"]
+        assert targets[name]["of_floor"] > 0
     for name in ("creates_shared_dir_vs_moosefs", "creates_own_dirs_vs_moosefs",
                  "ls_l_100000_entries_s", "scale_idle_cpu_share",
                  "scale_rereplication_start_s", "scale_status_p99_ms"):
@@ -129,7 +141,8 @@ def test_bench_metadata_json_figures_and_clean_up(tmp_path: Path) -> None:
 
     started = result["processes"]["started"]
     names = {p["name"] for p in started}
-    assert {"up", "mount", "manager", "n1-client-0", "n8-client-7", "large-client-7"} <= names
+    assert {"up", "mount", "manager", "n1-client-0", "n8-client-7", "large-client-7",
+            "nullns", "nullns-client-7"} <= names
     assert result["processes"]["left_running"] == []
     assert not [p for p in started if pid_alive(p["pid"])]
     assert mounts_under(tmp_path) == []

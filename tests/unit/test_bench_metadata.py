@@ -227,6 +227,32 @@ def test_the_table_has_a_row_per_client_count_and_every_verdict() -> None:
     assert "MooseFS, 8 clients: creates/s shared 900, own dirs 950" in mf.format_table(result)
 
 
+def test_each_create_and_stat_target_names_the_null_namespaces_figure_and_our_share() -> None:
+    floor = {"clients": 8, "creates_shared_dir": _phase(4000.0),
+             "creates_own_dirs": _phase(8000.0), "stat_cached": _phase(100_000.0),
+             "stat_uncached": _phase(25_000.0, caches_dropped=True)}
+    result = _result([_run(8, creates=1000.0, stats=20_000.0)])
+    result["floor"] = floor
+    got = mf.targets(result)
+    assert got["creates_per_s_shared_dir"]["floor_per_s"] == 4000.0
+    assert got["creates_per_s_shared_dir"]["of_floor"] == 0.25
+    assert got["creates_per_s_own_dirs"]["of_floor"] == round(1001 / 8000, 3)
+    assert got["stat_cached_per_s"]["of_floor"] == 0.2
+    assert got["stat_uncached_per_s"]["of_floor"] == 0.8
+    # The floor informs; it does not change a verdict.
+    assert got["creates_per_s_shared_dir"]["pass"] is False
+    assert got["stat_uncached_per_s"]["pass"] is True
+    result["targets"] = got
+    result["targets_pass"] = mf.overall(got)
+    assert ("null namespace (the pyfuse3 floor), 8 clients: creates/s shared 4000, own dirs "
+            "8000; stat/s cached 100000, uncached 25000") in mf.format_table(result)
+
+    result["floor"] = {"skipped": "not asked for (--no-floor)"}
+    skipped = mf.targets(result)["stat_cached_per_s"]
+    assert "floor_per_s" not in skipped and "of_floor" not in skipped
+    assert "floor) skipped: not asked for (--no-floor)" in mf.format_table(result)
+
+
 # -- options and the command line --------------------------------------------------------------
 
 @pytest.mark.parametrize(("field", "value", "message"), [

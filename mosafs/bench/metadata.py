@@ -393,18 +393,14 @@ def _floor(workdir: Path, options: Options, logs: Path) -> dict[str, Any]:
     """The create and stat phases with TARGET_CLIENTS clients on the null namespace."""
     if not options.floor:
         return {"skipped": "not asked for (--no-floor)"}
-    mnt = workdir / "nullns-mnt"
-    mnt.mkdir(parents=True)
-    ready = workdir / "nullns.ready.json"
-    fs = procs.Daemon("nullns", python_command("mosafs.bench.nullns", str(mnt), "--ready-file",
-                                               str(ready)), ready, workdir / "nullns.log")
+    fs = procs.NullFs(workdir, "nullns")
     try:
-        fs.start(timeout=60)
+        fs.start()
 
         def pids() -> dict[str, int]:
             return {"nullns": fs.pid}
 
-        label, base = "null namespace", mnt / f"n{TARGET_CLIENTS}"
+        label, base = "null namespace", fs.mountpoint / f"n{TARGET_CLIENTS}"
         out: dict[str, Any] = {"clients": TARGET_CLIENTS}
         with Clients(TARGET_CLIENTS, logs, "nullns") as clients:
             out.update(creates(clients, base, options.files, pids, NULL_ROLES, label))
@@ -417,10 +413,7 @@ def _floor(workdir: Path, options: Options, logs: Path) -> dict[str, Any]:
         return out
     finally:
         with _uninterrupted():
-            try:
-                fs.stop(timeout=30)
-            finally:
-                procs.unmount(mnt)
+            fs.stop()
 
 
 # -- the run ---------------------------------------------------------------------------------

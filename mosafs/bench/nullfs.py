@@ -241,12 +241,18 @@ async def _terminate_on_signal() -> None:
             return
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m mosafs.bench.nullfs",
-                                     description="Mount the null pyfuse3 file system.")
+def mount_parser(name: str, description: str) -> argparse.ArgumentParser:
+    """The command line every null file system takes (python -m mosafs.bench.NAME)."""
+    parser = argparse.ArgumentParser(prog=f"python -m mosafs.bench.{name}",
+                                     description=description)
     parser.add_argument("mountpoint", help="an existing empty directory")
     parser.add_argument("--ready-file", help="JSON {pid, address, mountpoint} once mounted")
     parser.add_argument("--allow-other", action="store_true")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = mount_parser("nullfs", "Mount the null pyfuse3 file system.")
     parser.add_argument("--writeback-cache", action="store_true",
                         help="experiment: ask for the kernel's writeback cache")
     parser.add_argument("--no-xattrs", action="store_true",

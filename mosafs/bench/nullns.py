@@ -22,7 +22,6 @@ SIGINT/SIGTERM unmount and exit. Once mounted, the ready file (if given) gets
 
 from __future__ import annotations
 
-import argparse
 import errno
 import os
 import stat
@@ -34,7 +33,7 @@ from typing import Any
 import pyfuse3
 import trio
 
-from mosafs.bench.nullfs import _serve_ops
+from mosafs.bench.nullfs import _serve_ops, mount_parser
 
 ROOT = pyfuse3.ROOT_INODE
 TIMEOUT = 1.0  # mosafs.client.files.ClientConfig.attr_timeout
@@ -164,12 +163,7 @@ class NullNamespace(pyfuse3.Operations):
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m mosafs.bench.nullns",
-                                     description="Mount the null pyfuse3 namespace.")
-    parser.add_argument("mountpoint", help="an existing empty directory")
-    parser.add_argument("--ready-file", help="JSON {pid, address, mountpoint} once mounted")
-    parser.add_argument("--allow-other", action="store_true")
-    args = parser.parse_args(argv)
+    args = mount_parser("nullns", "Mount the null pyfuse3 namespace.").parse_args(argv)
     if not os.path.isdir(args.mountpoint):
         print(f"mount point {args.mountpoint} is not a directory", file=sys.stderr)
         return 2

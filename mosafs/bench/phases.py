@@ -33,7 +33,14 @@ from typing import Any
 
 from mosafs.bench import procs
 from mosafs.bench.moosefs import GOAL, MooseFs, space_reason
-from mosafs.bench.procs import BenchError, Daemon, alive, kill_pids, memory_status, reset_peak_rss
+from mosafs.bench.procs import (
+    BenchError,
+    NullFs,
+    alive,
+    kill_pids,
+    memory_status,
+    reset_peak_rss,
+)
 from mosafs.bench.timing import CpuMeter, digest, drop_caches, make_data, read_file, write_file
 from mosafs.bench.workloads import Workload, steps
 from mosafs.bench.write import (
@@ -191,22 +198,14 @@ def writer_runs(folder: Path, counts: list[int], total: int, seed: str, pids: Pi
 def null_writers(workdir: Path, counts: list[int], total: int, seed: str,
                  repeat: int) -> list[dict[str, Any]]:
     """The ceiling: the null file system with a file per writer."""
-    mnt = workdir / "null-mnt"
-    mnt.mkdir(parents=True, exist_ok=True)
-    ready = workdir / "nullfiles.ready.json"
-    fs = Daemon("nullfiles", python_command("mosafs.bench.nullfiles", str(mnt), "--files",
-                                            str(max(counts)), "--ready-file", str(ready)),
-                ready, workdir / "nullfiles.log")
+    fs = NullFs(workdir, "nullfiles", "--files", str(max(counts)))
     try:
-        fs.start(timeout=60)
-        return writer_runs(mnt, counts, total, seed, lambda: {"nullfs": fs.pid},
+        fs.start()
+        return writer_runs(fs.mountpoint, counts, total, seed, lambda: {"nullfs": fs.pid},
                            "null", names=lambda i: f"data.{i}", repeat=repeat)
     finally:
         with _uninterrupted():
-            try:
-                fs.stop(timeout=30)
-            finally:
-                procs.unmount(mnt)
+            fs.stop()
 
 
 def writer_main(path: str, size: int, seed: str) -> int:

@@ -221,17 +221,18 @@ def terminate(popen: subprocess.Popen[bytes], name: str,
 
 
 class NullFs:
-    """`python -m mosafs.bench.nullfs MOUNTPOINT`: the null pyfuse3 file system."""
+    """`python -m mosafs.bench.NAME MOUNTPOINT [ARGS]`: a null pyfuse3 file system (NAME
+    nullfs, nullfiles or nullns), mounted at WORKDIR/null-mnt."""
 
-    def __init__(self, workdir: Path) -> None:
+    def __init__(self, workdir: Path, name: str = "nullfs", *args: str) -> None:
         self.mountpoint = workdir / "null-mnt"
         self.mountpoint.mkdir(parents=True, exist_ok=True)
         self.path = self.mountpoint / "data"
+        ready = workdir / f"{name}.ready.json"
         self.daemon = Daemon(
-            "nullfs",
-            python_command("mosafs.bench.nullfs", str(self.mountpoint),
-                           "--ready-file", str(workdir / "nullfs.ready.json")),
-            workdir / "nullfs.ready.json", workdir / "nullfs.log")
+            name, python_command(f"mosafs.bench.{name}", str(self.mountpoint), *args,
+                                 "--ready-file", str(ready)),
+            ready, workdir / f"{name}.log")
 
     def start(self) -> None:
         self.daemon.start(timeout=60)

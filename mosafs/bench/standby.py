@@ -111,7 +111,7 @@ def summarize(runs: Sequence[dict[str, Any]]) -> dict[str, Any]:
                    # Whether every line's interval lies within the target too: the
                    # verdict that the machine's swings cannot have made.
                    "pass_ci95": None if None in intervals else
-                   all(ci[0] >= -MAX_LOSS_PCT for ci in intervals if ci is not None)},
+                   all(ci[0] >= -MAX_LOSS_PCT for ci in intervals)},
     }
 
 

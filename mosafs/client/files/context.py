@@ -101,7 +101,7 @@ class ClientContext:
         NVRTC and the GPU context) before the first write, whose close would otherwise
         wait for them (0.2-1.6 s with numba's cache on the 2-CPU machine)."""
         started = time.monotonic()
-        chunker = self.chunker(_default_spec(), "auto")
+        chunker = self.chunker(_default_spec())
         stream = chunker.stream()
         stream.feed(bytes(1 << 20))
         stream.finish()

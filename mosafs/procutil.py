@@ -4,11 +4,15 @@ identity for mutual TLS, a metrics endpoint, the ready file, stopping on signals
 The ready file: once a daemon serves, it writes a JSON object (at least "address" and "pid")
 to the path given with --ready-file, atomically (temp file + rename). `mosafs up` and the
 tests start daemons on port 0 and learn the real address from it.
+
+The heap: once set up, just before it writes its ready file, a daemon calls settle_heap()
+(the cyclic garbage collector's settings, below).
 """
 
 from __future__ import annotations
 
 import fcntl
+import gc
 import json
 import logging
 import os
@@ -162,6 +166,28 @@ def write_json_atomic(path: str | os.PathLike[str], payload: dict[str, Any]) -> 
         f.flush()
         os.fsync(f.fileno())
     os.replace(tmp, path)
+
+
+# The cyclic collector's thresholds in a daemon that serves (gen0, gen1, gen2). Python's
+# (700, 10, 10) ran a collection every few creates in the mount and the manager, and a
+# full one, over every module, descriptor and cache entry, every 70,000 allocations:
+# 5 % of the mount's GIL time went to gc_collect_main (py-spy --native --gil, 8 processes
+# creating files). Short-lived objects die by reference counting before any collection;
+# what the collector is for, reference cycles (exceptions with their frames, trio's
+# tasks), waits for 50,000 allocations at most in the youngest generation.
+# docs/benchmarks.md, "The cyclic garbage collector".
+GC_THRESHOLDS = (50_000, 20, 10)
+
+
+def settle_heap() -> None:
+    """Call once the daemon is set up, before it serves: everything allocated so far
+    (modules, protobuf descriptors, gRPC, configuration) lives as long as the process, so
+    it is moved out of the collector's reach (gc.freeze: no full collection walks it
+    again, and forked children do not copy its pages on a collection), and the collector
+    runs at GC_THRESHOLDS from now on."""
+    gc.collect()
+    gc.freeze()
+    gc.set_threshold(*GC_THRESHOLDS)
 
 
 def write_ready_file(path: str | None, **payload: Any) -> None:

@@ -107,6 +107,7 @@ def run(args: argparse.Namespace) -> int:
     from mosafs.benefactor.servicer import add_to_server
     from mosafs.procutil import (
         listen,
+        settle_heap,
         start_daemon,
         stop_event,
         wait_for_stop,
@@ -175,6 +176,7 @@ def run(args: argparse.Namespace) -> int:
                 registrar.start()
                 inventory.start()
             scrubs.start()
+            settle_heap()
             write_ready_file(args.ready_file, address=info.address, id=info.id,
                              data_dir=str(store.data_dir), listen=f"{listen_host}:{port}",
                              metrics=metrics_url)

@@ -17,23 +17,19 @@ committer's thread. LMDB binds a write transaction to the thread that began it, 
 why the bodies move to the committer's thread instead of the committer borrowing the
 callers' transactions.
 
-Bodies announced together (`announce`: the writes of one Batch RPC, which its threads
-queue a few hundred microseconds apart) share a group too: the committer waits for every
-announced body not yet queued, up to GATHER_S, before it commits what it holds. Left to
-chance they made two or three groups per batch, and every group is a durable commit and,
-with standbys, a log entry to ship (docs/benchmarks.md, "A batch's writes in one group").
-A ticket whose body never comes (refused before writing) is retired when its operation
-ends, so the committer waits for it no longer.
+Bodies queued together (`run_together`: the writes of one Batch RPC) always share a group:
+they enter the queue as one item, from the thread that answers the RPC, so no thread of
+their own is needed to wait for each, and no group is cut between them (a group then
+holds more than MAX_GROUP bodies if one batch brings more: a batch holds at most 256).
 """
 
 from __future__ import annotations
 
-import contextvars
 import logging
 import queue
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
@@ -48,8 +44,6 @@ log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 MAX_GROUP = 256  # bodies in one transaction: bounds a group's dirty pages and its latency
-GATHER_S = 0.002  # the longest a group waits for announced bodies not yet queued
-_WAKE = object()  # queued when a ticket is retired: the committer looks again
 _STOP = object()  # queued by close()
 
 
@@ -60,37 +54,6 @@ class _Request(Generic[T]):
     seq: int = 0  # the replication log entry its group became (0: none)
     tag: str = ""  # whom the body runs for (the observer is told)
     ops: list[Any] | None = None  # its changes, where they are recorded
-    announced: bool = False  # it came with a ticket (the committer was waiting for it)
-
-
-class Ticket:
-    """One announced body (GroupCommitter.announce): run the operation that will queue it
-    inside `with ticket:`, in the thread that runs it. Its first body queued there takes
-    the ticket; if none does, leaving the block retires it."""
-
-    def __init__(self, committer: GroupCommitter) -> None:
-        self._committer = committer
-        self._token: contextvars.Token[Ticket | None] | None = None
-        self.taken = False  # by a body, or retired: the committer no longer waits for it
-
-    def __enter__(self) -> Ticket:
-        self._token = _TICKET.set(self)
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        if self._token is not None:
-            _TICKET.reset(self._token)
-        self._committer._retire(self)
-
-    def take(self, committer: GroupCommitter) -> bool:
-        """Whether a body of COMMITTER queued now comes with this ticket (its first one)."""
-        if self.taken or committer is not self._committer:
-            return False
-        self.taken = True
-        return True
-
-
-_TICKET: contextvars.ContextVar[Ticket | None] = contextvars.ContextVar("ticket", default=None)
 
 
 class Journal(Protocol):
@@ -122,7 +85,8 @@ class GroupCommitter:
         self._env = env
         self._max_group = max_group
         self._gate = gate or nullcontext
-        self._queue: queue.SimpleQueue[Any] = queue.SimpleQueue()  # requests, _WAKE, _STOP
+        # Lists of requests (a lone one, or a batch's), and _STOP.
+        self._queue: queue.SimpleQueue[Any] = queue.SimpleQueue()
         self._closed = False
         self._lock = threading.Lock()
         self.journal: Journal | None = None  # set while a replication log is attached
@@ -131,8 +95,6 @@ class GroupCommitter:
         # What records a body's changes (the transaction it sees instead, and the list its
         # changes go to), for the journal and the observer; unused while neither is set.
         self.recorder: Callable[[lmdb.Transaction[bytes]], tuple[Any, list[Any]]] | None = None
-        self._awaited = 0  # announced bodies not yet taken into a group (under _lock)
-        self.gather_s = GATHER_S
         self.groups = 0  # transactions committed
         self.bodies = 0  # bodies run (committed or rolled back)
         self._thread = threading.Thread(target=self._serve, name=name, daemon=True)
@@ -148,32 +110,37 @@ class GroupCommitter:
                    tag: str = "") -> tuple[T, int]:
         """As run, with the replication log entry its group became (0: none). TAG: whom
         BODY runs for, as the observer is told."""
+        (request,) = self._queue_all([body], tag)
+        return request.future.result(), request.seq
+
+    def run_together(self, bodies: Sequence[Callable[[lmdb.Transaction[bytes]], Any]],
+                     tag: str = "") -> tuple[list[tuple[bool, Any]], int]:
+        """BODIES in one group, in order, each as `run` would run it: (True, result) or
+        (False, the exception it raised) for each, once the group is durable, and the
+        replication log entry the group became (0: none). If the group's commit fails,
+        every body's outcome is that error."""
+        requests = self._queue_all(bodies, tag)
+        outcomes: list[tuple[bool, Any]] = []
+        for request in requests:
+            try:
+                outcomes.append((True, request.future.result()))
+            except BaseException as exc:
+                outcomes.append((False, exc))
+        return outcomes, max(r.seq for r in requests)
+
+    def _queue_all(self, bodies: Sequence[Callable[[lmdb.Transaction[bytes]], Any]],
+                   tag: str) -> list[_Request[Any]]:
         if threading.current_thread() is self._thread:
             raise RuntimeError("a write transaction's body started another write: the "
                                "committer would wait for itself")
-        request: _Request[T] = _Request(body, tag=tag)
-        ticket = _TICKET.get()
+        if not bodies:
+            raise ValueError("nothing to run")
+        requests = [_Request(body, tag=tag) for body in bodies]
         with self._lock:
             if self._closed:
                 raise RuntimeError("the metadata store is closed")
-            request.announced = ticket is not None and ticket.take(self)
-            self._queue.put(request)
-        return request.future.result(), request.seq
-
-    def announce(self) -> Ticket:
-        """A body another thread is about to queue: the group it would join waits for it
-        (up to GATHER_S). See Ticket."""
-        with self._lock:
-            self._awaited += 1
-        return Ticket(self)
-
-    def _retire(self, ticket: Ticket) -> None:
-        with self._lock:
-            if ticket.taken:
-                return
-            ticket.taken = True
-            self._awaited -= 1
-            self._queue.put(_WAKE)
+            self._queue.put(requests)
+        return requests
 
     def close(self) -> None:
         """Run what is queued, then stop the committer's thread."""
@@ -192,43 +159,17 @@ class GroupCommitter:
             first = self._queue.get()
             if first is _STOP:
                 return
-            if first is _WAKE:
-                continue
-            group = [self._took(first)]
-            deadline = time.monotonic() + self.gather_s
+            group = list(first)
             while len(group) < self._max_group:
-                more = self._next(deadline)
-                if more is None:
+                try:
+                    more = self._queue.get_nowait()
+                except queue.Empty:
                     break
                 if more is _STOP:
                     stopping = True
                     break
-                if more is not _WAKE:
-                    group.append(self._took(more))
+                group += more
             self._commit(group)
-
-    def _next(self, deadline: float) -> Any:
-        """The next queued item; when none is queued, the next to come while an announced
-        body is awaited (up to DEADLINE). None: the group is complete."""
-        try:
-            return self._queue.get_nowait()
-        except queue.Empty:
-            pass
-        with self._lock:
-            awaited = self._awaited > 0
-        left = deadline - time.monotonic()
-        if not awaited or left <= 0:
-            return None
-        try:
-            return self._queue.get(timeout=left)
-        except queue.Empty:
-            return None
-
-    def _took(self, request: _Request[Any]) -> _Request[Any]:
-        if request.announced:
-            with self._lock:
-                self._awaited -= 1
-        return request
 
     def _commit(self, group: list[_Request[Any]]) -> None:
         outcomes: list[tuple[bool, Any]] = []

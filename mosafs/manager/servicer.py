@@ -16,7 +16,7 @@ from mosafs.errors import FailedPrecondition, MosafsError
 from mosafs.manager.batches import Batches
 from mosafs.manager.core import Manager
 from mosafs.manager.folders import policy_of
-from mosafs.manager.metadata import Fragments, SessionCommit
+from mosafs.manager.metadata import Fragments, Planned, SessionCommit
 from mosafs.manager.permissions import Guard
 from mosafs.rpc.errors import servicer, status_code
 from mosafs.rpc.handlers import add_decoding_in_handlers
@@ -37,7 +37,7 @@ class ManagerServicer(manager_pb2_grpc.ManagerServicer):
         # Who may do what (mosafs.manager.permissions): checked before each call below.
         self._guard = Guard(manager.store)
         self._batch = Batches({"lookup": self._lookup, "getattr": self._getattr},
-                              {"create": self._create}, announce=manager.store.announce_write)
+                              {"create": self._plan_create}, manager.store.run_planned)
 
     # --- namespace ------------------------------------------------------------------------
 
@@ -102,6 +102,13 @@ class ManagerServicer(manager_pb2_grpc.ManagerServicer):
                            "Create")
         return self._store.create(request.parent, request.name, request.mode, request.uid,
                                   request.gid, exclusive=request.exclusive)
+
+    def _plan_create(self, request: pb.CreateRequest) -> Planned[pb.Attr]:
+        """A batched create: checked as Create is, run with the batch's other writes."""
+        self._guard.create(current_caller(), request.parent, request.uid, request.gid,
+                           "Create")
+        return self._store.plan_create(request.parent, request.name, request.mode,
+                                       request.uid, request.gid, exclusive=request.exclusive)
 
     def Unlink(self, request: pb.UnlinkRequest, context: Ctx) -> pb.Empty:
         self._guard.remove(current_caller(), request.parent, request.name, "Unlink")

@@ -142,53 +142,35 @@ def test_a_body_cannot_start_another_write_and_a_closed_committer_refuses(
         committer.run(put(b"late"))
 
 
-def _announced(committer: GroupCommitter, count: int, work: Callable[[int], object]
-               ) -> list[object]:
-    """COUNT operations announced at once, then each run in a thread of its own, the i-th
-    starting i x 20 ms later (far apart, as a loaded machine may start them): WORK(i)."""
-    tickets = [committer.announce() for _ in range(count)]
-
-    def run(i: int) -> object:
-        threading.Event().wait(0.02 * i)
-        with tickets[i]:
-            return work(i)
-
-    with ThreadPoolExecutor(count) as pool:
-        return list(pool.map(run, range(count)))
-
-
-def test_announced_bodies_share_one_commit_however_late_their_threads_start(
+def test_bodies_run_together_share_one_commit_and_each_gets_its_own_outcome(
         env: lmdb.Environment) -> None:
     committer = GroupCommitter(env)
-    committer.gather_s = 30.0  # the test's own bound: a group never waits this long here
-    started = time.monotonic()
-    done = _announced(committer, 6, lambda i: committer.run(put(b"a%d" % i)))
-    assert done == [b"a%d" % i for i in range(6)]
-    assert committer.groups == 1 and committer.bodies == 6
-    assert time.monotonic() - started < 15  # it committed once all six came, not at 30 s
-    # A body without a ticket does not wait for anything.
-    assert committer.run(put(b"lone")) == b"lone" and committer.groups == 2
-    committer.close()
 
+    def refused(txn: lmdb.Transaction) -> bytes:
+        txn.put(b"refused", b"x")
+        raise PermissionError("no")
 
-def test_a_ticket_whose_operation_writes_nothing_is_retired_and_only_its_first_body_counts(
-        env: lmdb.Environment) -> None:
-    committer = GroupCommitter(env)
-    committer.gather_s = 30.0
-
-    def work(i: int) -> object:
-        if i == 1:
-            raise PermissionError("refused before writing")  # its ticket is retired
-        if i == 2:  # two writes: the first came with the ticket, the second alone
-            return [committer.run(put(b"twice-%d" % n)) for n in range(2)]
-        return committer.run(put(b"b%d" % i))
-
-    started = time.monotonic()
-    with pytest.raises(PermissionError):
-        _announced(committer, 3, work)
-    assert time.monotonic() - started < 15
+    bodies = [put(b"a%d" % i) for i in range(3)] + [refused] + [put(b"a3")]
+    outcomes, seq = committer.run_together(bodies)
+    assert [ok for ok, _ in outcomes] == [True, True, True, False, True]
+    assert [v for ok, v in outcomes if ok] == [b"a0", b"a1", b"a2", b"a3"]
+    assert isinstance(outcomes[3][1], PermissionError)
+    assert seq == 0  # no replication log attached
+    assert committer.groups == 1 and committer.bodies == 5
     with env.begin() as txn:
-        assert [txn.get(k) for k in (b"b0", b"twice-0", b"twice-1")] == [b"v"] * 3
-    assert committer.bodies == 3 and committer.groups == 2  # b0 and twice-0, then twice-1
-    assert committer._awaited == 0
+        assert txn.get(b"refused") is None and txn.get(b"a3") == b"v"
     committer.close()
+
+
+def test_a_batch_is_never_cut_into_groups(env: lmdb.Environment) -> None:
+    """A batch larger than MAX_GROUP stays one group: it came as one item of the queue."""
+    committer = GroupCommitter(env, max_group=4)
+    outcomes, _ = committer.run_together([put(b"c%02d" % i) for i in range(10)])
+    assert all(ok for ok, _ in outcomes) and committer.groups == 1
+    # Lone bodies queued behind a running group still fill the next one up to MAX_GROUP.
+    assert committer.run(put(b"lone")) == b"lone" and committer.groups == 2
+    with pytest.raises(ValueError):
+        committer.run_together([])
+    committer.close()
+    with pytest.raises(RuntimeError, match="closed"):
+        committer.run_together([put(b"late")])

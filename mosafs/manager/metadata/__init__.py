@@ -17,6 +17,7 @@ pools (docs/metadata.md is the reference for its schema and invariants).
   store       MetadataStore, every concern's operations over one base
 """
 
+from mosafs.manager.metadata.base import Planned
 from mosafs.manager.metadata.checks import (
     check_benefactor_id,
     check_certificate,
@@ -88,6 +89,7 @@ __all__ = [
     "Fragments",
     "Layout",
     "MetadataStore",
+    "Planned",
     "SessionCommit",
     "Tx",
     "WriteBase",

@@ -14,20 +14,20 @@ import functools
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import fields
+from dataclasses import dataclass, fields
 from pathlib import Path
-from typing import Any, Self, TypeVar, cast
+from typing import Any, Generic, Self, TypeVar, cast
 
 import lmdb
 
 from mosafs import capability
 from mosafs._proto import metadata_pb2
-from mosafs.errors import ConfigError
+from mosafs.errors import ConfigError, MosafsError
 from mosafs.manager import pools
 from mosafs.manager.changes import ChangeList
-from mosafs.manager.groupcommit import GroupCommitter, Ticket
+from mosafs.manager.groupcommit import GroupCommitter
 from mosafs.manager.mapsize import MapGrown, MapSizer, initial_size
 from mosafs.manager.metadata.schema import (
     _U64,
@@ -53,6 +53,16 @@ HOLDINGS_PAGE = 50_000  # chunk records per transaction while the holdings index
 
 _F = TypeVar("_F", bound=Callable[..., Any])
 _T = TypeVar("_T")
+
+
+@dataclass(frozen=True)
+class Planned(Generic[_T]):
+    """A write checked and ready to run as one operation of a group commit
+    (StoreBase.run_planned): BODY(tx), and whether it may grow the map (GROWS, as for
+    _write)."""
+
+    body: Callable[[Tx], _T]
+    grows: bool = False
 
 
 def _rerun_if_grown(method: _F) -> _F:
@@ -180,14 +190,10 @@ class StoreBase:
         apart."""
         self._map.prepare(grows=grows)
         seen = self._map.map_size
-        made: list[Tx] = []
-
-        def run(txn: lmdb.Transaction[bytes]) -> _T:
-            made.append(Tx(txn, self._db))  # a retry of the operation makes another
-            return body(made[-1])
-
+        made: list[Tx] = []  # a retry of the operation makes another
         try:
-            result, seq = self._committer.run_sealed(run, capability.ORIGIN.get())
+            result, seq = self._committer.run_sealed(self._running(body, made),
+                                                     capability.ORIGIN.get())
         except lmdb.MapFullError:
             raise self._map.full(seen, grows=grows) from None
         with self._count_lock:
@@ -197,10 +203,62 @@ class StoreBase:
             self.log.wait_confirmed(seq)
         return result
 
-    def announce_write(self) -> Ticket:
-        """A write another thread is about to make, which should share the group commit of
-        the writes announced with it (mosafs.manager.groupcommit.Ticket): a Batch's."""
-        return self._committer.announce()
+    def run_planned(self, plans: Sequence[Planned[Any]]) -> list[Any]:
+        """PLANS (a Batch RPC's writes) run in one group commit, in order, from this thread:
+        each one's result, or the MosafsError that refused it (rolled back alone), once
+        the group is durable (and confirmed by the standbys). A plan that found the map
+        full runs again alone once it grew. A bug in a body is raised, after the group."""
+        if not plans:
+            return []
+        try:  # the batch is admitted as a whole (near the ceiling: refused as a whole)
+            self._map.prepare(grows=any(p.grows for p in plans))
+        except MosafsError as exc:
+            return [exc] * len(plans)
+        seen = self._map.map_size
+        made: list[list[Tx]] = [[] for _ in plans]
+        outcomes, seq = self._committer.run_together(
+            [self._running(p.body, m) for p, m in zip(plans, made, strict=True)],
+            capability.ORIGIN.get())
+        answers: list[Any] = []
+        for plan, txs, (ok, value) in zip(plans, made, outcomes, strict=True):
+            if ok:
+                with self._count_lock:
+                    self._writes += 1
+                self._committed(txs[-1])
+            elif isinstance(value, lmdb.MapFullError):
+                value = self._alone(plan, seen)
+            elif not isinstance(value, MosafsError):
+                raise value  # a bug: the Batch call fails
+            answers.append(value.with_traceback(None) if isinstance(value, MosafsError)
+                           else value)
+        if seq and self.log is not None and any(ok for ok, _ in outcomes):
+            try:
+                self.log.wait_confirmed(seq)
+            except MosafsError as exc:  # stored here, not confirmed: each is told so
+                return [exc if ok else answer
+                        for (ok, _), answer in zip(outcomes, answers, strict=True)]
+        return answers
+
+    def _running(self, body: Callable[[Tx], _T], made: list[Tx]) -> Callable[..., _T]:
+        """BODY as the committer runs it, with the Tx of each run kept in MADE."""
+        def run(txn: lmdb.Transaction[bytes]) -> _T:
+            made.append(Tx(txn, self._db))
+            return body(made[-1])
+        return run
+
+    def _alone(self, plan: Planned[Any], seen: int) -> Any:
+        """PLAN again, in a group of its own, after its group found the map full at size
+        SEEN: its result or the MosafsError that refused it (NoSpace at the ceiling)."""
+        refusal = self._map.full(seen, grows=plan.grows)
+        if not isinstance(refusal, MapGrown):
+            return refusal
+        while True:
+            try:
+                return self._grouped(plan.body, grows=plan.grows)
+            except MapGrown:
+                continue
+            except MosafsError as exc:
+                return exc
 
     def attach_log(self, journal: ReplicationLog) -> None:
         """From now on every write transaction is recorded in JOURNAL, and none returns

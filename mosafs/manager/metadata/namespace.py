@@ -17,7 +17,7 @@ from mosafs.errors import (
     NotPermitted,
     NotSupported,
 )
-from mosafs.manager.metadata.base import StoreBase, _rerun_if_grown
+from mosafs.manager.metadata.base import Planned, StoreBase, _rerun_if_grown
 from mosafs.manager.metadata.checks import (
     _check_mknod_kind,
     _check_owner,
@@ -197,6 +197,13 @@ class NamespaceOps(StoreBase):
                exclusive: bool = False) -> manager_pb2.Attr:
         """A new empty regular file; an existing one is returned unless EXCLUSIVE (O_EXCL).
         MODE, UID and GID as for mkdir (S_IFREG tolerated in MODE)."""
+        plan = self.plan_create(parent, name, mode, uid, gid, exclusive=exclusive)
+        return self._grouped(plan.body, grows=plan.grows)
+
+    def plan_create(self, parent: int, name: str, mode: int, uid: int = 0, gid: int = 0, *,
+                    exclusive: bool = False) -> Planned[manager_pb2.Attr]:
+        """create's arguments checked and its write ready to run, with others, in one group
+        commit (run_planned: a Batch RPC's creates)."""
         raw = check_new_name(name)
         perm = _permissions(mode, REGULAR)
         _check_owner(uid, gid)
@@ -216,7 +223,7 @@ class NamespaceOps(StoreBase):
                 kind=REGULAR, mode=perm, nlink=1, uid=uid, gid=gid, atime_ns=now,
                 mtime_ns=now, ctime_ns=now, parent=parent, name=raw)
             return _add(tx, parent, pdir, raw, rec, now)
-        return self._grouped(body, grows=True)
+        return Planned(body, grows=True)
 
     @_rerun_if_grown
     def unlink(self, parent: int, name: str) -> None:

@@ -6,7 +6,6 @@ acknowledged is on disk when the environment is opened again."""
 from __future__ import annotations
 
 import threading
-import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path

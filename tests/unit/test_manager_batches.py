@@ -57,8 +57,8 @@ def test_a_batchs_creates_share_one_commit_and_a_refused_one_holds_nothing_back(
 
 def test_a_batch_read_refuses_its_writes_alone(store: MetadataStore) -> None:
     batches = _batches(store)
-    ops = _creates(["w"]) + [pb.BatchOp(lookup=pb.LookupRequest(parent=ROOT_INODE,
-                                                                name="missing"))]
+    missing = pb.BatchOp(lookup=pb.LookupRequest(parent=ROOT_INODE, name="missing"))
+    ops = [*_creates(["w"]), missing]
     out = batches.run(ops, writes=False)
     assert isinstance(out[0], InvalidArgument) and "BatchRead" in str(out[0])
     assert isinstance(out[1], NotFound)

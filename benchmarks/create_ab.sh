@@ -1,0 +1,36 @@
+#!/bin/bash
+# One side of an A/B of the create path: a fresh `mosafs up` (run from the repository
+# root, or from $SRC), 300 warm-up creates per process, then three rounds of
+# benchmarks/create_loop.py with 8 processes, each printed with the mount's and the
+# manager's CPU per create (/proc). Alternate the sides yourself; compare the old code by
+# putting a worktree of it first on PYTHONPATH (the daemons run with -P, so they import
+# from there):
+#
+#   git worktree add /tmp/old OLD_COMMIT
+#   for i in 1 2; do bash benchmarks/create_ab.sh old PYTHONPATH=/tmp/old
+#                    bash benchmarks/create_ab.sh new; done
+#
+# FILES (default 2000) files per process and round; SHARED=shared: all in one directory.
+set -euo pipefail
+label=$1; shift
+d=$(mktemp -d /tmp/create-ab.XXXXXX); mkdir -p "$d/mnt"
+cd "${SRC:-$(dirname "$0")/..}"
+env "$@" setsid .venv/bin/python -m mosafs up --data-dir "$d/data" --log-dir "$d/logs" \
+    "$d/mnt" > "$d/up.out" 2>&1 &
+up=$!
+trap 'kill -TERM $up 2>/dev/null; wait $up 2>/dev/null; rm -rf "$d"' EXIT
+for _ in $(seq 60); do mountpoint -q "$d/mnt" && break; sleep 0.5; done
+mountpoint -q "$d/mnt" || { echo "no mount: $(tail -3 "$d/up.out")" >&2; exit 1; }
+files=${FILES:-2000}
+python3 benchmarks/create_loop.py "$d/mnt/warm" 300 8 > /dev/null
+mount_pid=$(pgrep -f "mosafs mount.*$d")
+manager_pid=$(pgrep -f "mosafs manager.*$d")
+cpu() { awk '{print $14 + $15}' "/proc/$1/stat"; }
+for round in 1 2 3; do
+    m0=$(cpu "$mount_pid"); g0=$(cpu "$manager_pid")
+    out=$(python3 benchmarks/create_loop.py "$d/mnt/r$round" "$files" 8 ${SHARED:-})
+    m1=$(cpu "$mount_pid"); g1=$(cpu "$manager_pid")
+    tick_us=$((1000000 / $(getconf CLK_TCK)))
+    echo "$label $out mount_us=$(( (m1 - m0) * tick_us / (8 * files) ))" \
+         "manager_us=$(( (g1 - g0) * tick_us / (8 * files) ))"
+done

@@ -5,6 +5,8 @@ coherent, and an answer during which changes were listed lives the attribute tim
 
 from __future__ import annotations
 
+import pytest
+
 from mosafs._proto import manager_pb2 as mpb
 from mosafs.client.files import attrcache
 from mosafs.client.files.attrcache import AttrCache
@@ -151,23 +153,52 @@ def test_a_directory_is_not_known_whole_across_a_listed_change_or_without_cohere
     assert not cache.absent(22, "other") and not cache.absent(22, "y")
 
 
-def test_a_directory_known_whole_is_bounded() -> None:
-    """Past WHOLE_NAMES names a directory is no longer known whole (its missing names are
-    asked of the manager), and at most WHOLE_DIRS are known whole at once."""
+def test_directories_known_whole_are_bounded_by_their_names_together(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """One directory may hold the whole budget of names (a checkpoint step's directory,
+    where every rank creates); past it, it is no longer known whole (its missing names are
+    asked of the manager). Directories known whole share the budget: the one held longest
+    goes first. At most WHOLE_DIRS are known whole at once."""
+    monkeypatch.setattr(attrcache, "WHOLE_NAMES", 100)
+    monkeypatch.setattr(attrcache, "WHOLE_DIRS", 8)
     cache = AttrCache(1.0, 60.0)
     cache.coherent = lambda: True
     cache.entry_made(1, "d", _dir(20), subdir=True, since=cache.generation)
-    for i in range(attrcache.WHOLE_NAMES):
+    for i in range(100):
         cache.entry_made(20, f"f{i}", mpb.Attr(inode=1000 + i), subdir=False,
                          since=cache.generation)
-    assert cache.absent(20, "missing")
+    assert cache.absent(20, "missing") and not cache.absent(20, "f99")
     cache.entry_made(20, "one-more", mpb.Attr(inode=999), subdir=False,
                      since=cache.generation)
     assert not cache.absent(20, "missing")
-    for d in range(attrcache.WHOLE_DIRS + 1):
+    # Two directories of 60 names: the second's growth past the budget drops the first.
+    for d in (30, 31):
+        cache.entry_made(1, f"d{d}", _dir(d), subdir=True, since=cache.generation)
+        for i in range(60):
+            cache.entry_made(d, f"g{i}", mpb.Attr(inode=2000 + 100 * d + i), subdir=False,
+                             since=cache.generation)
+    assert not cache.absent(30, "missing") and cache.absent(31, "missing")
+    for d in range(9):
         cache.entry_made(1, f"dir{d}", _dir(5000 + d), subdir=True, since=cache.generation)
-    known = sum(cache.absent(5000 + d, "x") for d in range(attrcache.WHOLE_DIRS + 1))
-    assert 1 <= known <= attrcache.WHOLE_DIRS
+    known = [cache.absent(5000 + d, "x") for d in range(9)]
+    assert known == [False] + [True] * 8  # the oldest of nine went
+
+
+def test_whole_dirs_count_their_names_through_every_change() -> None:
+    now = [0.0]
+    dirs = attrcache.WholeDirs(4, 10, timer=lambda: now[0])
+    assert dirs.put(1, {"a", "b"}, 5.0) and dirs.put(2, {"c"}, 1.0) and dirs.names == 3
+    names = dirs.pop(1)
+    assert names == {"a", "b"} and dirs.names == 1
+    names.add("z")
+    assert dirs.put(1, names, 5.0) and dirs.names == 4
+    now[0] = 2.0  # directory 2's entry expired: found so, and no longer counted
+    assert dirs.get(2) is None and dirs.names == 3
+    assert not dirs.put(3, {str(i) for i in range(11)}, 5.0) and dirs.names == 3
+    assert dirs.put(3, {str(i) for i in range(8)}, 5.0)  # directory 1 made room
+    assert dirs.get(1) is None and dirs.names == 8
+    dirs.clear()
+    assert dirs.names == 0 and dirs.get(3) is None
 
 
 def test_a_listing_fetched_across_a_change_here_in_its_directory_is_not_cached() -> None:

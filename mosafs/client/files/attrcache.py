@@ -48,12 +48,15 @@ MAX_ENTRIES = 100_000
 # `ls -l` of that directory (py-spy, docs/benchmarks.md, "Metadata").
 LISTING_ENTRIES = 10_000
 RECENT = 64  # change lists remembered for answers still on their way (5 per second come)
-# Directories known whole at once, and names each may hold: a bound on what they keep
-# (a million names at most). One that grows past it is no longer known whole, and its
-# missing names are asked of the manager as before.
+# Directories known whole at once, and the names all of them may hold together (about
+# 100 MB at most). One directory may hold them all: a checkpoint step's directory, where
+# every rank creates its files, is the one that needs it (at 4,096 names per directory,
+# 8 processes creating 16,000 files in one directory asked the manager about 3 names in
+# 4; docs/benchmarks.md, "A shared directory known whole"). A directory that does not
+# fit is no longer known whole, and its missing names are asked of the manager.
 WHOLE_DIRS = 256
+WHOLE_NAMES = 1 << 20
 EDITED_DIRS = 4096  # directories whose last edit is remembered (then all are forgotten)
-WHOLE_NAMES = 4096
 
 
 class TtlDict(Generic[K, V]):
@@ -103,6 +106,53 @@ class TtlDict(Generic[K, V]):
         return len(self._data)
 
 
+class WholeDirs:
+    """Directories known whole: inode -> every name in it, each entry living a TTL, at
+    most MAX_DIRS of them and MAX_NAMES names together. A set is owned here while held:
+    the caller takes it out (`pop`) before it adds a name, and puts it back."""
+
+    def __init__(self, max_dirs: int, max_names: int,
+                 timer: Callable[[], float] = time.monotonic) -> None:
+        self._data: dict[int, tuple[set[str], float]] = {}
+        self._max_dirs = max_dirs
+        self._max_names = max_names
+        self._timer = timer
+        self.names = 0  # held in all sets together
+
+    def get(self, inode: int) -> set[str] | None:
+        item = self._data.get(inode)
+        if item is None:
+            return None
+        if self._timer() >= item[1]:
+            self.pop(inode)
+            return None
+        return item[0]
+
+    def put(self, inode: int, names: set[str], ttl: float) -> bool:
+        """Hold NAMES for INODE for TTL seconds, dropping the directories held longest
+        until they fit; False (nothing held) if they alone are more than MAX_NAMES."""
+        self.pop(inode)
+        if len(names) > self._max_names:
+            return False
+        while self._data and (len(self._data) >= self._max_dirs or
+                              self.names + len(names) > self._max_names):
+            self.pop(next(iter(self._data)))
+        self._data[inode] = (names, self._timer() + ttl)
+        self.names += len(names)
+        return True
+
+    def pop(self, inode: int) -> set[str] | None:
+        item = self._data.pop(inode, None)
+        if item is None:
+            return None
+        self.names -= len(item[0])
+        return item[0]
+
+    def clear(self) -> None:
+        self._data.clear()
+        self.names = 0
+
+
 class Mark(NamedTuple):
     """Where the cache stood when a listing's fetch began (`AttrCache.mark`): the change
     lists taken (generation) and the names changed (edits)."""
@@ -130,7 +180,7 @@ class AttrCache:
         self._listings: TtlDict[int, list[mpb.DirEntry]] = TtlDict(MAX_ENTRIES // 10, ttl,
                                                                   timer)
         # Directory -> every name in it, for directories known whole (the module's doc).
-        self._whole: TtlDict[int, set[str]] = TtlDict(WHOLE_DIRS, ttl, timer)
+        self._whole = WholeDirs(WHOLE_DIRS, WHOLE_NAMES, timer)
         # Inodes with open handles keep their newest attributes without expiry: a file
         # unlinked while open still has attributes until its last close.
         self._pinned: dict[int, mpb.Attr] = {}
@@ -161,7 +211,7 @@ class AttrCache:
 
     def forget_whole(self, inode: int) -> None:
         """Directory INODE may get names this mount does not make: not known whole."""
-        self._whole.pop(inode, None)
+        self._whole.pop(inode)
 
     def absent(self, parent: int, name: str) -> bool:
         """Whether NAME is known not to be in PARENT (a directory known whole, while the
@@ -246,7 +296,7 @@ class AttrCache:
         for inode in inodes:
             self._attrs.pop(inode, None)
             self._listings.pop(inode, None)
-            self._whole.pop(inode, None)
+            self._whole.pop(inode)
         for parent, name in names:
             self.drop_entry(parent, name)
 
@@ -292,9 +342,9 @@ class AttrCache:
     def _known_whole(self, inode: int, names: set[str], since: int | None) -> None:
         """Directory INODE holds NAMES. It is known whole only while the cache is coherent,
         no change list since SINCE named anything in it (a name made by another mount
-        could be missing) and it holds at most WHOLE_NAMES."""
+        could be missing) and the names fit (WholeDirs)."""
         life = self.life(since, inode, parent=inode)
-        if life > self.ttl and len(names) <= WHOLE_NAMES:
+        if life > self.ttl:
             self._whole.put(inode, names, life)
 
     def edited_since(self, directory: int, edits: int) -> bool:
@@ -317,6 +367,6 @@ class AttrCache:
         child = self._names.pop((parent, name), None)
         if child is not None:
             self._attrs.pop(child, None)
-        self._whole.pop(parent, None)
+        self._whole.pop(parent)
         self._listings.pop(parent, None)
         self._attrs.pop(parent, None)

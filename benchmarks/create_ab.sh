@@ -10,13 +10,16 @@
 #   for i in 1 2; do bash benchmarks/create_ab.sh old PYTHONPATH=/tmp/old
 #                    bash benchmarks/create_ab.sh new; done
 #
-# FILES (default 2000) files per process and round; SHARED=shared: all in one directory.
+# FILES (default 2000) files per process and round; SHARED=shared: all in one directory;
+# UP_ARGS: more arguments of `mosafs up` (--managers 2: a standby; the active manager's
+# CPU is counted).
 set -euo pipefail
 label=$1; shift
 d=$(mktemp -d /tmp/create-ab.XXXXXX); mkdir -p "$d/mnt"
 cd "${SRC:-$(dirname "$0")/..}"
-env "$@" setsid .venv/bin/python -m mosafs up --data-dir "$d/data" --log-dir "$d/logs" \
-    "$d/mnt" > "$d/up.out" 2>&1 &
+# shellcheck disable=SC2086  # UP_ARGS: several words
+env "$@" setsid .venv/bin/python -m mosafs up ${UP_ARGS:-} --data-dir "$d/data" \
+    --log-dir "$d/logs" "$d/mnt" > "$d/up.out" 2>&1 &
 up=$!
 trap 'kill -TERM $up 2>/dev/null; wait $up 2>/dev/null; rm -rf "$d"' EXIT
 for _ in $(seq 60); do mountpoint -q "$d/mnt" && break; sleep 0.5; done
@@ -24,7 +27,8 @@ mountpoint -q "$d/mnt" || { echo "no mount: $(tail -3 "$d/up.out")" >&2; exit 1;
 files=${FILES:-2000}
 python3 benchmarks/create_loop.py "$d/mnt/warm" 300 8 > /dev/null
 mount_pid=$(pgrep -f "mosafs mount.*$d")
-manager_pid=$(pgrep -f "mosafs manager.*$d")
+manager_pid=$(python3 -c "import json, sys; print(json.load(open(sys.argv[1]))['pid'])" \
+    "$d/data/run/manager.ready.json")
 cpu() { awk '{print $14 + $15}' "/proc/$1/stat"; }
 for round in 1 2 3; do
     m0=$(cpu "$mount_pid"); g0=$(cpu "$manager_pid")

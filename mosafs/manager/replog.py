@@ -14,8 +14,9 @@ least N).
 
 Concurrency: LMDB runs one write transaction at a time, so seals happen in commit order
 and sequence numbers have no gaps; entries may be appended out of order by the threads
-that committed them and are released to followers in sequence order. One condition
-variable guards everything here.
+that committed them and are released to followers in sequence order. One lock guards
+everything here; writers (waiting for confirmations) and the feeds (waiting for entries)
+wait on conditions of their own, so that neither is woken for the other's news.
 
 The in-sync set: a standby joins it when it has confirmed every entry appended so far, and
 leaves it when it holds an entry unconfirmed for `lag_timeout_s` (or its entries were
@@ -174,7 +175,12 @@ class ReplicationLog:
         self._lag_timeout_s = lag_timeout_s
         self._wait_timeout_s = wait_timeout_s
         self._clock = clock
-        self._cond = threading.Condition()
+        # One lock, two conditions: writers wait for confirmations (_cond), the feeds for
+        # new entries (_appended_cond), so that neither is woken for the other's news;
+        # each wake-up is a thread switch, several per log entry (docs/standby.md).
+        self._lock = threading.Lock()
+        self._cond = threading.Condition(self._lock)
+        self._appended_cond = threading.Condition(self._lock)
         self._next = last_seq + 1
         self._base = (last_seq, last_epoch)  # the position just before the first entry kept
         self._entries: OrderedDict[int, bytes] = OrderedDict()
@@ -207,7 +213,7 @@ class ReplicationLog:
             self._broken = (f"metadata change {seq} reached the standbys but not this "
                             f"manager's database ({why}): this manager acknowledges nothing "
                             f"more")
-            self._cond.notify_all()
+            self._notify_all()
 
     @property
     def broken(self) -> str | None:
@@ -232,7 +238,7 @@ class ReplicationLog:
             for f in self._followers:
                 if f.owing_since is None and f.acked < self._appended:
                     f.owing_since = now
-            self._cond.notify_all()
+            self._appended_cond.notify_all()  # the feeds; no writer waits for this
 
     def wait_confirmed(self, seq: int) -> None:
         """Return once `standbys` in-sync followers hold SEQ durably; Unavailable
@@ -315,7 +321,7 @@ class ReplicationLog:
             self._followers = [old for old in self._followers if old.attached] + [f]
             log.info("standby %s follows from %s", member,
                      f"entry {last_seq}" if on_history else "a snapshot")
-            self._cond.notify_all()
+            self._notify_all()
             return f
 
     def snapshot_started(self, f: Follower) -> None:
@@ -344,7 +350,7 @@ class ReplicationLog:
                 left = deadline - self._clock()
                 if left <= 0:
                     return []
-                self._cond.wait(left)
+                self._appended_cond.wait(left)
             if not f.attached:
                 return None
             first = next(iter(self._entries), self._appended + 1)
@@ -385,13 +391,13 @@ class ReplicationLog:
                 f.attached = False
                 self._leave(f, "it disconnected", news=False)
             self._followers = [x for x in self._followers if x.attached]
-            self._cond.notify_all()
+            self._notify_all()
 
     def close(self) -> None:
         """The manager is stopping: its standbys' streams end, which is no news."""
         with self._cond:
             self._closing = True
-            self._cond.notify_all()  # waiting writers fail at once
+            self._notify_all()  # waiting writers fail at once
 
     # -- figures -------------------------------------------------------------------------
 
@@ -407,6 +413,12 @@ class ReplicationLog:
             return self._appended
 
     # -- under the lock ------------------------------------------------------------------
+
+    def _notify_all(self) -> None:
+        """News for writers and feeds alike (a follower came or went, the log broke or
+        closes)."""
+        self._cond.notify_all()
+        self._appended_cond.notify_all()
 
     def _leave(self, f: Follower, why: str, *, news: bool = True) -> None:
         """F is no longer in sync. A warning where that is news (it lags while connected);

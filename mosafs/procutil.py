@@ -5,8 +5,8 @@ The ready file: once a daemon serves, it writes a JSON object (at least "address
 to the path given with --ready-file, atomically (temp file + rename). `mosafs up` and the
 tests start daemons on port 0 and learn the real address from it.
 
-The heap: once set up, just before it writes its ready file, a daemon calls settle_heap()
-(the cyclic garbage collector's settings, below).
+The heap: once set up, a daemon settles its heap (the cyclic garbage collector's settings,
+below) as it writes its ready file: both are `serving()`.
 """
 
 from __future__ import annotations
@@ -188,6 +188,13 @@ def settle_heap() -> None:
     gc.collect()
     gc.freeze()
     gc.set_threshold(*GC_THRESHOLDS)
+
+
+def serving(ready_file: str | None, **payload: Any) -> None:
+    """The daemon is set up and serves from now on: settle its heap, then write its ready
+    file (READY_FILE, if given) with PAYLOAD."""
+    settle_heap()
+    write_ready_file(ready_file, **payload)
 
 
 def write_ready_file(path: str | None, **payload: Any) -> None:

@@ -208,14 +208,14 @@ def read_stats(path: str | os.PathLike[str]) -> dict[str, Any]:
 
 async def _serve(ops: NullOperations, mountpoint: str, allow_other: bool,
                  ready_file: str | None) -> None:
-    await _serve_ops(ops, "mosafs-null", mountpoint, allow_other, ready_file,
+    await serve_ops(ops, "mosafs-null", mountpoint, allow_other, ready_file,
                      lambda: print(json.dumps(ops.stats()), file=sys.stderr, flush=True))
 
 
-async def _serve_ops(ops: pyfuse3.Operations, name: str, mountpoint: str, allow_other: bool,
+async def serve_ops(ops: pyfuse3.Operations, name: str, mountpoint: str, allow_other: bool,
                      ready_file: str | None, at_exit: Callable[[], None] | None) -> None:
     """Serve OPS at MOUNTPOINT as `mosafs mount` serves its operations, until a signal."""
-    from mosafs.procutil import settle_heap, write_ready_file
+    from mosafs.procutil import serving
 
     options = set(pyfuse3.default_options)  # as mosafs.client.main._serve
     options |= {f"fsname={name}", f"subtype={name}"}
@@ -224,8 +224,7 @@ async def _serve_ops(ops: pyfuse3.Operations, name: str, mountpoint: str, allow_
     pyfuse3.init(ops, mountpoint, options)
     try:
         async with trio.open_nursery() as nursery:
-            settle_heap()
-            write_ready_file(ready_file, address=mountpoint, mountpoint=mountpoint)
+            serving(ready_file, address=mountpoint, mountpoint=mountpoint)
             nursery.start_soon(_terminate_on_signal)
             await pyfuse3.main()
             nursery.cancel_scope.cancel()

@@ -13,8 +13,8 @@ the same entry and attribute timeouts (1 s), ENODATA for every extended attribut
 So creates/s and stats/s through it are what pyfuse3, trio and the kernel's FUSE
 module cost on the machine before a file system does any work of its own: a mosafs
 mount (which also asks a manager, whose commit is durable) cannot pass them on the same
-CPUs. `mosafs bench metadata --peer null` (or `moosefs,null`) runs its create and stat
-phases on it beside mosafs.
+CPUs. `mosafs bench metadata` runs its create and stat phases with 8 clients on it
+beside mosafs (unless `--no-floor`).
 
 SIGINT/SIGTERM unmount and exit. Once mounted, the ready file (if given) gets
 {"pid", "address", "mountpoint"} like every mosafs daemon's.
@@ -33,7 +33,7 @@ from typing import Any
 import pyfuse3
 import trio
 
-from mosafs.bench.nullfs import _serve_ops, mount_parser
+from mosafs.bench.nullfs import mount_parser, serve_ops
 
 ROOT = pyfuse3.ROOT_INODE
 TIMEOUT = 1.0  # mosafs.client.files.ClientConfig.attr_timeout
@@ -42,7 +42,6 @@ TIMEOUT = 1.0  # mosafs.client.files.ClientConfig.attr_timeout
 @dataclass
 class _Node:
     mode: int
-    parent: int
     children: dict[bytes, int] | None = None  # a directory's names
     times: int = field(default_factory=time.time_ns)
 
@@ -53,7 +52,7 @@ class NullNamespace(pyfuse3.Operations):
 
     def __init__(self) -> None:
         super().__init__()
-        self.nodes: dict[int, _Node] = {ROOT: _Node(stat.S_IFDIR | 0o755, ROOT, {})}
+        self.nodes: dict[int, _Node] = {ROOT: _Node(stat.S_IFDIR | 0o755, {})}
         self.next_inode = ROOT + 1
         self.uid, self.gid = os.getuid(), os.getgid()
 
@@ -88,7 +87,7 @@ class NullNamespace(pyfuse3.Operations):
             raise pyfuse3.FUSEError(errno.EEXIST)
         inode = self.next_inode
         self.next_inode += 1
-        self.nodes[inode] = _Node(mode, parent, {} if is_dir else None)
+        self.nodes[inode] = _Node(mode, {} if is_dir else None)
         names[name] = inode
         self.nodes[parent].times = time.time_ns()
         return inode
@@ -167,7 +166,7 @@ def main(argv: list[str] | None = None) -> int:
     if not os.path.isdir(args.mountpoint):
         print(f"mount point {args.mountpoint} is not a directory", file=sys.stderr)
         return 2
-    trio.run(_serve_ops, NullNamespace(), "mosafs-nullns", os.path.abspath(args.mountpoint),
+    trio.run(serve_ops, NullNamespace(), "mosafs-nullns", os.path.abspath(args.mountpoint),
              args.allow_other, args.ready_file, None)
     return 0
 

@@ -107,11 +107,10 @@ def run(args: argparse.Namespace) -> int:
     from mosafs.benefactor.servicer import add_to_server
     from mosafs.procutil import (
         listen,
-        settle_heap,
+        serving,
         start_daemon,
         stop_event,
         wait_for_stop,
-        write_ready_file,
     )
 
     if not args.data_dir:
@@ -176,8 +175,7 @@ def run(args: argparse.Namespace) -> int:
                 registrar.start()
                 inventory.start()
             scrubs.start()
-            settle_heap()
-            write_ready_file(args.ready_file, address=info.address, id=info.id,
+            serving(args.ready_file, address=info.address, id=info.id,
                              data_dir=str(store.data_dir), listen=f"{listen_host}:{port}",
                              metrics=metrics_url)
             log.info("benefactor %s serving %s on port %d as %s (pool %s, %s)",

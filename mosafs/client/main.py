@@ -184,7 +184,7 @@ async def _serve(config: object, mountpoint: Path, args: argparse.Namespace) -> 
 
     from mosafs.client.files import ClientContext, FileSystem
     from mosafs.client.operations import Operations
-    from mosafs.procutil import settle_heap, write_ready_file
+    from mosafs.procutil import serving
 
     options = set(pyfuse3.default_options)
     options |= {"fsname=mosafs", "subtype=mosafs"}
@@ -211,8 +211,7 @@ async def _serve(config: object, mountpoint: Path, args: argparse.Namespace) -> 
         ops.keep_coherent()
         try:
             log.info("mounted %s (manager %s)", mountpoint, config.manager)  # type: ignore[attr-defined]
-            settle_heap()
-            write_ready_file(args.ready_file, address=str(mountpoint),
+            serving(args.ready_file, address=str(mountpoint),
                              mountpoint=str(mountpoint), metrics=args.metrics_url)
             nursery.start_soon(_stop_on_signal, ops, args)
             await pyfuse3.main()

@@ -34,7 +34,7 @@ def serve_active(args: argparse.Namespace, data_dir: Path, stop: threading.Event
     from mosafs.manager.pools import DEFAULT_POOL
     from mosafs.manager.servicer import add_to_server
     from mosafs.manager.standby_main import member_id
-    from mosafs.procutil import listen, settle_heap, write_ready_file
+    from mosafs.procutil import listen, serving
     from mosafs.rpc.peers import BenefactorPeers
 
     with MetadataStore(data_dir / "metadata.lmdb", map_size=args.map_size) as store:
@@ -88,8 +88,7 @@ def serve_active(args: argparse.Namespace, data_dir: Path, stop: threading.Event
                 manager.managers = _members(journal, member_id(data_dir), address, directory)
             for loop in background:
                 loop.start()
-            settle_heap()
-            write_ready_file(args.ready_file, address=address, data_dir=str(data_dir),
+            serving(args.ready_file, address=address, data_dir=str(data_dir),
                              metrics=metrics_url, role="active")
             log.info("manager serving %s on %s (default pool: %s, %s, W=%d, %s)", data_dir,
                      address, pool.chunker, pools.scheme(pool), pool.stripe_width,

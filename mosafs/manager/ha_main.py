@@ -93,7 +93,7 @@ def _standby_until_elected(args: argparse.Namespace, data_dir: Path, stop: threa
     is set (None)."""
     from mosafs.manager.follow_servicer import add_refusals
     from mosafs.manager.standby import Standby
-    from mosafs.procutil import listen, settle_heap, write_ready_file
+    from mosafs.procutil import listen, serving
 
     standby = Standby(data_dir, map_size=args.map_size)
     following = _Following(standby, member)
@@ -107,8 +107,7 @@ def _standby_until_elected(args: argparse.Namespace, data_dir: Path, stop: threa
             watcher.start()
             seq, epoch = standby.position()
             _publish_member(coord, member, address)
-            settle_heap()
-            write_ready_file(args.ready_file, address=address, data_dir=str(data_dir),
+            serving(args.ready_file, address=address, data_dir=str(data_dir),
                              role="standby", member=member)
             log.info("manager %s on %s: a standby at log entry %d (epoch %d), "
                      "campaigning through etcd %s", member, address, seq, epoch,

@@ -98,13 +98,11 @@ class ManagerServicer(manager_pb2_grpc.ManagerServicer):
         return self._create(request)
 
     def _create(self, request: pb.CreateRequest) -> pb.Attr:
-        self._guard.create(current_caller(), request.parent, request.uid, request.gid,
-                           "Create")
-        return self._store.create(request.parent, request.name, request.mode, request.uid,
-                                  request.gid, exclusive=request.exclusive)
+        return self._store.run_plan(self._plan_create(request))
 
     def _plan_create(self, request: pb.CreateRequest) -> Planned[pb.Attr]:
-        """A batched create: checked as Create is, run with the batch's other writes."""
+        """A create checked and made ready to run: alone (Create) or with a batch's other
+        writes (Batch)."""
         self._guard.create(current_caller(), request.parent, request.uid, request.gid,
                            "Create")
         return self._store.plan_create(request.parent, request.name, request.mode,

@@ -35,7 +35,7 @@ def run_standby(args: argparse.Namespace, data_dir: Path, stop: threading.Event,
     from mosafs.addresses import advertised_address
     from mosafs.manager.follow_servicer import add_refusals
     from mosafs.manager.standby import Standby
-    from mosafs.procutil import exclusive, listen, settle_heap, wait_for_stop, write_ready_file
+    from mosafs.procutil import exclusive, listen, serving, wait_for_stop
     from mosafs.rpc.follow import Follower
 
     with exclusive(data_dir / "manager.lock", f"another manager is running on {data_dir}"):
@@ -48,8 +48,7 @@ def run_standby(args: argparse.Namespace, data_dir: Path, stop: threading.Event,
             try:
                 seq, epoch = standby.position()
                 address = advertised_address(listen_host, port)
-                settle_heap()
-                write_ready_file(args.ready_file, address=address, data_dir=str(data_dir),
+                serving(args.ready_file, address=address, data_dir=str(data_dir),
                                  role="standby", member=member)
                 log.info("standby %s of %s on %s, at log entry %d (epoch %d)", member,
                          args.standby_of, address, seq, epoch)

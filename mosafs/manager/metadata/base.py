@@ -163,8 +163,6 @@ class StoreBase:
                 yield tx
                 if journal is not None and rec is not None and rec.ops:
                     seq = journal.seal(txn, self._db.meta)
-            with self._count_lock:
-                self._writes += 1
         except BaseException as exc:
             if seq:  # sealed, then the commit failed: the number still goes out, empty
                 cast(ReplicationLog, journal).append(seq, [])
@@ -179,7 +177,10 @@ class StoreBase:
             cast(ReplicationLog, journal).wait_confirmed(seq)
 
     def _committed(self, tx: Tx) -> None:
-        """After TX committed: chunks it left unreferenced go to on_unreferenced."""
+        """After TX committed (a transaction, or a group's body): counted, and chunks it
+        left unreferenced go to on_unreferenced."""
+        with self._count_lock:
+            self._writes += 1
         if tx.unreferenced and self.on_unreferenced is not None:
             self.on_unreferenced(list(tx.unreferenced))
 
@@ -188,56 +189,72 @@ class StoreBase:
         holds it is durable; what it raised, with its changes rolled back. GROWS and a
         full map as for _write; LMDB's lock keeps the groups and _write's transactions
         apart."""
-        self._map.prepare(grows=grows)
-        seen = self._map.map_size
-        made: list[Tx] = []  # a retry of the operation makes another
-        try:
-            result, seq = self._committer.run_sealed(self._running(body, made),
-                                                     capability.ORIGIN.get())
-        except lmdb.MapFullError:
-            raise self._map.full(seen, grows=grows) from None
-        with self._count_lock:
-            self._writes += 1
-        self._committed(made[-1])
-        if seq and self.log is not None:
-            self.log.wait_confirmed(seq)
-        return result
+        return self.run_plan(Planned(body, grows))
+
+    def run_plan(self, plan: Planned[_T]) -> _T:
+        """PLAN alone, as run_planned runs a batch: its result, or what refused it raised."""
+        (answer,) = self.run_planned([plan])
+        if isinstance(answer, MosafsError):
+            raise answer
+        return cast(_T, answer)
 
     def run_planned(self, plans: Sequence[Planned[Any]]) -> list[Any]:
-        """PLANS (a Batch RPC's writes) run in one group commit, in order, from this thread:
-        each one's result, or the MosafsError that refused it (rolled back alone), once
-        the group is durable (and confirmed by the standbys). A plan that found the map
-        full runs again alone once it grew. A bug in a body is raised, after the group."""
-        if not plans:
-            return []
-        try:  # the batch is admitted as a whole (near the ceiling: refused as a whole)
-            self._map.prepare(grows=any(p.grows for p in plans))
-        except MosafsError as exc:
-            return [exc] * len(plans)
-        seen = self._map.map_size
+        """PLANS (a Batch RPC's writes, or one write) run in one group commit, in order,
+        from this thread: each one's result, or the MosafsError that refused it (rolled
+        back alone), once the group is durable (and confirmed by the standbys). Those that
+        found the map full run again, in a group of their own, once it grew (NoSpace where
+        it cannot). A bug in a body is raised, after the group."""
+        answers: list[Any] = [None] * len(plans)
+        todo = list(range(len(plans)))
+        while todo:
+            try:  # admitted as a whole (near the ceiling: refused as a whole)
+                self._map.prepare(grows=any(plans[i].grows for i in todo))
+            except MosafsError as exc:
+                for i in todo:
+                    answers[i] = exc
+                break
+            seen = self._map.map_size
+            full = self._run_group([(i, plans[i]) for i in todo], answers)
+            todo = [i for i in full if self._grown(seen, plans[i], answers, i)]
+        return answers
+
+    def _run_group(self, plans: list[tuple[int, Planned[Any]]],
+                   answers: list[Any]) -> list[int]:
+        """Run PLANS (index, plan) in one group, each one's answer into ANSWERS; the
+        indexes of those that found the map full."""
         made: list[list[Tx]] = [[] for _ in plans]
         outcomes, seq = self._committer.run_together(
-            [self._running(p.body, m) for p, m in zip(plans, made, strict=True)],
+            [self._running(p.body, m) for (_, p), m in zip(plans, made, strict=True)],
             capability.ORIGIN.get())
-        answers: list[Any] = []
-        for plan, txs, (ok, value) in zip(plans, made, outcomes, strict=True):
+        full: list[int] = []
+        stored: list[int] = []
+        for (i, _), txs, (ok, value) in zip(plans, made, outcomes, strict=True):
             if ok:
-                with self._count_lock:
-                    self._writes += 1
                 self._committed(txs[-1])
+                answers[i] = value
+                stored.append(i)
             elif isinstance(value, lmdb.MapFullError):
-                value = self._alone(plan, seen)
-            elif not isinstance(value, MosafsError):
-                raise value  # a bug: the Batch call fails
-            answers.append(value.with_traceback(None) if isinstance(value, MosafsError)
-                           else value)
-        if seq and self.log is not None and any(ok for ok, _ in outcomes):
+                full.append(i)
+            elif isinstance(value, MosafsError):
+                answers[i] = value.with_traceback(None)
+            else:
+                raise value  # a bug: the call fails
+        if seq and stored and self.log is not None:
             try:
                 self.log.wait_confirmed(seq)
             except MosafsError as exc:  # stored here, not confirmed: each is told so
-                return [exc if ok else answer
-                        for (ok, _), answer in zip(outcomes, answers, strict=True)]
-        return answers
+                for i in stored:
+                    answers[i] = exc
+        return full
+
+    def _grown(self, seen: int, plan: Planned[Any], answers: list[Any], i: int) -> bool:
+        """PLAN (index I) found the map full at size SEEN: whether the map grew (run it
+        again), else its NoSpace goes into ANSWERS."""
+        refusal = self._map.full(seen, grows=plan.grows)
+        if isinstance(refusal, MapGrown):
+            return True
+        answers[i] = refusal
+        return False
 
     def _running(self, body: Callable[[Tx], _T], made: list[Tx]) -> Callable[..., _T]:
         """BODY as the committer runs it, with the Tx of each run kept in MADE."""
@@ -245,20 +262,6 @@ class StoreBase:
             made.append(Tx(txn, self._db))
             return body(made[-1])
         return run
-
-    def _alone(self, plan: Planned[Any], seen: int) -> Any:
-        """PLAN again, in a group of its own, after its group found the map full at size
-        SEEN: its result or the MosafsError that refused it (NoSpace at the ceiling)."""
-        refusal = self._map.full(seen, grows=plan.grows)
-        if not isinstance(refusal, MapGrown):
-            return refusal
-        while True:
-            try:
-                return self._grouped(plan.body, grows=plan.grows)
-            except MapGrown:
-                continue
-            except MosafsError as exc:
-                return exc
 
     def attach_log(self, journal: ReplicationLog) -> None:
         """From now on every write transaction is recorded in JOURNAL, and none returns

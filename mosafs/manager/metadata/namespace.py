@@ -197,8 +197,8 @@ class NamespaceOps(StoreBase):
                exclusive: bool = False) -> manager_pb2.Attr:
         """A new empty regular file; an existing one is returned unless EXCLUSIVE (O_EXCL).
         MODE, UID and GID as for mkdir (S_IFREG tolerated in MODE)."""
-        plan = self.plan_create(parent, name, mode, uid, gid, exclusive=exclusive)
-        return self._grouped(plan.body, grows=plan.grows)
+        return self.run_plan(self.plan_create(parent, name, mode, uid, gid,
+                                              exclusive=exclusive))
 
     def plan_create(self, parent: int, name: str, mode: int, uid: int = 0, gid: int = 0, *,
                     exclusive: bool = False) -> Planned[manager_pb2.Attr]:

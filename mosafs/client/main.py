@@ -29,6 +29,11 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 DEFAULT_STOP_TIMEOUT = 120.0
 STATUS_INTERVAL = 0.5  # seconds between two looks at the open files while stopping
+# pyfuse3's request tasks kept waiting for the next request. With its default of one, a
+# request that waits (for the manager) makes pyfuse3 start a task for the next request,
+# which ends again once two are idle: 0.75 tasks started and ended per file created by 8
+# processes (docs/benchmarks.md, "The mount's scheduler passes").
+FUSE_IDLE_TASKS = 16
 
 
 def add_hash_backend_argument(parser: argparse.ArgumentParser) -> None:
@@ -214,7 +219,7 @@ async def _serve(config: object, mountpoint: Path, args: argparse.Namespace) -> 
             serving(args.ready_file, address=str(mountpoint),
                              mountpoint=str(mountpoint), metrics=args.metrics_url)
             nursery.start_soon(_stop_on_signal, ops, args)
-            await pyfuse3.main()
+            await pyfuse3.main(min_tasks=FUSE_IDLE_TASKS)
         finally:
             discarded = await fs.close()
             _write_status(args.status_file, state="stopped", discarded=discarded)

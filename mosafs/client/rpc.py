@@ -27,6 +27,7 @@ from mosafs._proto import manager_pb2_grpc as mgrpc
 from mosafs.capability import MOUNT_KEY
 from mosafs.client import acting
 from mosafs.client.batching import Batcher
+from mosafs.client.quick import QuickLimit
 from mosafs.rpc import chunkwire
 from mosafs.rpc.channels import MANAGER_IDEMPOTENT, PROCESS_IDENTITY, channel
 from mosafs.rpc.errors import call, error_of, from_rpc_error
@@ -65,6 +66,7 @@ class Rpc:
 
     def __init__(self, limit: int) -> None:
         self.limiter = trio.CapacityLimiter(limit)
+        self.slot = QuickLimit(self.limiter)  # `async with`: a token, at once when free
 
     async def run(self, fn: Callable[..., T], *args: Any) -> T:
         return await trio.to_thread.run_sync(functools.partial(fn, *args), limiter=self.limiter)
@@ -130,7 +132,7 @@ class ManagerClient:
         if len(self._managers) > 1:
             return await self._call_active(name, request, timeout)
         method = getattr(self._stub, name)
-        async with self._rpc.limiter:
+        async with self._rpc.slot:
             return await completion(method.future(
                 request, timeout=timeout or self._timeout, wait_for_ready=True,
                 metadata=self._metadata()))
@@ -147,7 +149,7 @@ class ManagerClient:
             index = self._managers.current
             left = deadline - trio.current_time()
             try:
-                async with self._rpc.limiter:
+                async with self._rpc.slot:
                     return await completion(getattr(self._stubs[index], name).future(
                         request, timeout=max(0.1, min(left, FAILOVER_TRY_S)),
                         wait_for_ready=False, metadata=self._metadata()))

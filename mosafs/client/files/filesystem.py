@@ -11,8 +11,6 @@ from collections.abc import Coroutine
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-import trio
-
 from mosafs import errors, metrics
 from mosafs._proto import manager_pb2 as mpb
 from mosafs.capability import X, posix_allows
@@ -27,6 +25,7 @@ from mosafs.client.files.statahead import StatAhead
 from mosafs.client.files.versions import VERSIONS, VersionView, is_virtual
 from mosafs.client.files.writer import WriteSession, check_size
 from mosafs.client.files.xattrs import ExtendedAttributes
+from mosafs.client.quick import InodeLocks
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -55,7 +54,7 @@ class FileSystem(ExtendedAttributes):
         self._fh = itertools.count(1)
         self._sessions: dict[int, WriteSession] = {}
         self._writers: dict[int, int] = {}  # inode -> open writable handles
-        self._session_locks: dict[int, trio.Lock] = {}
+        self._lock = InodeLocks()  # the sessions' (open, write, flush, release, truncate)
         self._cache = AttrCache(ctx.config.attr_timeout, ctx.config.coherent_timeout)
         self._ahead = StatAhead(self._cache, ctx.manager.readdir_pages, ctx.spawn)
         # Started by `keep_coherent` (the mount does; a library client keeps the attribute
@@ -371,12 +370,6 @@ class FileSystem(ExtendedAttributes):
         if cached is not None and cached.version != version:
             self._cache.drop(inode)
 
-    def _lock(self, inode: int) -> trio.Lock:
-        lock = self._session_locks.get(inode)
-        if lock is None:
-            lock = self._session_locks[inode] = trio.Lock()
-        return lock
-
     def _handle(self, fh: int) -> Handle:
         handle = self._handles.get(fh)
         if handle is None:
@@ -499,6 +492,8 @@ class FileSystem(ExtendedAttributes):
                 await self._commit(session)
             finally:
                 await session.close()
+        if inode not in self._sessions and not self._other_handles(inode):
+            self._lock.drop(inode)
 
     async def _commit(self, session: WriteSession, *, provisional: bool = False) -> None:
         try:
@@ -562,6 +557,8 @@ class FileSystem(ExtendedAttributes):
             orphan = self._sessions.pop(handle.inode, None)  # kept for readers, see below
             if orphan is not None:
                 await orphan.close()
+        if handle.inode not in self._sessions:  # its last handle is gone
+            self._lock.drop(handle.inode)
 
     async def _drop_writer(self, inode: int) -> None:
         remaining = self._writers.get(inode, 0) - 1

@@ -18,46 +18,37 @@ from types import TracebackType
 import trio
 
 
-class QuickLock:
-    """A trio.Lock for `async with`, taken without yielding when nobody holds it."""
+class Quick:
+    """`async with` of HELD, a trio.Lock or trio.CapacityLimiter (what has `acquire_nowait`,
+    `acquire` and `release`), taken without yielding when free."""
 
-    __slots__ = ("_lock",)
+    __slots__ = ("_held",)
+
+    def __init__(self, held: trio.Lock | trio.CapacityLimiter) -> None:
+        self._held = held
+
+    async def __aenter__(self) -> None:
+        try:
+            self._held.acquire_nowait()
+        except trio.WouldBlock:
+            await self._held.acquire()
+
+    async def __aexit__(self, kind: type[BaseException] | None, exc: BaseException | None,
+                        tb: TracebackType | None) -> None:
+        self._held.release()
+
+
+class QuickLock(Quick):
+    """A lock of its own, for `async with`."""
+
+    __slots__ = ()
+    _held: trio.Lock
 
     def __init__(self) -> None:
-        self._lock = trio.Lock()
+        super().__init__(trio.Lock())
 
     def locked(self) -> bool:
-        return self._lock.locked()
-
-    async def __aenter__(self) -> None:
-        try:
-            self._lock.acquire_nowait()
-        except trio.WouldBlock:
-            await self._lock.acquire()
-
-    async def __aexit__(self, kind: type[BaseException] | None, exc: BaseException | None,
-                        tb: TracebackType | None) -> None:
-        self._lock.release()
-
-
-class QuickLimit:
-    """`async with` a token of LIMITER (a trio.CapacityLimiter), taken without yielding
-    when one is free."""
-
-    __slots__ = ("_limiter",)
-
-    def __init__(self, limiter: trio.CapacityLimiter) -> None:
-        self._limiter = limiter
-
-    async def __aenter__(self) -> None:
-        try:
-            self._limiter.acquire_nowait()
-        except trio.WouldBlock:
-            await self._limiter.acquire()
-
-    async def __aexit__(self, kind: type[BaseException] | None, exc: BaseException | None,
-                        tb: TracebackType | None) -> None:
-        self._limiter.release()
+        return self._held.locked()
 
 
 class InodeLocks:

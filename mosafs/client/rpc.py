@@ -27,7 +27,7 @@ from mosafs._proto import manager_pb2_grpc as mgrpc
 from mosafs.capability import MOUNT_KEY
 from mosafs.client import acting
 from mosafs.client.batching import Batcher
-from mosafs.client.quick import QuickLimit
+from mosafs.client.quick import Quick
 from mosafs.rpc import chunkwire
 from mosafs.rpc.channels import MANAGER_IDEMPOTENT, PROCESS_IDENTITY, channel
 from mosafs.rpc.errors import call, error_of, from_rpc_error
@@ -66,7 +66,7 @@ class Rpc:
 
     def __init__(self, limit: int) -> None:
         self.limiter = trio.CapacityLimiter(limit)
-        self.slot = QuickLimit(self.limiter)  # `async with`: a token, at once when free
+        self.slot = Quick(self.limiter)  # `async with`: a token, at once when free
 
     async def run(self, fn: Callable[..., T], *args: Any) -> T:
         return await trio.to_thread.run_sync(functools.partial(fn, *args), limiter=self.limiter)

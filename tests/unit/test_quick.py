@@ -10,7 +10,7 @@ import pytest
 import trio
 import trio.testing
 
-from mosafs.client.quick import InodeLocks, QuickLimit, QuickLock
+from mosafs.client.quick import InodeLocks, Quick, QuickLock
 
 
 def _in_trio(test: Callable[[], Awaitable[None]]) -> Callable[[], None]:
@@ -26,7 +26,7 @@ async def test_free_lock_and_token_are_taken_without_a_checkpoint() -> None:
     with trio.testing.assert_no_checkpoints():
         async with lock:
             assert lock.locked()
-        async with QuickLimit(limiter):
+        async with Quick(limiter):
             assert limiter.borrowed_tokens == 1
     assert not lock.locked() and limiter.borrowed_tokens == 0
 
@@ -72,7 +72,7 @@ async def test_a_waiter_cancelled_leaves_the_lock_consistent() -> None:
 @_in_trio
 async def test_a_taken_token_is_waited_for() -> None:
     limiter = trio.CapacityLimiter(1)
-    limit = QuickLimit(limiter)
+    limit = Quick(limiter)
     got = trio.Event()
 
     async def second() -> None:

@@ -583,7 +583,11 @@ class WriteSession:
 
     async def close(self) -> None:
         """Drop uncommitted state and the lease (the last writable handle is gone)."""
-        self._renewals.cancel()
+        # A session that never took a lease started no renewals: nothing to cancel (trio's
+        # cancel formats the task's repr, on every empty file created). None start later.
+        if self._renewing:
+            self._renewals.cancel()
+        self._renewing = True
         await self._drop_content()
         if self.lease is not None:
             lease, self.lease = self.lease, None

@@ -77,9 +77,12 @@ def launch_up(tmp: Path, *args: str, data_dir: Path | None = None, name: str = "
 
 def stop_all(clusters: list[UpCluster]) -> None:
     """Stop every cluster (checking its logs for noise), unmount what is left, and fail
-    with every noise found."""
+    with every noise found. The last started first: a cluster started again on an earlier
+    one's data and mountpoint (a restart test) is stopped before the earlier one's
+    mountpoint is looked at, or the leftover unmount would take the live cluster's mount
+    from under it."""
     failures = []
-    for cluster in clusters:
+    for cluster in reversed(clusters):
         if cluster.proc.alive() or cluster.proc.popen.returncode is None:
             try:
                 cluster.stop()

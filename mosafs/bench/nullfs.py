@@ -209,11 +209,11 @@ def read_stats(path: str | os.PathLike[str]) -> dict[str, Any]:
 async def _serve(ops: NullOperations, mountpoint: str, allow_other: bool,
                  ready_file: str | None) -> None:
     await serve_ops(ops, "mosafs-null", mountpoint, allow_other, ready_file,
-                     lambda: print(json.dumps(ops.stats()), file=sys.stderr, flush=True))
+                    lambda: print(json.dumps(ops.stats()), file=sys.stderr, flush=True))
 
 
 async def serve_ops(ops: pyfuse3.Operations, name: str, mountpoint: str, allow_other: bool,
-                     ready_file: str | None, at_exit: Callable[[], None] | None) -> None:
+                    ready_file: str | None, at_exit: Callable[[], None] | None) -> None:
     """Serve OPS at MOUNTPOINT as `mosafs mount` serves its operations, until a signal."""
     from mosafs.procutil import serving
 

@@ -176,8 +176,8 @@ def run(args: argparse.Namespace) -> int:
                 inventory.start()
             scrubs.start()
             serving(args.ready_file, address=info.address, id=info.id,
-                             data_dir=str(store.data_dir), listen=f"{listen_host}:{port}",
-                             metrics=metrics_url)
+                    data_dir=str(store.data_dir), listen=f"{listen_host}:{port}",
+                    metrics=metrics_url)
             log.info("benefactor %s serving %s on port %d as %s (pool %s, %s)",
                      info.id, store.data_dir, port, info.address,
                      args.pool or "as registered",

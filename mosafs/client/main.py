@@ -217,7 +217,7 @@ async def _serve(config: object, mountpoint: Path, args: argparse.Namespace) -> 
         try:
             log.info("mounted %s (manager %s)", mountpoint, config.manager)  # type: ignore[attr-defined]
             serving(args.ready_file, address=str(mountpoint),
-                             mountpoint=str(mountpoint), metrics=args.metrics_url)
+                    mountpoint=str(mountpoint), metrics=args.metrics_url)
             nursery.start_soon(_stop_on_signal, ops, args)
             await pyfuse3.main(min_tasks=FUSE_IDLE_TASKS)
         finally:

@@ -89,7 +89,7 @@ def serve_active(args: argparse.Namespace, data_dir: Path, stop: threading.Event
             for loop in background:
                 loop.start()
             serving(args.ready_file, address=address, data_dir=str(data_dir),
-                             metrics=metrics_url, role="active")
+                    metrics=metrics_url, role="active")
             log.info("manager serving %s on %s (default pool: %s, %s, W=%d, %s)", data_dir,
                      address, pool.chunker, pools.scheme(pool), pool.stripe_width,
                      pool.write_semantics)

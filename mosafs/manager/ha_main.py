@@ -108,7 +108,7 @@ def _standby_until_elected(args: argparse.Namespace, data_dir: Path, stop: threa
             seq, epoch = standby.position()
             _publish_member(coord, member, address)
             serving(args.ready_file, address=address, data_dir=str(data_dir),
-                             role="standby", member=member)
+                    role="standby", member=member)
             log.info("manager %s on %s: a standby at log entry %d (epoch %d), "
                      "campaigning through etcd %s", member, address, seq, epoch,
                      ",".join(coord.endpoints))

@@ -49,7 +49,7 @@ def run_standby(args: argparse.Namespace, data_dir: Path, stop: threading.Event,
                 seq, epoch = standby.position()
                 address = advertised_address(listen_host, port)
                 serving(args.ready_file, address=address, data_dir=str(data_dir),
-                                 role="standby", member=member)
+                        role="standby", member=member)
                 log.info("standby %s of %s on %s, at log entry %d (epoch %d)", member,
                          args.standby_of, address, seq, epoch)
                 wait_for_stop(stop)

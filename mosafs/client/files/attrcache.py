@@ -73,10 +73,12 @@ class TtlDict(Generic[K, V]):
         self._ttl = ttl
         self._timer = timer
 
-    def put(self, key: K, value: V, ttl: float) -> None:
+    def put(self, key: K, value: V, ttl: float) -> bool:
+        """Hold VALUE for KEY for TTL seconds; whether it is held (always, here)."""
         if len(self._data) >= self._maxsize and key not in self._data:
             self._data.clear()
         self._data[key] = (value, self._timer() + ttl)
+        return True
 
     def left(self, key: K) -> float:
         """Seconds KEY has left (0: not held)."""
@@ -91,7 +93,7 @@ class TtlDict(Generic[K, V]):
         if item is None:
             return None
         if self._timer() >= item[1]:
-            del self._data[key]
+            self.pop(key)
             return None
         return item[0]
 
@@ -106,50 +108,39 @@ class TtlDict(Generic[K, V]):
         return len(self._data)
 
 
-class WholeDirs:
-    """Directories known whole: inode -> every name in it, each entry living a TTL, at
-    most MAX_DIRS of them and MAX_NAMES names together. A set is owned here while held:
-    the caller takes it out (`pop`) before it adds a name, and puts it back."""
+class WholeDirs(TtlDict[int, set[str]]):
+    """Directories known whole: inode -> every name in it, at most MAX_DIRS of them and
+    MAX_NAMES names together; where they do not fit, the directories held longest go
+    first. A set is owned here while held: the caller takes it out (`pop`) before it adds
+    a name, and puts it back."""
 
     def __init__(self, max_dirs: int, max_names: int,
                  timer: Callable[[], float] = time.monotonic) -> None:
-        self._data: dict[int, tuple[set[str], float]] = {}
-        self._max_dirs = max_dirs
+        super().__init__(max_dirs, 0.0, timer)
         self._max_names = max_names
-        self._timer = timer
         self.names = 0  # held in all sets together
 
-    def get(self, inode: int) -> set[str] | None:
-        item = self._data.get(inode)
-        if item is None:
-            return None
-        if self._timer() >= item[1]:
-            self.pop(inode)
-            return None
-        return item[0]
-
-    def put(self, inode: int, names: set[str], ttl: float) -> bool:
-        """Hold NAMES for INODE for TTL seconds, dropping the directories held longest
-        until they fit; False (nothing held) if they alone are more than MAX_NAMES."""
-        self.pop(inode)
-        if len(names) > self._max_names:
+    def put(self, key: int, value: set[str], ttl: float) -> bool:
+        """False (nothing held) if VALUE alone is more than MAX_NAMES."""
+        self.pop(key)
+        if len(value) > self._max_names:
             return False
-        while self._data and (len(self._data) >= self._max_dirs or
-                              self.names + len(names) > self._max_names):
+        while self._data and (len(self._data) >= self._maxsize or
+                              self.names + len(value) > self._max_names):
             self.pop(next(iter(self._data)))
-        self._data[inode] = (names, self._timer() + ttl)
-        self.names += len(names)
+        self._data[key] = (value, self._timer() + ttl)
+        self.names += len(value)
         return True
 
-    def pop(self, inode: int) -> set[str] | None:
-        item = self._data.pop(inode, None)
+    def pop(self, key: int, default: set[str] | None = None) -> set[str] | None:
+        item = self._data.pop(key, None)
         if item is None:
-            return None
+            return default
         self.names -= len(item[0])
         return item[0]
 
     def clear(self) -> None:
-        self._data.clear()
+        super().clear()
         self.names = 0
 
 

@@ -28,7 +28,7 @@ from mosafs.capability import MOUNT_KEY
 from mosafs.client import acting
 from mosafs.client.batching import Batcher
 from mosafs.client.quick import Quick
-from mosafs.rpc import chunkwire
+from mosafs.rpc import chunkwire, spin
 from mosafs.rpc.channels import MANAGER_IDEMPOTENT, PROCESS_IDENTITY, channel
 from mosafs.rpc.errors import call, error_of, from_rpc_error
 from mosafs.rpc.managers import Managers, may_go_elsewhere, parse_managers
@@ -87,6 +87,8 @@ class ManagerClient:
         self._channels = [channel(a, identity) for a in self._managers.addresses]
         self._stubs = [mgrpc.ManagerStub(ch) for ch in self._channels]
         self._stub = self._stubs[0]
+        # Each channel's completion thread, kept between calls (mosafs.rpc.spin).
+        self._spins = [spin.Spin(ch) for ch in self._channels]
         self._rpc = rpc
         self._timeout = timeout
         self.batcher = Batcher(self._send_batch)
@@ -97,6 +99,11 @@ class ManagerClient:
         self.write_batcher = Batcher(self._send_batch, max_in_flight=WRITES_IN_FLIGHT)
 
     def close(self) -> None:
+        # Each held thread ends under a call of its own before its channel closes.
+        spin.finish([kept.release(functools.partial(
+            stub.Changes.future, mpb.ChangesRequest(), timeout=spin.RELEASE_WAIT_S,
+            wait_for_ready=False, metadata=self._metadata()))
+            for stub, kept in zip(self._stubs, self._spins, strict=True)])
         for ch in self._channels:
             ch.close()
 
@@ -133,9 +140,10 @@ class ManagerClient:
             return await self._call_active(name, request, timeout)
         method = getattr(self._stub, name)
         async with self._rpc.slot:
-            return await completion(method.future(
-                request, timeout=timeout or self._timeout, wait_for_ready=True,
-                metadata=self._metadata()))
+            future = method.future(request, timeout=timeout or self._timeout,
+                                   wait_for_ready=True, metadata=self._metadata())
+            self._spins[0].started()
+            return await completion(future)
 
     async def _call_active(self, name: str, request: Any,
                            timeout: float | None = None) -> Any:
@@ -150,9 +158,11 @@ class ManagerClient:
             left = deadline - trio.current_time()
             try:
                 async with self._rpc.slot:
-                    return await completion(getattr(self._stubs[index], name).future(
+                    future = getattr(self._stubs[index], name).future(
                         request, timeout=max(0.1, min(left, FAILOVER_TRY_S)),
-                        wait_for_ready=False, metadata=self._metadata()))
+                        wait_for_ready=False, metadata=self._metadata())
+                    self._spins[index].started()
+                    return await completion(future)
             except errors.MosafsError as exc:
                 if not may_go_elsewhere(exc, idempotent) or left <= pause:
                     raise

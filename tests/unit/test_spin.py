@@ -1,0 +1,112 @@
+"""mosafs.rpc.spin against gRPC itself (a server in this process, answering any bytes
+with the same bytes, after a pause for those that ask for one): calls made one after
+another on a held channel complete in one thread, where gRPC alone starts one per call;
+a released channel's thread ends with its last call, and closing the channel then
+reports nothing."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from concurrent import futures
+from typing import Any
+
+import grpc
+import pytest
+
+from mosafs.rpc import spin
+
+METHOD = "/test.Echo/Echo"
+
+
+def _echo(request: bytes, context: Any) -> bytes:
+    if request.startswith(b"slow"):
+        time.sleep(0.05)  # still in flight when the test takes the thread
+    return request
+
+
+@pytest.fixture(scope="module")
+def address() -> Iterator[str]:
+    server = grpc.server(futures.ThreadPoolExecutor(2))
+    handler = grpc.method_handlers_generic_handler(
+        "test.Echo", {"Echo": grpc.unary_unary_rpc_method_handler(_echo)})
+    server.add_generic_rpc_handlers((handler,))
+    port = server.add_insecure_port("127.0.0.1:0")
+    server.start()
+    yield f"127.0.0.1:{port}"
+    server.stop(0).wait()
+
+
+@pytest.fixture
+def uncaught() -> Iterator[list[threading.ExceptHookArgs]]:
+    """What threads raised and nobody caught while the test ran (gRPC's spin thread
+    reports a channel closed under it this way)."""
+    seen: list[threading.ExceptHookArgs] = []
+    before = threading.excepthook
+    threading.excepthook = seen.append
+    yield seen
+    threading.excepthook = before
+
+
+def _completing_threads(echo: Any, kept: spin.Spin | None, calls: int) -> list[threading.Thread]:
+    """The thread each of CALLS calls, made one after another, completed in."""
+    threads: list[threading.Thread] = []
+    for i in range(calls):
+        done = threading.Event()
+        future = echo.future(b"slow %d" % i if i == 0 else b"%d" % i, timeout=10)
+        if kept is not None:
+            kept.started()
+        future.add_done_callback(lambda _, done=done: (
+            threads.append(threading.current_thread()), done.set()))
+        assert done.wait(10)
+        assert future.result().endswith(b"%d" % i)
+    return threads
+
+
+def test_calls_one_after_another_complete_in_one_held_thread(
+        address: str, uncaught: list[threading.ExceptHookArgs]) -> None:
+    channel = grpc.insecure_channel(address)
+    echo = channel.unary_unary(METHOD)
+    kept = spin.Spin(grpc.intercept_channel(channel))  # as mosafs.rpc.channels makes them
+    threads = _completing_threads(echo, kept, 20)
+    assert kept.held
+    assert len({id(t) for t in threads}) == 1 and threads[0].is_alive()
+    spin.finish([kept.release(lambda: echo.future(b"last", timeout=5))])
+    assert not kept.held
+    threads[0].join(5)
+    assert not threads[0].is_alive()  # it ended with the release's call
+    channel.close()
+    time.sleep(0.2)
+    assert not uncaught
+
+
+def test_without_spin_grpc_starts_a_thread_per_call(address: str) -> None:
+    """The behaviour Spin exists for: if gRPC stops doing this, Spin is not needed."""
+    with grpc.insecure_channel(address) as channel:
+        threads = _completing_threads(channel.unary_unary(METHOD), None, 5)
+    assert len({id(t) for t in threads}) == 5
+
+
+def test_a_channel_closed_under_a_held_thread_is_what_release_prevents(
+        address: str, uncaught: list[threading.ExceptHookArgs]) -> None:
+    channel = grpc.insecure_channel(address)
+    echo = channel.unary_unary(METHOD)
+    kept = spin.Spin(channel)
+    (thread, *_) = _completing_threads(echo, kept, 2)
+    channel.close()  # no release: the waiting thread gets an event without a callback
+    thread.join(10)
+    assert not thread.is_alive()
+    assert [type(u.exc_value) for u in uncaught] == [TypeError]
+
+
+def test_release_without_a_held_thread_starts_no_call(address: str) -> None:
+    kept = spin.Spin(grpc.insecure_channel(address))
+    assert kept.release(lambda: pytest.fail("a probe of a channel never held")) is None
+
+
+def test_a_channel_without_grpc_s_call_count_is_left_alone() -> None:
+    kept = spin.Spin(object())
+    kept.started()
+    assert not kept.held
+    spin.finish([None])  # nothing to wait for

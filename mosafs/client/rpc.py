@@ -86,7 +86,6 @@ class ManagerClient:
         self._managers = Managers(parse_managers(address))
         self._channels = [channel(a, identity) for a in self._managers.addresses]
         self._stubs = [mgrpc.ManagerStub(ch) for ch in self._channels]
-        self._stub = self._stubs[0]
         # Each channel's completion thread, kept between calls (mosafs.rpc.spin).
         self._spins = [spin.Spin(ch) for ch in self._channels]
         self._rpc = rpc
@@ -138,12 +137,17 @@ class ManagerClient:
         # "Metadata"); the limiter still bounds the calls in flight.
         if len(self._managers) > 1:
             return await self._call_active(name, request, timeout)
-        method = getattr(self._stub, name)
         async with self._rpc.slot:
-            future = method.future(request, timeout=timeout or self._timeout,
-                                   wait_for_ready=True, metadata=self._metadata())
-            self._spins[0].started()
-            return await completion(future)
+            return await self._at(0, name, request, timeout or self._timeout, True)
+
+    async def _at(self, index: int, name: str, request: Any, timeout: float,
+                  wait_for_ready: bool) -> Any:
+        """NAME(REQUEST) at manager INDEX, as a future whose completion comes to trio; its
+        channel's completion thread held from the first call on (mosafs.rpc.spin)."""
+        future = getattr(self._stubs[index], name).future(
+            request, timeout=timeout, wait_for_ready=wait_for_ready, metadata=self._metadata())
+        self._spins[index].started()
+        return await completion(future)
 
     async def _call_active(self, name: str, request: Any,
                            timeout: float | None = None) -> Any:
@@ -158,11 +162,8 @@ class ManagerClient:
             left = deadline - trio.current_time()
             try:
                 async with self._rpc.slot:
-                    future = getattr(self._stubs[index], name).future(
-                        request, timeout=max(0.1, min(left, FAILOVER_TRY_S)),
-                        wait_for_ready=False, metadata=self._metadata())
-                    self._spins[index].started()
-                    return await completion(future)
+                    return await self._at(index, name, request,
+                                          max(0.1, min(left, FAILOVER_TRY_S)), False)
             except errors.MosafsError as exc:
                 if not may_go_elsewhere(exc, idempotent) or left <= pause:
                     raise

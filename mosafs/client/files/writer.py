@@ -136,7 +136,7 @@ class WriteSession:
         self._spill: Any = None  # a temp file while in SPILL mode
         self._renewals = trio.CancelScope()
         self._leased = trio.Event()  # set when a lease is taken (the renewals wait for it)
-        self._renewing = False  # whether _renew_leases was started
+        self._renewing = False  # whether _renew_leases was started, or may start no more (closed)
         # The file existed while this session had it open (a lease was granted, or the
         # mount created it): a NotFound later means unlinked while open, not "no such file".
         self.existed = False

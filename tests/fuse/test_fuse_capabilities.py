@@ -103,6 +103,10 @@ def test_fuse_restricted_certificate_mount(start_cluster, tmp_path: Path) -> Non
     assert seen == {"write_read": True, "root_listing": ["jobA"], "jobB": "EACCES",
                     "create_at_root": "EACCES"}, seen
     assert root_refused
-    # The full-access mount sees the file, owned by uid 1000.
-    st = (full / "jobA" / "mine").stat()
+    # The full-access mount sees the file, owned by uid 1000, within the coherence bound
+    # for another mount's change (about 1 s, docs/client.md "Coherent caches"): it made
+    # jobA itself and knows it whole, so the name comes with its next change list.
+    mine = full / "jobA" / "mine"
+    harness.wait_for(mine.exists, timeout=2.0, what="the other mount's file to be seen")
+    st = mine.stat()
     assert (st.st_uid, st.st_size) == (1000, 1 << 20)

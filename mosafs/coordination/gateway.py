@@ -18,6 +18,8 @@ import contextlib
 import json
 import logging
 import math
+import queue
+import threading
 import time
 import urllib.parse
 from collections.abc import Callable
@@ -28,6 +30,7 @@ import requests
 from etcd3gw import exceptions as etcd_exceptions
 from etcd3gw.client import Etcd3Client
 from etcd3gw.lease import Lease
+from etcd3gw.watch import Watcher
 
 from mosafs.errors import ConfigError, Unavailable
 
@@ -37,6 +40,8 @@ T = TypeVar("T")
 # etcd 3.4 and later serve the gateway here; a fixed path spares a /version request per
 # client (etcd3gw would discover it), and Debian 12 ships 3.4.
 _API_PATH = "/v3/"
+# How often a watch looks at its STOP (a timed wait on a queue: no request to etcd).
+STOP_CHECK_S = 0.1
 
 
 class CoordinationUnavailable(Unavailable):
@@ -249,25 +254,44 @@ class Gateway:
 
     # -- watch ----------------------------------------------------------------------------
 
-    def wait_change(self, key: bytes, after_revision: int, timeout: float) -> bool:
-        """Block until KEY changes after AFTER_REVISION, at most TIMEOUT seconds; whether
-        it did. A watch that cannot be made or breaks counts as a timeout: callers poll
-        anyway, the watch only wakes them early."""
+    def wait_change(self, key: bytes, after_revision: int, timeout: float,
+                    stop: threading.Event | None = None) -> bool:
+        """Block until KEY changes after AFTER_REVISION, at most TIMEOUT seconds, or until
+        STOP is set (looked at every STOP_CHECK_S); whether it changed. A watch that
+        cannot be made or breaks counts as a timeout: callers poll anyway, the watch only
+        wakes them early. The wait can be long (a watch's thread and HTTP stream are made
+        once per wait, etcd3gw's way) because STOP ends it at once."""
         def watch(client: Etcd3Client) -> bool:
+            changes: queue.SimpleQueue[object] = queue.SimpleQueue()
+            watcher = Watcher(client, key, changes.put, start_revision=after_revision + 1)
             try:
-                client.watch_once(key, timeout=timeout, start_revision=after_revision + 1)
-            except etcd_exceptions.WatchTimedOut:
-                return False
-            return True
+                return _first(changes, deadline, stop)
+            finally:
+                watcher.stop()
 
-        started = time.monotonic()
+        deadline = time.monotonic() + timeout
         try:
             return self.call("a watch", watch)
         except CoordinationUnavailable as exc:
             log.debug("watch on %r failed (polling instead): %s", key, exc)
             # Wait out the time all the same: the caller's loop must not spin.
-            time.sleep(max(0.0, timeout - (time.monotonic() - started)))
+            _first(queue.SimpleQueue(), deadline, stop)
             return False
+
+
+def _first(changes: queue.SimpleQueue[object], deadline: float,
+           stop: threading.Event | None) -> bool:
+    """Whether CHANGES gets an item before DEADLINE (time.monotonic), giving up early once
+    STOP is set."""
+    while (left := deadline - time.monotonic()) > 0:
+        if stop is not None and stop.is_set():
+            return False
+        try:
+            changes.get(timeout=min(left, STOP_CHECK_S))
+        except queue.Empty:
+            continue
+        return True
+    return False
 
 
 class FailureStreak:

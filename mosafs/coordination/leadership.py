@@ -44,6 +44,8 @@ log = logging.getLogger("mosafs.coordination")
 
 Clock = Callable[[], float]
 
+WATCH_S = 2.0  # the longest a loop waits on a watch before it reads again
+
 
 def boottime() -> float:
     """Seconds of CLOCK_BOOTTIME: monotonic, and unlike CLOCK_MONOTONIC it goes on while
@@ -170,13 +172,18 @@ class Coordinator:
 
     ttl_s: the leader lease's TTL (etcd grants whole seconds, at least 2 with its default
     election timeout); margin_s: how long before the TTL runs out valid() turns False
-    (default ttl/5, for clock rate differences); poll_s: how often waiting loops look
-    again when no watch event wakes them (and so how fast they see `stop`).
+    (default ttl/5, for clock rate differences); poll_s: how long a loop waits before
+    trying again after etcd failed it, or while its member may not campaign; watch_s: how
+    long a loop waits on a watch before reading again when no event wakes it (a safety
+    net for an event missed; STOP ends the wait at once). Every wait on a watch costs etcd
+    and this process a new HTTP stream: at 0.5 s, two standbys' loops were a third of an
+    idle cluster's CPU beside etcd (docs/benchmarks.md, "Watches that wait long").
     """
 
     def __init__(self, endpoints: list[str], cluster: str, member: str, *,
                  ttl_s: float = 5.0, clock: Clock = boottime, margin_s: float | None = None,
-                 poll_s: float = 0.5, request_timeout_s: float | None = None) -> None:
+                 poll_s: float = 0.5, watch_s: float = WATCH_S,
+                 request_timeout_s: float | None = None) -> None:
         check_name("member", member)
         self.margin_s = ttl_s / 5 if margin_s is None else margin_s
         if ttl_s <= 0 or not 0 <= self.margin_s < ttl_s:
@@ -188,6 +195,7 @@ class Coordinator:
         self.member = member
         self.ttl_s = ttl_s
         self.poll_s = poll_s
+        self.watch_s = watch_s
         self.clock = clock
         # Short enough that a refresh that hangs is given up on well before the lease.
         self.request_timeout_s = request_timeout_s or min(ttl_s / 3, 5.0)
@@ -217,7 +225,7 @@ class Coordinator:
     def _gateway(self) -> Gateway:
         """A Gateway of one's own (for a thread or a watching loop; close it after)."""
         return Gateway(self.endpoints, self.request_timeout_s,
-                       watch_timeout=self.poll_s + self.request_timeout_s)
+                       watch_timeout=self.watch_s + self.request_timeout_s)
 
     def _gw(self) -> Gateway:
         """The calling thread's Gateway for one-off requests."""
@@ -247,7 +255,7 @@ class Coordinator:
                     held, revision, in_sync_revision = self._held(gw)
                     streak.ok()
                     if held:  # wait for the key to go, woken early by a watch
-                        gw.wait_change(self.keys.leader, revision, self.poll_s)
+                        gw.wait_change(self.keys.leader, revision, self.watch_s, stop)
                         continue
                     if not eligible():
                         if not ineligible:
@@ -331,7 +339,7 @@ class Coordinator:
                 if current != last:
                     callback(current)
                     last = current
-                gw.wait_change(self.keys.leader, state.revision, self.poll_s)
+                gw.wait_change(self.keys.leader, state.revision, self.watch_s, stop)
         finally:
             gw.close()
 

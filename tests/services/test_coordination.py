@@ -357,12 +357,50 @@ def test_resigning_hands_over_at_once_and_watchers_follow(
 
 def test_campaign_returns_none_when_stopped(coordinator: Callable[..., Coordinator]) -> None:
     term = campaign_now(coordinator("a"))
-    waiting = Campaign(coordinator("b"))
+    # A watch that would wait half a minute: the stop ends it, not its timeout.
+    waiting = Campaign(coordinator("b", watch_s=30.0))
     time.sleep(0.5)
+    stopped = time.monotonic()
     waiting.stop.set()
     assert waiting.join(3) is None
+    assert time.monotonic() - stopped < 1.0, "the campaign's watch outlived its stop"
     assert term.valid()
     term.resign()
+
+
+def test_long_watches_wake_on_the_change_and_end_on_stop(
+        coordinator: Callable[..., Coordinator]) -> None:
+    """Loops wait on a watch for watch_s (a new HTTP stream each wait, so it is long):
+    the leader's change still reaches a follower and a waiting campaign at once, and
+    stopping the follower ends its wait at once."""
+    a = coordinator("a")
+    b, follower = coordinator("b", watch_s=30.0), coordinator("follower", watch_s=30.0)
+    seen: list[LeaderInfo | None] = []
+    stop = threading.Event()
+    watcher = threading.Thread(target=follower.watch_leader, args=(seen.append, stop))
+    watcher.start()
+    try:
+        wait_until(lambda: seen == [None], 5, "the first report")
+        term_a = campaign_now(a)
+        wait_until(lambda: len(seen) == 2, 2, "a's term reported within a watch's wait")
+        b_campaign = Campaign(b)
+        time.sleep(0.5)
+        resigned = time.monotonic()
+        assert term_a.resign()
+        term_b = b_campaign.join(5)
+        assert term_b is not None
+        assert time.monotonic() - resigned < 1.5, "the campaign waited out its watch"
+        wait_until(lambda: seen[-1] == LeaderInfo("b", "b:7000", term_b.epoch), 2,
+                   "b's term reported within a watch's wait")
+        term_b.resign()
+        wait_until(lambda: seen[-1] is None, 2, "the resignation reported")
+        time.sleep(0.3)  # the follower waits on its next watch
+    finally:
+        stopped = time.monotonic()
+        stop.set()
+        watcher.join(5)
+    assert not watcher.is_alive()
+    assert time.monotonic() - stopped < 1.0, "the follower's watch outlived its stop"
 
 
 # -- the in-sync set ----------------------------------------------------------------------

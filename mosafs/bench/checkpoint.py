@@ -31,6 +31,7 @@ from typing import Any
 
 from mosafs.bench import write
 from mosafs.bench.procs import BenchError
+from mosafs.bench.timing import quiet_disks
 from mosafs.bench.write import _Mosafs, progress
 
 MiB = 1 << 20
@@ -40,6 +41,10 @@ SMALL = 64 * 1024       # smaller tensors change with the next larger one in the
 DTYPE_BYTES = {"float32": 4, "bfloat16": 2}
 ST_DTYPES = {"float32": "F32", "bfloat16": "BF16"}  # safetensors' names
 WARMUP_BYTES = 4 * MiB
+# Before each timed save, the longest wait for the machine's disks to go idle, so that no
+# save pays for I/O the step or the run before it left (a deleted work directory); the
+# JSON records each wait (docs/benchmarks.md, "Disks idle before each timed save").
+QUIET_S = 10.0
 # The issue's targets, for a 1 GiB state dict on a GPU with 10 % of it changed per step.
 DEDUP_VS_LOCAL_MAX = 0.15   # blocking save / torch.save to the local disk
 TO_HOST_SLACK = 1.1         # bytes_to_host <= 1.1 x bytes_sent + header
@@ -336,6 +341,7 @@ class _Run:
     local: Path
     m: _Mosafs  # the cluster
     prepare: bool = True  # on a GPU: mosafs.checkpoint.prepare before step 1
+    quiet_s: float = QUIET_S  # the longest wait for idle disks before a timed save
 
     @property
     def folder(self) -> Path:
@@ -346,12 +352,14 @@ class _Run:
 def run_checkpoint(*, size_mib: int = 1024, steps: int = 5, changed: float = 0.10,
                    device: str | None = None, local_dir: Path | None = None,
                    up_args: Sequence[str] = (), keep: Path | None = None, seed: int = 0,
-                   prepare: bool = True,
+                   prepare: bool = True, quiet_s: float | None = None,
                    command: str = "mosafs bench checkpoint") -> dict[str, Any]:
     """The whole benchmark; the result as one JSON-able dict. Cleans up whatever happens.
     PREPARE: on a GPU, the process's one-time costs are paid before step 1
     (mosafs.checkpoint.prepare, timed apart in `warmup_s`), as a training job would at
-    start; without, step 1 pays them."""
+    start; without, step 1 pays them. QUIET_S (default QUIET_S): before each timed save,
+    mosafs's and `torch.save`'s, the wait at most for the machine's disks to be idle
+    (mosafs.bench.timing.quiet_disks; 0: no wait)."""
     torch = _import("torch")
     device = resolve_device(torch, device)
     prepare = prepare and device != "cpu"
@@ -366,7 +374,7 @@ def run_checkpoint(*, size_mib: int = 1024, steps: int = 5, changed: float = 0.1
         "params": {"size_mib": size_mib, "state_dict_bytes": sum(t.nbytes for t in plan),
                    "header_bytes": header, "tensors": len(plan), "steps": steps,
                    "changed": changed, "device": device, "seed": seed, "up_args": up,
-                   "prepare": prepare,
+                   "prepare": prepare, "quiet_s": QUIET_S if quiet_s is None else quiet_s,
                    "as_issue": (size_mib * MiB == ISSUE_SIZE and changed <= ISSUE_CHANGED
                                 and device == "cuda"),
                    "units": "seconds; bytes; ratio_vs_local = save_blocking_s / "
@@ -378,7 +386,7 @@ def run_checkpoint(*, size_mib: int = 1024, steps: int = 5, changed: float = 0.1
         progress(f"work directory {workdir}, local directory {local}")
         m = _Mosafs(workdir, [a for a in up if a != "--insecure"], tls="--insecure" not in up)
         run = _Run(torch, device, plan, make_state(torch, plan, device, seed), changed, seed,
-                   local, m, prepare)
+                   local, m, prepare, result["params"]["quiet_s"])
         _sync(torch, device)
         result.update(_with_cluster(run, steps))
         result["targets"] = verdicts(result["steps"], result["loads"], device=device,
@@ -429,6 +437,9 @@ def _warm_up(run: _Run) -> dict[str, float]:
         parts = checkpoint.prepare(run.device)
         out["prepare_s"] = round(time.perf_counter() - start, 3)
         out.update({f"prepare_{k}": round(v, 3) for k, v in parts.items()})
+    # Untimed, as between steps: the warm-up's writes, the cluster's start and whatever
+    # the run before left (a deleted work directory) are on disk before step 1 is timed.
+    os.sync()
     return out
 
 
@@ -448,10 +459,12 @@ def _mutate(run: _Run, step: int, kind: str) -> list[int]:
 def _step(run: _Run, step: int, kind: str) -> dict[str, Any]:
     changed = _mutate(run, step, kind)
     changed_bytes = sum(run.plan[i].nbytes for i in changed)
+    disk_wait_s = quiet_disks(limit_s=run.quiet_s)
     row: dict[str, Any] = {
         "step": step, "kind": kind, "changed_tensors": len(changed),
         "changed_bytes": changed_bytes,
         "changed_fraction": round(changed_bytes / sum(t.nbytes for t in run.plan), 4),
+        "disk_wait_s": disk_wait_s,
         **_save(run, run.folder / f"model.r0.{step}", blocking=kind != "nonblocking")}
     figures = row["save"]
     # Of the file's chunks, those the step did not store (by count where the save counts
@@ -498,6 +511,7 @@ def _torch_saves(run: _Run, step: int) -> dict[str, Any]:
     stored new of it."""
     local = run.local / f"torch.r0.{step}.pt"
     out: dict[str, Any] = {
+        "torch_disk_wait_s": quiet_disks(limit_s=run.quiet_s),
         "torch_save_local_s": round(_torch_save(run.torch, run.sd, local, fsync=True), 4),
         "torch_file_bytes": local.stat().st_size}
     for old in run.local.glob("torch.r0.*.pt"):  # the disk holds one at a time

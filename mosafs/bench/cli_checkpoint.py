@@ -51,6 +51,10 @@ def add_checkpoint_benchmark(sub: Any) -> None:
     c.add_argument("--no-prepare", dest="prepare", action="store_false",
                    help="on a GPU, leave the process's one-time costs (mosafs.checkpoint."
                         "prepare) to the first save instead of paying them before step 1")
+    c.add_argument("--quiet-disks", type=bounded_float(0.0, 600.0), metavar="SECONDS",
+                   help="before each timed save (mosafs's and torch.save's) wait until "
+                        "the machine's disks have been idle 0.5 s, at most SECONDS "
+                        "(default 10; 0: no wait); the waits are in the JSON")
     c.add_argument("--ranks", type=numbers(1, 64), metavar="N,N",
                    help="instead: passes of N rank processes (one GPU each, round-robin), "
                         "each saving a --size-mib shard: steps 1..--steps then one all new, "
@@ -70,7 +74,7 @@ def run_checkpoint(args: argparse.Namespace) -> int:
     result = run_checkpoint(size_mib=args.size_mib, steps=args.steps, changed=args.changed,
                             device=args.device, local_dir=args.local_dir,
                             up_args=args.up_arg, keep=args.keep, seed=args.seed,
-                            prepare=args.prepare,
+                            prepare=args.prepare, quiet_s=args.quiet_disks,
                             command=" ".join(["mosafs", "bench", *sys.argv[2:]]))
     return print_result(result, args.json, format_table)
 

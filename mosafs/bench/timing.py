@@ -135,6 +135,40 @@ def drop_caches(*, pages: bool = True) -> bool:
         return False
 
 
+def quiet_disks(*, idle_s: float = 0.5, limit_s: float = 30.0, poll_s: float = 0.1) -> float:
+    """Wait until the machine's block devices have done no I/O for IDLE_S (nothing in
+    flight, no write, discard or flush completed: /proc/diskstats), at most LIMIT_S; the
+    seconds waited. A timed step then does not pay for what the disk still does for the
+    step or the run before it (a deleted work directory's discards, a sync's tail)."""
+    start = last_change = time.monotonic()
+    before = _disk_activity()
+    while (now := time.monotonic()) - start < limit_s:
+        current = _disk_activity()
+        if current != before or current[0]:
+            before, last_change = current, now
+        elif now - last_change >= idle_s:
+            break
+        time.sleep(poll_s)
+    return round(time.monotonic() - start, 3)
+
+
+def _disk_activity() -> tuple[int, ...]:
+    """(I/Os in flight, writes, discards and flushes completed) summed over the block
+    devices (not loop, ram or zram devices); () where /proc/diskstats cannot be read."""
+    in_flight = done = 0
+    try:
+        with open("/proc/diskstats") as f:
+            for line in f:
+                fields = line.split()
+                if len(fields) < 14 or fields[2].startswith(("loop", "ram", "zram")):
+                    continue
+                in_flight += int(fields[11])
+                done += int(fields[7]) + sum(int(x) for x in fields[14:15] + fields[18:19])
+    except OSError:
+        return ()
+    return in_flight, done
+
+
 class RssSampler:
     """Samples VmRSS of one process every INTERVAL seconds in a thread; keeps the maximum.
 

@@ -36,7 +36,7 @@ def test_bench_checkpoint_cpu_json_and_figures(tmp_path: Path) -> None:
     run_dir = tmp_path / "run"
     done = cli("bench", "checkpoint", "--size-mib", "16", "--steps", "2", "--device", "cpu",
                "--keep", str(run_dir), "--local-dir", str(tmp_path / "local"), "--json",
-               timeout=170)
+               "--quiet-disks", "2", timeout=170)
     assert done.returncode == 0, done.stderr
     result = json.loads(done.stdout)  # exactly one JSON object on stdout
     assert result == json.loads((run_dir / "result.json").read_text())
@@ -56,6 +56,9 @@ def test_bench_checkpoint_cpu_json_and_figures(tmp_path: Path) -> None:
 
     steps = result["steps"]
     assert [s["kind"] for s in steps] == ["first", "changed", "nonblocking", "all_new"]
+    assert params["quiet_s"] == 2.0
+    for s in steps:  # each timed save began after a wait for idle disks, within the limit
+        assert 0 <= s["disk_wait_s"] <= 2.5 and 0 <= s["torch_disk_wait_s"] <= 2.5
     size = steps[0]["save"]["size"]
     assert size == 16 * MiB + params["header_bytes"]
     for s in steps:

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 import os
+import threading
+import time
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -112,3 +114,35 @@ def test_targets_use_the_memory_run_when_there_is_one() -> None:
         "write_memory", 4096 * MiB, False)
     table = format_table({**_result(write_memory=memory), "targets": t})
     assert "peak_rss_while_writing" in table and "FAIL" in table and "PASS" in table
+
+
+def test_quiet_disks_waits_while_a_disk_writes_and_gives_up_at_its_limit(
+        tmp_path: Path) -> None:
+    path = tmp_path / "busy"
+    before = timing._disk_activity()
+    with open(path, "wb") as f:
+        f.write(os.urandom(4096))
+        f.flush()
+        os.fsync(f.fileno())
+    if timing._disk_activity() == before:
+        pytest.skip(f"{tmp_path} is on no block device that /proc/diskstats counts")
+    stop = threading.Event()
+
+    def keep_writing() -> None:  # a write and a flush every 50 ms
+        with open(path, "r+b") as f:
+            while not stop.wait(0.05):
+                f.write(os.urandom(4096))
+                f.flush()
+                os.fsync(f.fileno())
+
+    writer = threading.Thread(target=keep_writing)
+    writer.start()
+    try:
+        started = time.monotonic()
+        waited = timing.quiet_disks(idle_s=0.3, limit_s=1.0)
+        assert 1.0 <= waited < 2.0  # the limit: never quiet
+        assert time.monotonic() - started < 2.0
+    finally:
+        stop.set()
+        writer.join()
+    assert timing.quiet_disks(limit_s=0) == 0.0

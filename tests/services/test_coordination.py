@@ -326,9 +326,14 @@ def test_the_lease_stops_being_valid_when_etcd_goes_away(tmp_path: Path) -> None
             coord.close()
 
 
+@pytest.mark.parametrize("watch_s", [None, 30.0], ids=["default", "long-watches"])
 def test_resigning_hands_over_at_once_and_watchers_follow(
-        coordinator: Callable[..., Coordinator]) -> None:
-    a, b, follower = coordinator("a"), coordinator("b"), coordinator("follower")
+        coordinator: Callable[..., Coordinator], watch_s: float | None) -> None:
+    """Also with watches that would wait half a minute: the change wakes the follower and
+    the waiting campaign at once, and the follower's stop ends its wait at once."""
+    options = {} if watch_s is None else {"watch_s": watch_s}
+    a, b = coordinator("a"), coordinator("b", **options)
+    follower = coordinator("follower", **options)
     seen: list[LeaderInfo | None] = []
     stop = threading.Event()
     watcher = threading.Thread(target=follower.watch_leader, args=(seen.append, stop))
@@ -336,7 +341,7 @@ def test_resigning_hands_over_at_once_and_watchers_follow(
     try:
         wait_until(lambda: seen == [None], 5, "the first report")
         term_a = campaign_now(a)
-        wait_until(lambda: len(seen) == 2, 5, "a's term reported")
+        wait_until(lambda: len(seen) == 2, 1.5, "a's term reported")
         assert seen[1] == LeaderInfo("a", "a:7000", term_a.epoch)
         b_campaign = Campaign(b)
         time.sleep(0.5)
@@ -345,14 +350,18 @@ def test_resigning_hands_over_at_once_and_watchers_follow(
         assert term_a.resign() and not term_a.valid()
         term_b = b_campaign.join(5)
         assert term_b is not None and term_b.epoch > term_a.epoch
-        assert time.monotonic() - resigned < 1.5, "the standby waited for a TTL"
-        wait_until(lambda: seen[-1] == LeaderInfo("b", "b:7000", term_b.epoch), 5,
+        assert time.monotonic() - resigned < 1.5, "the standby waited for a TTL or a watch"
+        wait_until(lambda: seen[-1] == LeaderInfo("b", "b:7000", term_b.epoch), 1.5,
                    "b's term reported")
         term_b.resign()
+        wait_until(lambda: seen[-1] is None, 1.5, "the resignation reported")
+        time.sleep(0.3)  # the follower waits on its next watch
     finally:
+        stopped = time.monotonic()
         stop.set()
         watcher.join(5)
     assert not watcher.is_alive()
+    assert time.monotonic() - stopped < 1.0, "the follower's watch outlived its stop"
 
 
 def test_campaign_returns_none_when_stopped(coordinator: Callable[..., Coordinator]) -> None:
@@ -366,41 +375,6 @@ def test_campaign_returns_none_when_stopped(coordinator: Callable[..., Coordinat
     assert time.monotonic() - stopped < 1.0, "the campaign's watch outlived its stop"
     assert term.valid()
     term.resign()
-
-
-def test_long_watches_wake_on_the_change_and_end_on_stop(
-        coordinator: Callable[..., Coordinator]) -> None:
-    """Loops wait on a watch for watch_s (a new HTTP stream each wait, so it is long):
-    the leader's change still reaches a follower and a waiting campaign at once, and
-    stopping the follower ends its wait at once."""
-    a = coordinator("a")
-    b, follower = coordinator("b", watch_s=30.0), coordinator("follower", watch_s=30.0)
-    seen: list[LeaderInfo | None] = []
-    stop = threading.Event()
-    watcher = threading.Thread(target=follower.watch_leader, args=(seen.append, stop))
-    watcher.start()
-    try:
-        wait_until(lambda: seen == [None], 5, "the first report")
-        term_a = campaign_now(a)
-        wait_until(lambda: len(seen) == 2, 2, "a's term reported within a watch's wait")
-        b_campaign = Campaign(b)
-        time.sleep(0.5)
-        resigned = time.monotonic()
-        assert term_a.resign()
-        term_b = b_campaign.join(5)
-        assert term_b is not None
-        assert time.monotonic() - resigned < 1.5, "the campaign waited out its watch"
-        wait_until(lambda: seen[-1] == LeaderInfo("b", "b:7000", term_b.epoch), 2,
-                   "b's term reported within a watch's wait")
-        term_b.resign()
-        wait_until(lambda: seen[-1] is None, 2, "the resignation reported")
-        time.sleep(0.3)  # the follower waits on its next watch
-    finally:
-        stopped = time.monotonic()
-        stop.set()
-        watcher.join(5)
-    assert not watcher.is_alive()
-    assert time.monotonic() - stopped < 1.0, "the follower's watch outlived its stop"
 
 
 # -- the in-sync set ----------------------------------------------------------------------

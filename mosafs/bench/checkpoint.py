@@ -352,12 +352,12 @@ class _Run:
 def run_checkpoint(*, size_mib: int = 1024, steps: int = 5, changed: float = 0.10,
                    device: str | None = None, local_dir: Path | None = None,
                    up_args: Sequence[str] = (), keep: Path | None = None, seed: int = 0,
-                   prepare: bool = True, quiet_s: float | None = None,
+                   prepare: bool = True, quiet_s: float = QUIET_S,
                    command: str = "mosafs bench checkpoint") -> dict[str, Any]:
     """The whole benchmark; the result as one JSON-able dict. Cleans up whatever happens.
     PREPARE: on a GPU, the process's one-time costs are paid before step 1
     (mosafs.checkpoint.prepare, timed apart in `warmup_s`), as a training job would at
-    start; without, step 1 pays them. QUIET_S (default QUIET_S): before each timed save,
+    start; without, step 1 pays them. QUIET_S: before each timed save,
     mosafs's and `torch.save`'s, the wait at most for the machine's disks to be idle
     (mosafs.bench.timing.quiet_disks; 0: no wait)."""
     torch = _import("torch")
@@ -374,7 +374,7 @@ def run_checkpoint(*, size_mib: int = 1024, steps: int = 5, changed: float = 0.1
         "params": {"size_mib": size_mib, "state_dict_bytes": sum(t.nbytes for t in plan),
                    "header_bytes": header, "tensors": len(plan), "steps": steps,
                    "changed": changed, "device": device, "seed": seed, "up_args": up,
-                   "prepare": prepare, "quiet_s": QUIET_S if quiet_s is None else quiet_s,
+                   "prepare": prepare, "quiet_s": quiet_s,
                    "as_issue": (size_mib * MiB == ISSUE_SIZE and changed <= ISSUE_CHANGED
                                 and device == "cuda"),
                    "units": "seconds; bytes; ratio_vs_local = save_blocking_s / "
@@ -386,7 +386,7 @@ def run_checkpoint(*, size_mib: int = 1024, steps: int = 5, changed: float = 0.1
         progress(f"work directory {workdir}, local directory {local}")
         m = _Mosafs(workdir, [a for a in up if a != "--insecure"], tls="--insecure" not in up)
         run = _Run(torch, device, plan, make_state(torch, plan, device, seed), changed, seed,
-                   local, m, prepare, result["params"]["quiet_s"])
+                   local, m, prepare, quiet_s)
         _sync(torch, device)
         result.update(_with_cluster(run, steps))
         result["targets"] = verdicts(result["steps"], result["loads"], device=device,

@@ -65,7 +65,7 @@ def add_checkpoint_benchmark(sub: Any) -> None:
 
 
 def run_checkpoint(args: argparse.Namespace) -> int:
-    from mosafs.bench.checkpoint import format_table, run_checkpoint
+    from mosafs.bench.checkpoint import QUIET_S, format_table, run_checkpoint
     from mosafs.procutil import setup_logging
 
     setup_logging(args.log_level)
@@ -74,7 +74,8 @@ def run_checkpoint(args: argparse.Namespace) -> int:
     result = run_checkpoint(size_mib=args.size_mib, steps=args.steps, changed=args.changed,
                             device=args.device, local_dir=args.local_dir,
                             up_args=args.up_arg, keep=args.keep, seed=args.seed,
-                            prepare=args.prepare, quiet_s=args.quiet_disks,
+                            prepare=args.prepare,
+                            quiet_s=QUIET_S if args.quiet_disks is None else args.quiet_disks,
                             command=" ".join(["mosafs", "bench", *sys.argv[2:]]))
     return print_result(result, args.json, format_table)
 

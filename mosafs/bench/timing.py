@@ -144,6 +144,8 @@ def quiet_disks(*, idle_s: float = 0.5, limit_s: float = 30.0, poll_s: float = 0
     before = _disk_activity()
     while (now := time.monotonic()) - start < limit_s:
         current = _disk_activity()
+        if not current:  # /proc/diskstats unreadable: nothing to wait for
+            break
         if current != before or current[0]:
             before, last_change = current, now
         elif now - last_change >= idle_s:

@@ -274,8 +274,9 @@ class Gateway:
             return self.call("a watch", watch)
         except CoordinationUnavailable as exc:
             log.debug("watch on %r failed (polling instead): %s", key, exc)
-            # Wait out the time all the same: the caller's loop must not spin.
-            _first(queue.SimpleQueue(), deadline, stop)
+            # Wait out the time all the same (the caller's loop must not spin), or less
+            # once STOP is set.
+            (stop or threading.Event()).wait(max(0.0, deadline - time.monotonic()))
             return False
 
 

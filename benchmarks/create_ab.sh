@@ -16,15 +16,10 @@
 # CPU is counted).
 set -euo pipefail
 label=$1; shift
-d=$(mktemp -d /tmp/create-ab.XXXXXX); mkdir -p "$d/mnt"
-cd "${SRC:-$(dirname "$0")/..}"
-# shellcheck disable=SC2086  # UP_ARGS: several words
-env "$@" setsid .venv/bin/python -m mosafs up ${UP_ARGS:-} --data-dir "$d/data" \
-    --log-dir "$d/logs" "$d/mnt" > "$d/up.out" 2>&1 &
-up=$!
-trap 'kill -TERM $up 2>/dev/null; wait $up 2>/dev/null; rm -rf "$d"' EXIT
-for _ in $(seq 60); do mountpoint -q "$d/mnt" && break; sleep 0.5; done
-mountpoint -q "$d/mnt" || { echo "no mount: $(tail -3 "$d/up.out")" >&2; exit 1; }
+here=$(cd "$(dirname "$0")" && pwd)
+. "$here/cluster.sh"
+cd "${SRC:-$here/..}"
+start_cluster create-ab "${UP_ARGS:-}" "$@"
 files=${FILES:-2000}
 python3 benchmarks/create_loop.py "$d/mnt/warm" 300 8 > /dev/null
 mount_pid=$(pgrep -f "mosafs mount.*$d")

@@ -9,14 +9,8 @@
 #                                                       benchmarks/create_ab.sh says)
 set -euo pipefail
 cd "$(dirname "$0")/.."
-d=$(mktemp -d /tmp/idle-cpu.XXXXXX); mkdir -p "$d/mnt"
-# shellcheck disable=SC2086  # UP_ARGS: several words
-env "$@" setsid .venv/bin/python -m mosafs up ${UP_ARGS---managers 2} --data-dir "$d/data" \
-    --log-dir "$d/logs" "$d/mnt" > "$d/up.out" 2>&1 &
-up=$!
-trap 'kill -TERM $up 2>/dev/null; wait $up 2>/dev/null; rm -rf "$d"' EXIT
-for _ in $(seq 60); do mountpoint -q "$d/mnt" && break; sleep 0.5; done
-mountpoint -q "$d/mnt" || { echo "no mount: $(tail -3 "$d/up.out")" >&2; exit 1; }
+. benchmarks/cluster.sh
+start_cluster idle-cpu "${UP_ARGS---managers 2}" "$@"
 sleep "${SETTLE:-15}"
 pids=$(pgrep -f "$d/data")
 ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }

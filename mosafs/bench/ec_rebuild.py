@@ -12,7 +12,12 @@ that every benefactor holds about DEAD_MIB of fragments; then benefactor 0 is SI
 A watcher in the client namespace polls the manager every POLL_S and records when the
 benefactor is declared dead (its lease) and when every coded chunk has K+M live fragments
 again (`mosafs status`: nothing short, figures made after the death). The rebuild time is
-the span between the two: the lease is a setting, not rebuilding.
+the span between the two: the lease is a setting, not rebuilding. Over the steady middle
+of each rebuild, `links` has each link's use from the veths' byte counters and
+`in_wire_use` everything each benefactor's link passed inbound (the ACKs of what it sends
+included) as the link's token bucket counts it, every segment's headers included (tc's
+counts; the veths see one set of headers per offloaded packet, so they understate how
+full a link is).
 
 Fairness: every case loses the same amount of data (DEAD_MIB), through the same links,
 with the same rebuild machinery; what changes is how many benefactors share the work.
@@ -202,6 +207,8 @@ def _run_case(workdir: Path, case: Case, links: Links, dead_mib: int,
         "lost_chunks": watched["lost_chunks"],
         **phases(watched["timeline"], watched["detected"], watched["done"]),
         "links": link_use(watched["timeline"], watched["traffic"], links.rate_bit),
+        "in_wire_use": wire_use(watched["timeline"], watched.get("wire", []),
+                                links.rate_bit),
     }
 
 
@@ -252,11 +259,14 @@ def watch(manager: str, victim: str, out_path: Path, ready: Path) -> None:
         timeline: list[tuple[float, int]] = []  # (clock, bytes rebuilt) at each change
         links = _link_counters()
         traffic: list[tuple[float, dict[str, list[int]]]] = []  # (clock, link counters)
+        wire: list[tuple[float, dict[str, int]]] = []  # (clock, tbf byte counts), per bin
         while True:
             status = stub.GetClusterStatus(mpb.ClusterStatusRequest(), timeout=30)
             now = time.monotonic()
             if links:
                 traffic.append((now, _read_counters(links)))
+                if not wire or now - wire[-1][0] >= BIN_S:
+                    wire.append((now, _read_wire()))
             dead = not next(b.alive for b in status.benefactors if b.info.id == victim)
             if dead and detected is None:
                 detected = now
@@ -272,7 +282,7 @@ def watch(manager: str, victim: str, out_path: Path, ready: Path) -> None:
     out_path.write_text(json.dumps({
         "detected": detected, "done": now, "rebuilt_fragments": status.ec_rebuilt_fragments,
         "rebuilt_bytes": status.ec_rebuilt_bytes, "lost_chunks": status.lost_chunks,
-        "timeline": timeline, "traffic": traffic}))
+        "timeline": timeline, "traffic": traffic, "wire": wire}))
 
 
 def _link_counters() -> dict[str, Path]:
@@ -283,6 +293,25 @@ def _link_counters() -> dict[str, Path]:
         match = re.fullmatch(r"mb\d+c(\d+)", dev.name)
         if match:
             found[match.group(1)] = dev / "statistics"
+    return found
+
+
+def _read_wire() -> dict[str, int]:
+    """Link index -> bytes its link has passed inbound, as the token bucket that shapes
+    them counts them (the client namespace's tbf on the link's end here): every
+    segment's headers included, where the veth's own counters see one set of headers per
+    segmentation-offloaded packet. Empty where tc cannot say."""
+    try:
+        out = subprocess.run(["tc", "-s", "-j", "qdisc", "show"], capture_output=True,
+                             text=True, timeout=5, check=True).stdout
+        qdiscs = json.loads(out or "[]")
+    except (OSError, subprocess.SubprocessError, ValueError):
+        return {}
+    found = {}
+    for q in qdiscs:
+        match = re.fullmatch(r"mb\d+c(\d+)", str(q.get("dev", "")))
+        if match and q.get("kind") == "tbf":
+            found[match.group(1)] = int(q.get("bytes", 0))
     return found
 
 
@@ -351,6 +380,23 @@ def link_use(timeline: list[tuple[float, int]], traffic: list[Any],
         out[link] = {"out_use": use[0], "in_use": use[1], "out_idle": idle[0],
                      "in_idle": idle[1]}
     return out
+
+
+def wire_use(timeline: list[tuple[float, int]], wire: list[tuple[float, dict[str, int]]],
+             rate_bit: int) -> dict[str, float] | None:
+    """Per link, over the steady window: the share of its inbound token bucket's capacity
+    used (all it passed, headers of every segment included: what the bucket charges).
+    None without tc's counts."""
+    window = _steady_window(timeline)
+    if window is None:
+        return None
+    samples = [(t, c) for t, c in wire if window[0] <= t <= window[1] and c]
+    if len(samples) < 2 or samples[-1][0] <= samples[0][0]:
+        return None
+    (t0, first), (t1, last) = samples[0], samples[-1]
+    capacity = rate_bit / 8 * (t1 - t0)
+    return {link: round((last[link] - first[link]) / capacity, 3)
+            for link in first if link in last}
 
 
 def format_table(result: dict[str, Any]) -> str:

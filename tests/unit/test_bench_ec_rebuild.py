@@ -49,6 +49,19 @@ def test_link_use_is_measured_over_the_steady_middle() -> None:
     assert ec_rebuild.link_use(timeline, [], rate_bit) is None  # no netns links
 
 
+def test_wire_use_is_the_token_buckets_count_over_the_steady_middle() -> None:
+    timeline = [(0.0, 0), (1.0, 10), (5.0, 50), (9.0, 90), (10.0, 100)]
+    rate_bit = 20_000_000
+    # Link "1" takes its whole bucket, link "2" a fifth; a sample tc could not read ({})
+    # is skipped.
+    wire = [(t / 4, {"1": int(2_500_000 * t / 4), "2": int(500_000 * t / 4)})
+            for t in range(41)]
+    wire[20] = (5.0, {})
+    assert ec_rebuild.wire_use(timeline, wire, rate_bit) == {"1": 1.0, "2": 0.2}
+    assert ec_rebuild.wire_use(timeline, [], rate_bit) is None
+    assert ec_rebuild.wire_use([(0.0, 0)], wire, rate_bit) is None  # nothing rebuilt
+
+
 def test_cases_are_picked_by_number() -> None:
     assert ec_rebuild._pick("") == ec_rebuild.CASES
     assert ec_rebuild._pick("2,1") == (ec_rebuild.CASES[1], ec_rebuild.CASES[0])

@@ -4,6 +4,12 @@ benefactor its share only on average."""
 
 from __future__ import annotations
 
+import json
+import subprocess
+from typing import Any
+
+import pytest
+
 from mosafs.bench import ec_rebuild
 
 
@@ -60,6 +66,38 @@ def test_wire_use_is_the_token_buckets_count_over_the_steady_middle() -> None:
     assert ec_rebuild.wire_use(timeline, wire, rate_bit) == {"1": 1.0, "2": 0.2}
     assert ec_rebuild.wire_use(timeline, [], rate_bit) is None
     assert ec_rebuild.wire_use([(0.0, 0)], wire, rate_bit) is None  # nothing rebuilt
+
+
+def test_tc_counts_are_read_per_link_from_the_client_ends(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # What `tc -s -j qdisc show` prints in the client namespace: the links' client ends
+    # (mbNcI) with their tbf, and other devices and qdiscs, which are not links.
+    shown = json.dumps([
+        {"kind": "noqueue", "dev": "lo", "bytes": 5},
+        {"kind": "tbf", "dev": "mb7c1", "bytes": 1000},
+        {"kind": "tbf", "dev": "mb7c12", "bytes": 2000},
+        {"kind": "pfifo_fast", "dev": "mb7c3", "bytes": 3000},
+        {"kind": "tbf", "dev": "eth0", "bytes": 4000},
+    ])
+    ran: list[list[str]] = []
+
+    def run(args: list[str], **kwargs: Any) -> subprocess.CompletedProcess[str]:
+        ran.append(args)
+        return subprocess.CompletedProcess(args, 0, stdout=shown, stderr="")
+
+    monkeypatch.setattr(ec_rebuild.subprocess, "run", run)
+    assert ec_rebuild._read_wire() == {"1": 1000, "12": 2000}
+    assert ran == [["tc", "-s", "-j", "qdisc", "show"]]
+    # An old tc without JSON, or none at all: no counts, and the benchmark goes on.
+    monkeypatch.setattr(ec_rebuild.subprocess, "run",
+                        lambda args, **kw: subprocess.CompletedProcess(args, 0, "qdisc tbf", ""))
+    assert ec_rebuild._read_wire() == {}
+
+    def missing(args: list[str], **kwargs: Any) -> subprocess.CompletedProcess[str]:
+        raise FileNotFoundError("tc")
+
+    monkeypatch.setattr(ec_rebuild.subprocess, "run", missing)
+    assert ec_rebuild._read_wire() == {}
 
 
 def test_cases_are_picked_by_number() -> None:

@@ -54,7 +54,6 @@ import datetime
 import itertools
 import json
 import os
-import re
 import signal
 import subprocess
 import sys
@@ -70,6 +69,7 @@ from mosafs.bench.testbed import (
     RATE_1GBIT,
     Links,
     Testbed,
+    client_link,
     host_congestion,
     links_unavailable,
 )
@@ -207,8 +207,7 @@ def _run_case(workdir: Path, case: Case, links: Links, dead_mib: int,
         "lost_chunks": watched["lost_chunks"],
         **phases(watched["timeline"], watched["detected"], watched["done"]),
         "links": link_use(watched["timeline"], watched["traffic"], links.rate_bit),
-        "in_wire_use": wire_use(watched["timeline"], watched.get("wire", []),
-                                links.rate_bit),
+        "in_wire_use": wire_use(watched["timeline"], watched["wire"], links.rate_bit),
     }
 
 
@@ -290,9 +289,8 @@ def _link_counters() -> dict[str, Path]:
     what a link's end here receives is what its benefactor sends, and the reverse."""
     found = {}
     for dev in Path("/sys/class/net").glob("mb*"):
-        match = re.fullmatch(r"mb\d+c(\d+)", dev.name)
-        if match:
-            found[match.group(1)] = dev / "statistics"
+        if (link := client_link(dev.name)) is not None:
+            found[link] = dev / "statistics"
     return found
 
 
@@ -309,9 +307,9 @@ def _read_wire() -> dict[str, int]:
         return {}
     found = {}
     for q in qdiscs:
-        match = re.fullmatch(r"mb\d+c(\d+)", str(q.get("dev", "")))
-        if match and q.get("kind") == "tbf":
-            found[match.group(1)] = int(q.get("bytes", 0))
+        link = client_link(str(q.get("dev", "")))
+        if link is not None and q.get("kind") == "tbf":
+            found[link] = int(q.get("bytes", 0))
     return found
 
 

@@ -65,6 +65,13 @@ class Links:
     congestion: str = ""
 
 
+def client_link(device: str) -> str | None:
+    """The link index of DEVICE if it is a link's end in the client namespace (named
+    `mb{tag}c{i}` by Testbed), else None."""
+    match = re.fullmatch(r"mb\d+c(\d+)", device)
+    return match.group(1) if match else None
+
+
 def links_unavailable() -> str | None:
     """Why emulated links cannot be made here, or None."""
     if os.geteuid() != 0:

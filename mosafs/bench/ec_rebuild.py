@@ -60,7 +60,7 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from mosafs.argtypes import bounded_int
 from mosafs.bench.procs import BenchError, _record, kill_pids
@@ -88,6 +88,7 @@ BIN_S = 0.25  # bins of link traffic: a quarter second
 # (docs/benchmarks.md, "Pairs, and the links' congestion control"); a namespace may always
 # take reno.
 CONGESTION = "reno"
+_S = TypeVar("_S")  # a sample's counts
 
 
 @dataclass(frozen=True)
@@ -347,17 +348,24 @@ def _steady_window(timeline: list[tuple[float, int]]) -> tuple[float, float] | N
     return (low, high) if high > low else None
 
 
+def _steady_samples(timeline: list[tuple[float, int]], samples: list[tuple[float, _S]],
+                    ) -> list[tuple[float, _S]] | None:
+    """The non-empty SAMPLES taken within the steady window; None unless two of them span
+    some time."""
+    window = _steady_window(timeline)
+    if window is None:
+        return None
+    inside = [(t, c) for t, c in samples if window[0] <= t <= window[1] and c]
+    return inside if len(inside) >= 2 and inside[-1][0] > inside[0][0] else None
+
+
 def link_use(timeline: list[tuple[float, int]], traffic: list[Any],
              rate_bit: int) -> dict[str, Any] | None:
     """Per link, over the steady window: the share of its capacity used in each direction
     (wire bytes: headers and framing included), and the share of BIN_S bins in which a
     direction carried under a quarter of its capacity (`idle`). None without netns links."""
-    window = _steady_window(timeline)
-    if window is None or len(traffic) < 2:
-        return None
-    low, high = window
-    samples = [(t, c) for t, c in traffic if low <= t <= high]
-    if len(samples) < 2:
+    samples = _steady_samples(timeline, traffic)
+    if samples is None:
         return None
     capacity = rate_bit / 8
     bins: list[tuple[float, dict[str, list[int]]]] = [samples[0]]
@@ -385,11 +393,8 @@ def wire_use(timeline: list[tuple[float, int]], wire: list[tuple[float, dict[str
     """Per link, over the steady window: the share of its inbound token bucket's capacity
     used (all it passed, headers of every segment included: what the bucket charges).
     None without tc's counts."""
-    window = _steady_window(timeline)
-    if window is None:
-        return None
-    samples = [(t, c) for t, c in wire if window[0] <= t <= window[1] and c]
-    if len(samples) < 2 or samples[-1][0] <= samples[0][0]:
+    samples = _steady_samples(timeline, wire)
+    if samples is None:
         return None
     (t0, first), (t1, last) = samples[0], samples[-1]
     capacity = rate_bit / 8 * (t1 - t0)

@@ -276,7 +276,11 @@ class Gateway:
             log.debug("watch on %r failed (polling instead): %s", key, exc)
             # Wait out the time all the same (the caller's loop must not spin), or less
             # once STOP is set.
-            (stop or threading.Event()).wait(max(0.0, deadline - time.monotonic()))
+            left = max(0.0, deadline - time.monotonic())
+            if stop is None:
+                time.sleep(left)
+            else:
+                stop.wait(left)
             return False
 
 

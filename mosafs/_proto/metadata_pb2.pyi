@@ -83,7 +83,7 @@ class VersionRecord(_message.Message):
     def __init__(self, size: _Optional[int] = ..., chunks: _Optional[int] = ..., shared_chunks: _Optional[int] = ..., base_inode: _Optional[int] = ..., base_version: _Optional[int] = ..., new_bytes: _Optional[int] = ..., commit_time_ns: _Optional[int] = ..., mtime_ns: _Optional[int] = ..., shared_bytes: _Optional[int] = ..., stored_chunks: _Optional[int] = ..., stored_bytes: _Optional[int] = ..., indexed_chunks: _Optional[int] = ..., indexed_bytes: _Optional[int] = ..., repeated_chunks: _Optional[int] = ..., repeated_bytes: _Optional[int] = ..., provisional: _Optional[bool] = ..., session: _Optional[bytes] = ..., stored_entries: _Optional[bytes] = ..., replaced_versions: _Optional[int] = ...) -> None: ...
 
 class ChunkRecord(_message.Message):
-    __slots__ = ("length", "refcount", "benefactor_ids", "pool", "ec_k", "ec_m", "fragment_ids", "fragment_holders")
+    __slots__ = ("length", "refcount", "benefactor_ids", "pool", "ec_k", "ec_m", "fragment_ids", "fragment_holders", "unreferenced_ns")
     LENGTH_FIELD_NUMBER: _ClassVar[int]
     REFCOUNT_FIELD_NUMBER: _ClassVar[int]
     BENEFACTOR_IDS_FIELD_NUMBER: _ClassVar[int]
@@ -92,6 +92,7 @@ class ChunkRecord(_message.Message):
     EC_M_FIELD_NUMBER: _ClassVar[int]
     FRAGMENT_IDS_FIELD_NUMBER: _ClassVar[int]
     FRAGMENT_HOLDERS_FIELD_NUMBER: _ClassVar[int]
+    UNREFERENCED_NS_FIELD_NUMBER: _ClassVar[int]
     length: int
     refcount: int
     benefactor_ids: _containers.RepeatedScalarFieldContainer[str]
@@ -100,7 +101,8 @@ class ChunkRecord(_message.Message):
     ec_m: int
     fragment_ids: _containers.RepeatedScalarFieldContainer[bytes]
     fragment_holders: _containers.RepeatedScalarFieldContainer[str]
-    def __init__(self, length: _Optional[int] = ..., refcount: _Optional[int] = ..., benefactor_ids: _Optional[_Iterable[str]] = ..., pool: _Optional[str] = ..., ec_k: _Optional[int] = ..., ec_m: _Optional[int] = ..., fragment_ids: _Optional[_Iterable[bytes]] = ..., fragment_holders: _Optional[_Iterable[str]] = ...) -> None: ...
+    unreferenced_ns: int
+    def __init__(self, length: _Optional[int] = ..., refcount: _Optional[int] = ..., benefactor_ids: _Optional[_Iterable[str]] = ..., pool: _Optional[str] = ..., ec_k: _Optional[int] = ..., ec_m: _Optional[int] = ..., fragment_ids: _Optional[_Iterable[bytes]] = ..., fragment_holders: _Optional[_Iterable[str]] = ..., unreferenced_ns: _Optional[int] = ...) -> None: ...
 
 class BenefactorRecord(_message.Message):
     __slots__ = ("address", "pool", "capacity_bytes", "free_bytes", "chunks", "registered_ns", "draining", "certificate")

@@ -109,6 +109,12 @@ class ChunkStore(abc.ABC):
         """Every stored chunk: its id, when it was last put here, its length."""
 
     @abc.abstractmethod
+    def refresh(self, items: Sequence[InventoryItem]) -> list[InventoryItem]:
+        """Of ITEMS (an inventory taken a while ago), those still stored, as they stand
+        now: a paced round reports each page as it is when the page leaves, not as the
+        round's listing found it (a chunk deleted since must not be reported)."""
+
+    @abc.abstractmethod
     def delete(self, raw_id: bytes, *, touched_ns: int) -> int:
         """Delete a chunk (garbage collection) unless it was put again after TOUCHED_NS (the
         time its inventory entry showed: a write may be about to reference it). Returns
@@ -491,6 +497,16 @@ class FileChunkStore(ChunkStore):
     def inventory(self) -> Iterator[InventoryItem]:
         for name, st in self._chunk_stats([]):
             yield InventoryItem(bytes.fromhex(name), st.st_mtime_ns, st.st_size)
+
+    def refresh(self, items: Sequence[InventoryItem]) -> list[InventoryItem]:
+        out = []
+        for item in items:
+            try:
+                st = os.stat(self._where(item.id))
+            except FileNotFoundError:
+                continue  # deleted since the listing (garbage collection, scrub)
+            out.append(InventoryItem(item.id, st.st_mtime_ns, st.st_size))
+        return out
 
     def delete(self, raw_id: bytes, *, touched_ns: int) -> int:
         check_id(raw_id)

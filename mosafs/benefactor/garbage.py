@@ -62,13 +62,18 @@ class GarbageRounds:
 
     def _round(self, rate: float) -> RoundResult:
         items = list(self._store.inventory())
-        touched = {item.id: item.touched_ns for item in items}
         deleted = freed = waiting = 0
         started = time.monotonic()
         for start in range(0, len(items), PAGE):
             if rate and start:
                 self._hurry.wait(started + start / rate - time.monotonic())
-            release, waits = self._review(items[start:start + PAGE])
+            # As the page stands now: a paced round's listing may be an hour old, and the
+            # manager counts what a page reports as copies here.
+            page = self._store.refresh(items[start:start + PAGE])
+            if not page:
+                continue
+            touched = {item.id: item.touched_ns for item in page}
+            release, waits = self._review(page)
             waiting += waits
             for cid in release:
                 if cid not in touched:

@@ -13,7 +13,10 @@ never earlier. A record is collected once BOTH hold:
      that moment: such a write may have the chunk in its base version and reference it
      at commit without storing it again.
 Then, for each benefactor the record names, one transaction re-checks that its blobs are
-still unneeded and takes the benefactor out of the record (`release_unreferenced`), and
+still unneeded, and that the record became garbage before the same bound by the time the
+record itself keeps (`ChunkRecord.unreferenced_ns`: the queue's entry may date an earlier
+spell, the chunk referenced and left again since), and takes the benefactor out of the
+record (`release_unreferenced`), and
 the benefactor is asked to delete them (DeleteChunks), each only if it was not put since
 the oldest write still open began (less a clock-skew allowance): a writer that stored the
 chunk again after its lease opened keeps it. A benefactor that is down, or a request that
@@ -26,7 +29,9 @@ registration, and on `mosafs gc`); `GarbageCollector.review` answers each page:
 
 - an id the index references (refcount > 0) is a copy: if the record does not name the
   reporting benefactor (it came back after its copies were written off, or the index lost
-  a location), the benefactor is added again: its copies count again. An erasure-coded
+  a location), the benefactor is added again: its copies count again, unless this
+  collector released that copy since its last put (the page left before the deletion:
+  releases are remembered for RELEASED_KEEP_NS). An erasure-coded
   record needs only the whole copies it names (or any, while it has fewer than K
   fragments): the copies a conversion to fragments left behind are garbage;
 - an id that is a fragment of a referenced erasure-coded chunk (the `fragments` index of
@@ -53,7 +58,8 @@ inventory (a put refreshes the chunk file's mtime), which covers a writer that s
 chunk again while the answer is on its way.
 
 "First seen unreferenced" lives in memory: a manager restart starts every grace period
-again (safe: later, never earlier).
+again (safe: later, never earlier); it dates one unreferenced spell only (a chunk that
+becomes garbage again is seen anew), and the release re-checks the record's own time.
 """
 
 from __future__ import annotations
@@ -84,6 +90,10 @@ COLLECT_PAGE = 4096  # unreferenced records per collection step
 COLLECT_TICK_S = 2.0  # between steps while nothing is due
 # Ids queued at most (about 150 bytes each): past it, new ones wait for the safety net
 MAX_QUEUED = 2_000_000
+# Releases remembered (id, benefactor) -> when, so that an inventory page that was on its
+# way while a copy was deleted does not count that copy again: this long, at most this many
+RELEASED_KEEP_NS = 600 * 10**9
+MAX_RELEASED = 1_000_000
 # delete(benefactor address, blob ids, put_before_ns) -> (chunks deleted, bytes freed)
 DeleteFn = Callable[[str, list[bytes], int], tuple[int, int]]
 
@@ -125,6 +135,8 @@ class GarbageCollector:
         self._queued: deque[tuple[int, bytes]] = deque()
         self._since: dict[bytes, int] = {}
         self._overflowed = False
+        # (blob id, benefactor) -> wall ns of its release, oldest first (_note_released)
+        self._released: dict[tuple[bytes, str], int] = {}
         self.collected = Collected()  # since start, for status and tests
 
     def unreferenced(self, ids: Sequence[bytes]) -> None:
@@ -148,6 +160,10 @@ class GarbageCollector:
             for cid in ids:
                 if not again and cid in self._since:
                     continue
+                # A sighting from an earlier unreferenced spell says nothing of this one.
+                self._first_seen.pop(cid, None)
+                if self._since.get(cid) == now:
+                    continue  # queued at this very moment already
                 if len(self._queued) >= MAX_QUEUED:
                     if not self._overflowed:
                         self._overflowed = True
@@ -189,7 +205,12 @@ class GarbageCollector:
             put_before = (now if oldest is None else oldest) - CLOCK_SKEW_NS
             try:
                 for bid, blobs in by_holder.items():
-                    released, _ = self._store.release_unreferenced(blobs, bid)
+                    # The store checks again, in its transaction, when each record became
+                    # garbage: it may have been referenced and left again since it was
+                    # queued, after a write still open began.
+                    released, _ = self._store.release_unreferenced(
+                        blobs, bid, unreferenced_before=due_before)
+                    self._note_released(released, bid, now)
                     if released and bid in live:
                         self._delete(bid, live[bid], released, put_before, delete)
             finally:
@@ -253,6 +274,8 @@ class GarbageCollector:
             for (cid, touched), (rec, owners) in zip(entries, references, strict=True):
                 if blob_needed_on(cid, bid, rec, [o for _, o in owners]):
                     self._first_seen.pop(cid, None)
+                    if self._deleted_since(cid, bid, touched):
+                        continue  # the page left before the copy was deleted: not a copy
                     if (rec is not None and rec.refcount > 0 and wants_whole_copy(rec, bid)
                             and bid not in rec.benefactor_ids):
                         recount.append((cid, bid))
@@ -272,9 +295,30 @@ class GarbageCollector:
             self._store.add_chunk_locations(recount)
         if fragments:
             self._store.add_fragment_holders(fragments)
-        released, _ = self._store.release_unreferenced(candidates, bid)
+        due_before = now - self._grace_ns if oldest is None else \
+            min(now - self._grace_ns, oldest)
+        released, _ = self._store.release_unreferenced(candidates, bid,
+                                                       unreferenced_before=due_before)
+        self._note_released(released, bid, now)
         self._forget_old(now)
         return released, waiting + len(candidates) - len(released)
+
+    def _note_released(self, ids: Sequence[bytes], bid: str, now: int) -> None:
+        """IDS were released on BID at NOW: its copies are deleted, or about to be."""
+        with self._lock:
+            for cid in ids:
+                self._released.pop((cid, bid), None)  # to the end: the newest
+                self._released[(cid, bid)] = now
+            while len(self._released) > MAX_RELEASED:
+                del self._released[next(iter(self._released))]
+
+    def _deleted_since(self, cid: bytes, bid: str, touched: int) -> bool:
+        """Whether the copy of CID an inventory of BID reports (last put at TOUCHED) is
+        one released since: its page was listed before the deletion. A copy put again
+        after the release is a new one (within the clock-skew allowance: when in doubt,
+        not counted, and replication makes another)."""
+        released = self._released.get((cid, bid))
+        return released is not None and touched <= released + CLOCK_SKEW_NS
 
     def _forget_old(self, now: int) -> None:
         """Drop first sightings long past the grace period (their ids were deleted
@@ -287,3 +331,8 @@ class GarbageCollector:
             self._next_prune = now + 60 * 10**9
             for cid in [c for c, t in self._first_seen.items() if now - t > keep_ns]:
                 del self._first_seen[cid]
+            while self._released:
+                key, at = next(iter(self._released.items()))
+                if now - at <= RELEASED_KEEP_NS:
+                    break
+                del self._released[key]

@@ -122,6 +122,22 @@ def test_unit_chunkstore_inventory_lists_every_chunk_with_its_last_put(
     assert again[first].touched_ns > before
 
 
+def test_unit_chunkstore_refresh_drops_what_went_and_updates_what_was_put_again(
+        store: ChunkStore) -> None:
+    chunks = {chunk_id(d): d for d in (blob(f"refresh{i}", 700 + i) for i in range(3))}
+    for raw, data in chunks.items():
+        store.put(raw, data)
+    listed = sorted(store.inventory(), key=lambda item: item.id)
+    gone, again, same = listed
+    assert store.delete(gone.id, touched_ns=gone.touched_ns) == gone.length
+    time.sleep(0.02)
+    assert store.put(again.id, chunks[again.id]) is True
+    now = {item.id: item for item in store.refresh(listed)}
+    assert set(now) == {again.id, same.id}, "a chunk deleted since the listing is not reported"
+    assert now[again.id].touched_ns > again.touched_ns
+    assert now[same.id] == same
+
+
 def test_unit_chunkstore_delete_spares_a_chunk_put_since_the_inventory(
         store: ChunkStore) -> None:
     data = blob("delete", 5000)

@@ -96,12 +96,16 @@ class ChunkIndexOps(StoreBase):
             return [tx.chunk(cid) for cid in check_ids(ids)]
 
     @_rerun_if_grown
-    def release_unreferenced(self, ids: Iterable[bytes], bid: str) -> tuple[list[bytes], int]:
+    def release_unreferenced(self, ids: Iterable[bytes], bid: str, *,
+                             unreferenced_before: int | None = None
+                             ) -> tuple[list[bytes], int]:
         """Garbage collection: of IDS, those that are still unreferenced (refcount 0, or not
         in the index) may be deleted from benefactor BID. One transaction re-checks every
         id (a commit may have referenced one since it was chosen), takes BID out of its
-        record, and deletes records left with no copy. Returns (the ids BID may delete,
-        how many records were deleted)."""
+        record, and deletes records left with no copy. UNREFERENCED_BEFORE (wall ns): an
+        id whose record (or a record it is a fragment of) became garbage at or after it
+        stays (a write opened before that moment may reference it at commit). Returns
+        (the ids BID may delete, how many records were deleted)."""
         check_benefactor_id(bid)
         released: list[bytes] = []
         gone = 0
@@ -110,6 +114,9 @@ class ChunkIndexOps(StoreBase):
                 # A blob is a chunk, or a fragment of erasure-coded chunks (or both: equal
                 # bytes): it goes only if nothing referenced needs it here in either role.
                 if tx.blob_needed_on(cid, bid):
+                    continue
+                if (unreferenced_before is not None
+                        and tx.garbage_since(cid) >= unreferenced_before):
                     continue
                 released.append(cid)
                 rec = tx.chunk(cid)
@@ -145,6 +152,8 @@ class ChunkIndexOps(StoreBase):
         with self._write() as tx:
             for fid, bid in added:
                 check_benefactor_id(bid)
+                if tx.benefactor(bid) is None:
+                    continue  # removed since it was reported
                 for owner in tx.fragment_owners(bytes(fid)):
                     rec = tx.chunk(owner)
                     if rec is None or rec.refcount == 0 or bid in rec.fragment_holders:
@@ -296,13 +305,18 @@ class ChunkIndexOps(StoreBase):
     @_rerun_if_grown
     def add_chunk_locations(self, added: Iterable[tuple[bytes, str]]) -> int:
         """Record new copies (id, benefactor id) in one transaction; ids no longer in the
-        index are skipped (their file went meanwhile). Returns how many were recorded."""
+        index are skipped (their file went meanwhile), and so are benefactors no longer
+        registered (removed while the copy was made or reported). Returns how many were
+        recorded."""
         recorded = 0
+        registered: dict[str, bool] = {}
         with self._write() as tx:
             for cid, bid in added:
                 check_benefactor_id(bid)
+                if bid not in registered:
+                    registered[bid] = tx.benefactor(bid) is not None
                 rec = tx.chunk(cid)
-                if rec is None or bid in rec.benefactor_ids:
+                if rec is None or not registered[bid] or bid in rec.benefactor_ids:
                     continue
                 rec.benefactor_ids.append(bid)
                 tx.put_chunk(cid, rec)

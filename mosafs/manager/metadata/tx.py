@@ -4,6 +4,7 @@ store."""
 from __future__ import annotations
 
 import logging
+import time
 from collections import Counter
 from collections.abc import Iterator
 
@@ -303,8 +304,11 @@ class Tx:
         HOLDERS_SAME: REC is the stored record as chunk() read it in this transaction,
         with no benefactor or fragment holder changed (a reference counted): the index
         needs nothing."""
-        if rec.refcount and cid in self.unreferenced:
-            del self.unreferenced[cid]  # referenced again in the same transaction
+        if rec.refcount:
+            if cid in self.unreferenced:
+                del self.unreferenced[cid]  # referenced again in the same transaction
+            if rec.unreferenced_ns:
+                rec.unreferenced_ns = 0
         if not (holders_same and (cid in self._stored_raw or cid in self._stored_holders)):
             after = holders_of(rec)
             sync_holdings(self.txn, self.db, cid, self._holders_stored(cid), after)
@@ -394,6 +398,14 @@ class Tx:
         return any((owner := self.chunk(cid)) is not None and owner.refcount > 0
                    for cid in self.fragment_owners(blob))
 
+    def garbage_since(self, blob: bytes) -> int:
+        """When BLOB's own record, or the latest of the erasure-coded records it is a
+        fragment of, became garbage (ChunkRecord.unreferenced_ns; 0: none unreferenced,
+        or not known: records from before the field)."""
+        recs = [self.chunk(blob)] + [self.chunk(cid) for cid in self.fragment_owners(blob)]
+        return max((r.unreferenced_ns for r in recs if r is not None and r.refcount == 0),
+                   default=0)
+
     def blob_needed_on(self, blob: bytes, bid: str) -> bool:
         """Whether BLOB stored on benefactor BID must stay (blob_needed_on)."""
         owners = [rec for cid in self.fragment_owners(blob)
@@ -418,9 +430,12 @@ class Tx:
             if rec is None:
                 return
         rec.refcount = max(0, rec.refcount - count)
-        self.put_chunk(cid, rec, holders_same=True)
         if rec.refcount == 0:
+            # When it became garbage, kept with it: collection compares it with the
+            # writes still open (ChunkRecord.unreferenced_ns).
+            rec.unreferenced_ns = time.time_ns()
             self.unreferenced[cid] = None
+        self.put_chunk(cid, rec, holders_same=True)
 
     # registrations
     def benefactor(self, bid: str) -> metadata_pb2.BenefactorRecord | None:

@@ -571,8 +571,17 @@ class FileSystem(ExtendedAttributes):
             return
         # Only an emptying open(O_TRUNC) waits for the last release. A session that lost
         # bytes (its flush said EIO) has nothing to commit: it ends here.
-        if session.dirty and session.lost is None:
-            await self._commit(session)
+        try:
+            if session.dirty and session.lost is None:
+                await self._commit(session)
+        except errors.MosafsError:
+            # The last writer is gone and its content could not be stored (its close
+            # said so): the session ends all the same, so that this mount shows the
+            # file's committed version, as every other mount does, not bytes no version
+            # holds.
+            self._sessions.pop(inode, None)
+            await session.close()
+            raise
         if session.orphaned and self._other_handles(inode):
             return  # readers of the vanished file still read its last bytes from here
         self._sessions.pop(inode, None)

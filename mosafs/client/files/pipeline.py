@@ -113,6 +113,9 @@ class Pipeline:
         self._spread = random.randrange(1 << 30)
         self.hashed_bytes = 0  # what the chunking engine took, and its time (metrics)
         self.hash_seconds = 0.0
+        # Ids this stream claimed in the session's `stored` before storing them
+        # (_dispatch), given back if it fails (_unclaim).
+        self._claimed: set[bytes] = set()
 
     async def run(self) -> None:
         try:
@@ -136,10 +139,22 @@ class Pipeline:
                 log.exception("write pipeline of inode %d failed", self.session.inode)
                 error = errors.InternalError(f"write pipeline failed: {exc!r}")
             self.error = error
+            self._unclaim()
         finally:
             if self._request is not None:
                 self._request.ready.set()  # with view None: the writer finds the error
             self.done.set()
+
+    def _unclaim(self) -> None:
+        """The stream failed: the ids it claimed and did not store stop counting as
+        stored, so that the session's next attempt (a retried fsync, the same bytes
+        written again after a truncate) stores them instead of naming chunks that no
+        benefactor holds in its commit."""
+        stored = self.session.stored
+        for cid in self._claimed:
+            if cid not in stored.placements and cid not in stored.fragments:
+                stored.forget(cid)
+        self._claimed.clear()
 
     def _feed_pieces(self, pieces: Pieces) -> list[Any]:
         # Many small writes (4 KiB each) are joined first: one copy of cache-warm bytes
@@ -210,6 +225,7 @@ class Pipeline:
             if c.id not in stored.ids and c.id not in fresh:
                 fresh[c.id] = c
         stored.ids.update(fresh)  # claimed now: a repeat later in the stream is not re-sent
+        self._claimed.update(fresh)
         if fresh:
             # The new chunks' bytes wait here until the ones before them are stored: the
             # chunking engine never runs further ahead of the puts than one window.

@@ -150,6 +150,9 @@ class WriteSession:
         self.session_id = os.urandom(16)
         self.provisional_version = 0  # the last commit's version if it was provisional
         self._provisional_ids: set[bytes] = set()  # the chunk ids that version names
+        # The chunk ids of the version the lease was opened on (counted as stored while
+        # that version may be the base: _forget_base).
+        self._base_ids: set[bytes] = set()
         self.lost: errors.MosafsError | None = None  # why appended bytes were lost, if so
 
     @classmethod
@@ -202,7 +205,8 @@ class WriteSession:
             self.ctx.spawn(self._renew_leases)
         self.write_token = lease.write_token
         if self.ctx.config.dedupe_with_base:
-            self.stored.ids.update(c.id for c in lease.base_chunks)
+            self._base_ids = {c.id for c in lease.base_chunks} - self.stored.ids
+            self.stored.ids.update(self._base_ids)
 
     async def _open_write(self) -> mpb.OpenWriteResponse:
         """OpenWrite, retried with backoff for up to the manager timeout while no benefactor
@@ -301,18 +305,22 @@ class WriteSession:
             data = data[:MAX_FILE_SIZE - offset]
         if self.lease is None:
             await self._acquire_lease()
-        self.dirty = True
-        self.only_emptied = False
-        self.mtime_ns = time.time_ns()
         self._check_content()
         if self._spill is None and offset == self.size and not self.orphaned:
+            self._edited()  # before: bytes an append that fails took are in the stream
             await self._append(data)
         else:
-            await self._to_spill()
+            await self._to_spill()  # a failure here changes nothing
             with _local_file_errors(self.inode):
                 os.pwrite(self._spill.fileno(), data, offset)
             self.size = max(self.size, offset + len(data))
+            self._edited()
         return len(data)
+
+    def _edited(self) -> None:
+        self.dirty = True
+        self.only_emptied = False
+        self.mtime_ns = time.time_ns()
 
     async def _append(self, data: bytes) -> None:
         if self._pipeline is None:
@@ -342,16 +350,16 @@ class WriteSession:
             return
         if self.lease is None:
             await self._acquire_lease()
-        self.dirty = True
-        self.mtime_ns = time.time_ns()
-        self.only_emptied = size == 0
         if size == 0:
+            self._edited()
+            self.only_emptied = True
             await self._drop_content()
             return
-        await self._to_spill()
+        await self._to_spill()  # a failure here changes nothing
         with _local_file_errors(self.inode):
             os.ftruncate(self._spill.fileno(), size)
         self.size = size
+        self._edited()
 
     async def read(self, offset: int, size: int) -> bytes:
         """Uncommitted content; callers read committed content through the reader."""
@@ -399,17 +407,26 @@ class WriteSession:
         if self._spill is not None:
             return
         log.debug("inode %d: spilling %d bytes to a local file", self.inode, self.size)
+        # The spill file becomes the session's only once it holds the whole content: a
+        # fetch that fails leaves the session's content as it was, a block-map (the edit
+        # fails, the next one tries again), never a half-filled file that a commit would
+        # store as the content.
         entries = await self._drain_stream()
-        # Kept open for the session's life and closed by _drop_content.
-        self._spill = tempfile.TemporaryFile(dir=self.ctx.config.spill_dir)  # noqa: SIM115
-        view = await self.view(entries)
-        fd = self._spill.fileno()
-        for entry, start in zip(view.entries, view.starts, strict=False):
-            data = await self.ctx.fetcher.get(entry.id, *view.where(entry.id))
+        spill = tempfile.TemporaryFile(dir=self.ctx.config.spill_dir)  # noqa: SIM115
+        try:
+            view = await self.view(entries)
+            fd = spill.fileno()
+            for entry, start in zip(view.entries, view.starts, strict=False):
+                data = await self.ctx.fetcher.get(entry.id, *view.where(entry.id))
+                with _local_file_errors(self.inode):
+                    os.pwrite(fd, data, start)
             with _local_file_errors(self.inode):
-                os.pwrite(fd, data, start)
-        with _local_file_errors(self.inode):
-            os.ftruncate(fd, self.size)
+                os.ftruncate(fd, self.size)
+        except BaseException:
+            spill.close()
+            self.prefix = entries  # the stream drained above is part of the content
+            raise
+        self._spill = spill  # kept open for the session's life; closed by _drop_content
 
     async def view(self, entries: list[ChunkEntry] | None = None) -> BlockMapView:
         """ENTRIES (default: the committed content) as a readable view, every chunk located
@@ -459,6 +476,7 @@ class WriteSession:
         reply = await self._commit_entries(entries, provisional)
         if replacing:
             self._forget_replaced(entries)
+        self._forget_base(entries)
         self.prefix = entries
         self.committed_version = reply.version
         self.provisional_version = reply.version if provisional else 0
@@ -474,6 +492,18 @@ class WriteSession:
         kept = {e.id for e in entries}
         for cid in self._provisional_ids - kept:
             self.stored.forget(cid)
+
+    def _forget_base(self, entries: list[ChunkEntry]) -> None:
+        """The lease this commit used up protected its base version's chunks from garbage
+        collection (docs/durability.md); the next lease is opened on the version just
+        committed. The base may be pruned now (a policy keeping one version), so its
+        chunks that ENTRIES do not name stop counting as stored: written again later,
+        they are looked up or stored, never named in a commit on a lost copy's say."""
+        kept = {e.id for e in entries}
+        for cid in self._base_ids - kept:
+            if cid not in self.stored.placements and cid not in self.stored.fragments:
+                self.stored.forget(cid)
+        self._base_ids = set()
 
     async def _new_pipeline(self) -> Pipeline | RemotePipeline:
         """A pipeline in a data-path worker process when the mount has them, else here."""

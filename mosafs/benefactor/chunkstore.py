@@ -162,6 +162,21 @@ def check_content(raw_id: bytes, data: Buffer) -> None:
         )
 
 
+@contextlib.contextmanager
+def _full_is_no_space() -> Iterator[None]:
+    """Around a put's steps that touch the disk: a full file system or quota (ENOSPC,
+    EDQUOT) raises NoSpace, which the writer answers by trying another benefactor; any
+    other OSError goes on as it is (a failing disk, or a bug)."""
+    try:
+        yield
+    except OSError as exc:
+        if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+            where = f" ({exc.filename})" if exc.filename else ""
+            raise NoSpace(f"benefactor file system is full: {exc.strerror}{where}; "
+                          "chunk not stored") from None
+        raise
+
+
 def _listing(path: str | Path, *, missing_ok: bool = True) -> list[os.DirEntry[str]]:
     """The entries of a directory, read at once (no descriptor is held while a slow walk,
     such as a throttled scrub, looks at them). With MISSING_OK, none when the directory
@@ -419,21 +434,20 @@ class FileChunkStore(ChunkStore):
 
     def _write_temp(self, raw_id: bytes, data: Buffer) -> str:
         tmp = f"{self._tmp_str}/{raw_id.hex()}.{uuid.uuid4().hex}"
-        try:
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
+        with _full_is_no_space():
             try:
-                view = memoryview(data).cast("B")
-                while view:  # a write may store less than asked
-                    view = view[os.write(fd, view):]
-                os.fsync(fd)
-            finally:
-                os.close(fd)
-        except OSError as exc:
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(tmp)
-            if exc.errno in (errno.ENOSPC, errno.EDQUOT):
-                raise NoSpace(f"benefactor file system is full: {exc}") from None
-            raise
+                fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
+                try:
+                    view = memoryview(data).cast("B")
+                    while view:  # a write may store less than asked
+                        view = view[os.write(fd, view):]
+                    os.fsync(fd)
+                finally:
+                    os.close(fd)
+            except OSError:
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(tmp)
+                raise
         return tmp
 
     def _install(self, raw_id: bytes, tmp: str, path: str, size: int) -> bool:
@@ -442,12 +456,27 @@ class FileChunkStore(ChunkStore):
             present, old_size = self._holds(raw_id, path, size)
             if present:
                 return True
-            try:
-                os.replace(tmp, path)
-            except FileNotFoundError:  # the fan-out directories are not there yet
-                self._make_dirs(os.path.dirname(path))
-                os.replace(tmp, path)
-            fsync_dir(os.path.dirname(path))  # the rename itself must survive a power loss
+            # The temp file took the room it needs; making a fan-out directory, growing
+            # one by the rename or syncing it can still find the file system full (PUT
+            # removes the temp file).
+            with _full_is_no_space():
+                try:
+                    os.replace(tmp, path)
+                except FileNotFoundError:  # the fan-out directories are not there yet
+                    self._make_dirs(os.path.dirname(path))
+                    os.replace(tmp, path)
+                try:
+                    fsync_dir(os.path.dirname(path))  # the rename must survive a power loss
+                except OSError:
+                    # Not durable, so not stored: a copy the answer does not promise must
+                    # not be there for a later put or HasChunks to count on.
+                    with contextlib.suppress(OSError):
+                        os.unlink(path)
+                    if old_size is not None:  # the damaged copy it replaced is gone too
+                        with self._stats_lock:
+                            self._chunks -= 1
+                            self._stored -= old_size
+                    raise
             self._corrupt.discard(raw_id)
         # The counters hold what the scan found on disk (or puts added), so a replaced
         # damaged copy adjusts them by its size on disk.
@@ -469,7 +498,13 @@ class FileChunkStore(ChunkStore):
         for d in (os.path.dirname(leaf_dir), leaf_dir):
             if not os.path.isdir(d):
                 os.mkdir(d)
-                fsync_dir(os.path.dirname(d))
+                try:
+                    fsync_dir(os.path.dirname(d))
+                except OSError:
+                    # A later put finding it would not sync its parent again: remove it.
+                    with contextlib.suppress(OSError):
+                        os.rmdir(d)
+                    raise
 
     def get(self, raw_id: bytes, *, verify: bool = True) -> bytes:
         check_id(raw_id)

@@ -4,8 +4,11 @@ A grouped put (PutChunks: the blobs a writer had queued for this benefactor, in 
 stores its blobs side by side, at most THREADS at a time, each through the same
 `ChunkStore.put` as a single put (BLAKE3 checked, written, fsynced, renamed), and answers
 each on its own: one bad or refused blob does not fail the others, and a blob that was
-stored stays stored whatever happens to the rest. The call's token and the ingest limit
-are checked by the caller, once per call, before anything is stored.
+stored stays stored whatever happens to the rest. That holds for a bug too: an exception
+that is not a MosafsError is logged with its traceback, once, and answers its blob only
+(InternalError, as a single put's bug answers INTERNAL), never the whole call, which
+would hide the blobs already stored. The call's token and the ingest limit are checked
+by the caller, once per call, before anything is stored.
 
 A local put's blobs lie in the writer's memory file, which the writer can still write
 while they are stored (mosafs.benefactor.localreads): `from_file` reads each blob into a
@@ -17,6 +20,7 @@ an id it does not hash to, for every later writer of that content to dedupe agai
 
 from __future__ import annotations
 
+import logging
 import os
 import threading
 import time
@@ -27,7 +31,9 @@ from typing import Protocol, TypeVar
 
 from mosafs import metrics
 from mosafs.benefactor.chunkstore import Buffer, ChunkStore
-from mosafs.errors import InvalidArgument, MosafsError
+from mosafs.errors import InternalError, InvalidArgument, MosafsError
+
+log = logging.getLogger(__name__)
 
 THREADS = 8
 # A storing thread keeps a read buffer up to this size (chunks are up to 64 MiB: eight
@@ -76,9 +82,9 @@ class Puts:
         return present
 
     def group(self, blobs: Sequence[PutChunk], method: str = "PutChunks") -> list[Outcome]:
-        """Store every blob of BLOBS, in parallel; outcomes[i] answers blobs[i]. An error
-        that is not a MosafsError is a bug and is raised (after the others ended). METHOD
-        labels the call's metric (PutChunks, or a local put)."""
+        """Store every blob of BLOBS, in parallel; outcomes[i] answers blobs[i], an error
+        included (module docstring). METHOD labels the call's metric (PutChunks, or a
+        local put)."""
         return self._all(blobs, lambda blob: self._stored(blob.id, blob.data), method)
 
     def from_file(self, fd: int, spans: Sequence[tuple[bytes, int, int]],
@@ -131,5 +137,10 @@ def _outcome(store: Callable[[T], bool], item: T, queued: float | None = None) -
     except MosafsError as exc:
         metrics.BENEFACTOR_PUTS.labels("refused").inc()
         return Outcome(error=exc)
+    except Exception:  # a bug: logged here, the only place, and answered for ITEM only
+        log.exception("bug while storing a blob of a grouped put")
+        metrics.BENEFACTOR_PUTS.labels("refused").inc()
+        return Outcome(error=InternalError("internal error storing this blob (the "
+                                           "benefactor's log has the traceback)"))
     finally:
         _STORED.observe(time.monotonic() - started)

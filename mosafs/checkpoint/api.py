@@ -166,7 +166,14 @@ def load(path: PathLike, *, device: str = "cpu",
         dtype = _torch_dtype(spec.dtype)
         tensor = torch.empty(spec.shape, dtype=dtype)
         if spec.nbytes:
-            tensor.copy_(host[entry.start:entry.end].view(dtype).reshape(spec.shape))
+            raw = host[entry.start:entry.end]
+            if entry.start % tensor.element_size() == 0:  # every file mosafs writes
+                tensor.copy_(raw.view(dtype).reshape(spec.shape))
+            else:
+                # torch views bytes as DTYPE only at a multiple of its size, and the
+                # format does not ask for one (another writer may put 3 bytes of U8
+                # before an F32): the bytes are copied in as bytes.
+                tensor.reshape(-1).view(torch.uint8).copy_(raw)
         out[spec.name] = tensor
     return out
 

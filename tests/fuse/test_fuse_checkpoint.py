@@ -21,6 +21,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import struct
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -168,6 +169,28 @@ def test_fuse_checkpoint_torch_cpu_blocking_and_not(folder: Path) -> None:
     assert handle.done() and done.version == 2
     assert done.blocked_s <= done.total_s
     assert path.read_bytes() == expected
+
+
+def test_fuse_checkpoint_loads_another_writer_s_unaligned_tensors(folder: Path) -> None:
+    """The format does not ask a tensor to start at a multiple of its element size: a
+    file written through the mount by another writer, an F32 right after 3 bytes of U8,
+    loads as the library reads it."""
+    torch = pytest.importorskip("torch", reason="torch (CPU) is a test dependency")
+    safetensors_torch = pytest.importorskip("safetensors.torch")
+    header = {"a": {"dtype": "U8", "shape": [3], "data_offsets": [0, 3]},
+              "b": {"dtype": "F32", "shape": [2, 2], "data_offsets": [3, 19]}}
+    text = json.dumps(header).encode()
+    text += b" " * (-len(text) % 8)
+    data = (struct.pack("<Q", len(text)) + text + bytes([1, 2, 3])
+            + np.array([1.5, -2.5, 3.25, 1e30], dtype="<f4").tobytes())
+    path = folder / "other.safetensors"
+    path.write_bytes(data)
+    expected = safetensors_torch.load(data)
+    back = checkpoint.load(path)
+    assert back.keys() == expected.keys()
+    assert all(torch.equal(back[k], expected[k]) for k in expected)
+    back_np = checkpoint.load_numpy(path)
+    assert all(np.array_equal(back_np[k], expected[k].numpy()) for k in expected)
 
 
 def test_fuse_checkpoint_non_blocking_failure_reaches_the_handle(cluster: UpCluster,

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -323,6 +324,56 @@ def test_services_benefactor_capacity_pool_and_advertise_flags(
         assert list(has.present) == [True, False]
     finally:
         ch.close()
+
+
+def test_services_benefactor_full_file_system_is_resource_exhausted(
+    tmp_path: Path, procs: list[Proc]
+) -> None:
+    """The data directory's file system runs out while a put makes its fan-out directory
+    (its temporary file took the last inode of a small tmpfs): RESOURCE_EXHAUSTED, which
+    the writer answers by trying another benefactor; no INTERNAL, no traceback."""
+    if os.geteuid() != 0:
+        pytest.skip("mounts a tmpfs")
+    fs = tmp_path / "fs"
+    fs.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=16m,nr_inodes=600", "tmpfs",
+                    str(fs)], check=True)
+    try:
+        proc = start("benefactor", ["benefactor", "--data-dir", str(fs / "data")], tmp_path,
+                     env=STANDALONE_ENV)
+        procs.append(proc)
+        ch = channel(proc.address)
+        try:
+            stub = Stub(ch)
+            stored = blob("full-before", 3000)
+            put(stub, stored)
+            filler = fs / "filler"
+            filler.mkdir()
+            while os.statvfs(fs).f_ffree > 1:
+                (filler / os.urandom(8).hex()).touch()
+            late, later = blob("full-late", 3000), blob("full-later", 3000)
+            code, details = code_of(stub.PutChunk,
+                                    pb.PutChunkRequest(id=chunk_id(late), data=late))
+            assert code == grpc.StatusCode.RESOURCE_EXHAUSTED
+            assert "file system is full" in details
+            reply = stub.PutChunks(pb.PutChunksRequest(chunks=[
+                pb.PutChunkRequest(id=chunk_id(b), data=b) for b in (stored, later)]),
+                timeout=TIMEOUT)
+            assert [(o.code, o.kind, o.already_present) for o in reply.outcomes] == [
+                (0, "", True), (grpc.StatusCode.RESOURCE_EXHAUSTED.value[0], "no-space", False)]
+            has = stub.HasChunks(pb.HasChunksRequest(
+                ids=[chunk_id(b) for b in (stored, late, later)]), timeout=TIMEOUT)
+            assert list(has.present) == [True, False, False]
+            assert os.listdir(fs / "data" / "tmp") == []
+            shutil.rmtree(filler)  # room again: the same put stores it
+            assert put(stub, late) is False
+        finally:
+            ch.close()
+        stop_clean(proc)  # no traceback, no WARNING/ERROR in its log
+    finally:
+        for started in procs:  # a failed test's benefactor still holds the mount
+            started.kill()
+        subprocess.run(["umount", str(fs)], check=True)
 
 
 def test_services_benefactor_restart_keeps_chunks_and_identity(

@@ -167,14 +167,16 @@ def _serve_until_stopped(stop: threading.Event, leadership: Any, journal: Any) -
 def _replication_log(args: argparse.Namespace, store: Any, leadership: Any,
                      on_in_sync: Any) -> Any:
     """The replication log standbys follow (--standbys), attached to STORE; None without
-    --standbys. This manager's epoch is one past the last its database holds, and with
-    LEADERSHIP at least its fencing token (the coordination service's revision)."""
+    --standbys. This manager's epoch (its term) is one past the last its database holds
+    and past every term begun on it before (stored, and synced, before anything of the
+    new term can be shipped: ReplicaOps.start_term), and with LEADERSHIP at least its
+    fencing token (the coordination service's revision, which is the term unless the
+    database holds one as high: etcd's data lost and started again)."""
     if args.standbys is None:
         return None
     from mosafs.manager.replog import LAG_TIMEOUT_S, ReplicationLog
 
-    seq, epoch = store.log_position()
-    term = max(epoch + 1, leadership.epoch if leadership is not None else 0)
+    seq, epoch, term = store.start_term(leadership.epoch if leadership is not None else 0)
     journal = ReplicationLog(epoch=term, last_seq=seq, last_epoch=epoch,
                              standbys=args.standbys, wait_timeout_s=args.standby_wait,
                              lag_timeout_s=min(LAG_TIMEOUT_S, args.standby_wait / 6),

@@ -45,6 +45,9 @@ log = logging.getLogger("mosafs.manager.replog")
 
 META_SEQ = b"log_seq"
 META_EPOCH = b"log_epoch"
+META_TERM = b"log_term"  # the last term begun on this database (ReplicaOps.start_term);
+                         # not logged: each manager's own (a snapshot carries it: harmless,
+                         # a term is only ever compared upwards)
 _U64 = struct.Struct(">Q")
 MAX_LOG_BYTES = 64 << 20     # entries kept in memory for standbys that are behind
 LAG_TIMEOUT_S = 5.0          # an in-sync standby silent this long on an entry leaves the set

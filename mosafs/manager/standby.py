@@ -7,7 +7,9 @@ it may be confirmed), and applied to LMDB later, many batches per transaction
 A snapshot arrives in parts into DATA_DIR/metadata.incoming/data.mdb; once whole it is
 synced and takes the place of DATA_DIR/metadata.lmdb by two renames (the old copy goes to
 metadata.replaced and is deleted), so that a standby killed at any moment restarts with
-either its old database or the whole new one, never a part.
+either its old database or the whole new one, never a part. A snapshot that cannot be
+written or installed (a full or failing disk) is dropped with NoSpace or Unavailable, as
+a journal append that fails is: the feed starts again, and a later snapshot is tried.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ import shutil
 from collections.abc import Sequence
 from pathlib import Path
 
+import lmdb
 from google.protobuf.message import DecodeError
 
 from mosafs._proto import replication_pb2
@@ -26,7 +29,7 @@ from mosafs.errors import InvalidArgument, NoSpace, Unavailable
 from mosafs.manager.metadata import MetadataStore
 from mosafs.manager.metadata import journal as journal_file
 from mosafs.manager.metadata.journal import JOURNAL
-from mosafs.manager.metadata.replica import check_follows
+from mosafs.manager.metadata.replica import check_follows, copy_position
 from mosafs.procutil import fsync_dir
 
 log = logging.getLogger("mosafs.manager.standby")
@@ -44,6 +47,8 @@ class Standby:
     def __init__(self, data_dir: Path, *, map_size: int) -> None:
         self._dir = data_dir
         self._map_size = map_size
+        self._closed = False
+        self._journal: journal_file.Writer | None = None
         self._finish_swap()
         self._open()
         self._incoming: int | None = None  # the open snapshot file
@@ -57,13 +62,21 @@ class Standby:
         self._pending: list[replication_pb2.LogEntry] = []  # taken, not applied yet
         self._pending_bytes = 0
         try:
-            self._journal: journal_file.Writer | None = journal_file.Writer(
-                self._dir / STORE / JOURNAL)
+            self._journal = journal_file.Writer(self._dir / STORE / JOURNAL)
         except OSError as exc:
             self.store.close()
             raise _journal_error(self._dir, exc) from None
 
+    def ready(self) -> None:
+        """Open the database again where installing a snapshot failed after it was closed
+        (`_install`); NoSpace or Unavailable while it still cannot be. The follower calls
+        this before each connection, so that such a failure is retried, not final."""
+        if self._journal is None and not self._closed:
+            self._finish_swap()
+            self._open()
+
     def close(self) -> None:
+        self._closed = True
         self._drop_incoming()
         try:
             if self._journal is not None:
@@ -93,7 +106,8 @@ class Standby:
             except DecodeError as exc:
                 raise InvalidArgument(f"a malformed log entry after entry {seq}: "
                                       f"{exc}") from None
-            check_follows(entry, seq, epoch, self.store.sub_databases)
+            check_follows(entry, seq, epoch, self.store.sub_databases,
+                          self.store.max_key_size)
             entries.append(entry)
             seq, epoch = entry.seq, entry.epoch
         size = sum(len(data) for data in raw)
@@ -132,7 +146,21 @@ class Standby:
 
     def snapshot_part(self, part: replication_pb2.SnapshotPart) -> int | None:
         """Take one part of a snapshot; once the last is in, install it and return the seq
-        it holds (None before). InvalidArgument for a part out of order."""
+        it holds (None before). InvalidArgument for a part out of order or a snapshot of
+        the wrong size, NoSpace or Unavailable where the disk refuses it: either way the
+        snapshot received so far is dropped (the next one starts from its first part)."""
+        try:
+            return self._snapshot_part(part)
+        except OSError as exc:
+            # A full or failing disk: an error the follower reports and retries, not one
+            # that ends its thread; the partial file goes, and with it the space it took.
+            self._drop_incoming()
+            raise _disk_error(f"the snapshot for {self._dir}", exc) from None
+        except InvalidArgument:
+            self._drop_incoming()
+            raise
+
+    def _snapshot_part(self, part: replication_pb2.SnapshotPart) -> int | None:
         if part.offset == 0:
             self._drop_incoming()
             folder = self._dir / INCOMING
@@ -143,7 +171,9 @@ class Standby:
         if self._incoming is None or part.offset != self._received:
             raise InvalidArgument(f"snapshot part at byte {part.offset}, expected "
                                   f"{self._received}")
-        os.write(self._incoming, part.data)
+        view = memoryview(part.data)
+        while view:  # os.write may write less than asked
+            view = view[os.write(self._incoming, view):]
         self._received += len(part.data)
         if not part.done:
             return None
@@ -151,28 +181,41 @@ class Standby:
             raise InvalidArgument(f"snapshot of {part.total_bytes} bytes ended after "
                                   f"{self._received}")
         os.fsync(self._incoming)
-        os.close(self._incoming)
-        self._incoming = None
+        fd, self._incoming = self._incoming, None
+        os.close(fd)
+        # Read before it takes the database's place: a snapshot that is no LMDB copy, or
+        # not at the position it was announced at, would leave a data directory that
+        # does not open, or a standby that is not where it says.
+        try:
+            held = copy_position(self._dir / INCOMING / "data.mdb")
+        except lmdb.Error as exc:
+            raise InvalidArgument(f"the snapshot received is no metadata database: "
+                                  f"{exc}") from None
+        if held != (part.seq, part.epoch):
+            raise InvalidArgument(f"snapshot said entry {part.seq} of epoch {part.epoch}, "
+                                  f"holds {held[0]} of epoch {held[1]}")
         self._install()
         seq, epoch = self.position()
-        if (seq, epoch) != (part.seq, part.epoch):
-            raise InvalidArgument(f"snapshot said entry {part.seq} of epoch {part.epoch}, "
-                                  f"holds {seq} of epoch {epoch}")
         log.info("snapshot installed: %d bytes, at log entry %d (epoch %d)", self._received,
                  seq, epoch)
         return seq
 
     def _install(self) -> None:
         """The received snapshot becomes the database (two renames; see the module). The
-        journal goes with the old database: the snapshot holds every entry taken."""
+        journal goes with the old database: the snapshot holds every entry taken. Where
+        a step fails (OSError), what is on disk is made whole as at a restart
+        (`_finish_swap`: the snapshot if it was already in place of the old database,
+        else the old one) and the database stays closed until `ready()` opens it."""
         self._close_journal()
         self.store.close()
         live, replaced = self._dir / STORE, self._dir / REPLACED
-        shutil.rmtree(replaced, ignore_errors=True)
-        os.rename(live, replaced)
-        os.rename(self._dir / INCOMING, live)
-        fsync_dir(self._dir)
-        shutil.rmtree(replaced)
+        try:
+            shutil.rmtree(replaced, ignore_errors=True)
+            os.rename(live, replaced)
+            os.rename(self._dir / INCOMING, live)
+            fsync_dir(self._dir)
+        finally:
+            self._finish_swap()  # the replaced copy goes too
         self._open()
 
     def _finish_swap(self) -> None:
@@ -193,7 +236,10 @@ class Standby:
 
 
 def _journal_error(data_dir: Path, exc: OSError) -> NoSpace | Unavailable:
+    return _disk_error(f"the standby journal in {data_dir}", exc)
+
+
+def _disk_error(what: str, exc: OSError) -> NoSpace | Unavailable:
     if exc.errno in (errno.ENOSPC, errno.EDQUOT):
-        return NoSpace(f"the standby journal in {data_dir}: {exc.strerror}")
-    return Unavailable(f"the standby journal in {data_dir} cannot be written: "
-                       f"{exc.strerror}")
+        return NoSpace(f"{what}: {exc.strerror}")
+    return Unavailable(f"{what} cannot be written: {exc.strerror}")

@@ -3,7 +3,9 @@ connection"): ask the active manager where its feed listens, connect there (a fr
 connection, mosafs.rpc.framed), say where it stands, install a snapshot if one comes,
 take the log entries as they come and confirm each batch once it is durable (journaled),
 apply what was taken to the database every SETTLE_ENTRIES entries or when the feed is
-quiet; reconnect with backoff when the connection breaks."""
+quiet; reconnect with backoff when the connection breaks, or when anything else fails
+(an unexpected exception is a bug, logged with its traceback: the thread lives on, since
+a standby whose thread died would look alive and follow nothing)."""
 
 from __future__ import annotations
 
@@ -79,12 +81,19 @@ class Follower:
                     return
                 log.error("following %s: %s; again in %.1f s", self._address, exc.message,
                           wait)
+            except Exception:
+                if self._stop.is_set():
+                    return
+                log.exception("bug while following %s; again in %.1f s", self._address,
+                              wait)
             finally:
                 self.connected.clear()
             self._stop.wait(wait)
             wait = RETRY_S if was_up else min(wait * 2, RETRY_MAX_S)
 
     def _follow_once(self) -> None:
+        standby = self._standby
+        standby.ready()  # open again if a snapshot's failed install left it closed
         conn = self._connect()
         with self._lock:
             if self._stop.is_set():
@@ -92,7 +101,6 @@ class Follower:
                 return
             self._conn = conn
         try:
-            standby = self._standby
             seq, epoch = standby.position()
             conn.send(pb.FollowRequest(hello=pb.FollowHello(
                 member=self._member, last_seq=seq, last_epoch=epoch)).SerializeToString())

@@ -5,7 +5,9 @@ processes and the Follow stream are tested in tests/services/test_standby.py."""
 
 from __future__ import annotations
 
+import argparse
 import json
+import os
 import subprocess
 import sys
 import threading
@@ -18,6 +20,7 @@ import pytest
 
 from mosafs._proto import replication_pb2
 from mosafs.errors import InvalidArgument, Unavailable
+from mosafs.manager.active import _replication_log
 from mosafs.manager.core import Manager, ManagerConfig
 from mosafs.manager.metadata import ROOT_INODE, MetadataStore
 from mosafs.manager.metadata.schema import DB_NAMES, _Dbs
@@ -213,6 +216,147 @@ def test_a_standby_refuses_entries_that_do_not_follow(
     with pytest.raises(InvalidArgument):
         standby.snapshot_part(replication_pb2.SnapshotPart(offset=10, data=b"x"))
     assert dump(standby.store) == before
+
+
+def incoming_files() -> list[str]:
+    """The files this process holds open in a standby's metadata.incoming/."""
+    found = []
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            target = os.readlink(f"/proc/self/fd/{fd}")
+        except OSError:
+            continue  # closed meanwhile (the listing's own)
+        if "metadata.incoming" in target:
+            found.append(target)
+    return found
+
+
+def test_a_snapshot_refused_leaves_the_standby_as_it_was(
+        pair: tuple[MetadataStore, Standby], tmp_path: Path) -> None:
+    """A snapshot of the wrong size, one that is no LMDB copy, and one that does not hold
+    the position it was announced at are refused before they take the database's place
+    (a data directory that does not open is no standby), and leave no file open."""
+    active, standby = pair
+    journal = start_log(active)
+    f = journal.attach("s1", *standby.position())
+    send_snapshot(active, journal, f, standby, tmp_path)
+    active.mkdir(ROOT_INODE, "later", 0o755)
+    position, before = standby.position(), dump(standby.store)
+    seq, epoch = active.snapshot_to(tmp_path / "later.mdb")
+    data = (tmp_path / "later.mdb").read_bytes()
+
+    def whole(data: bytes, *, total: int | None = None,
+              at: tuple[int, int] = (seq, epoch)) -> replication_pb2.SnapshotPart:
+        return replication_pb2.SnapshotPart(
+            offset=0, data=data, total_bytes=len(data) if total is None else total,
+            done=True, seq=at[0], epoch=at[1])
+
+    for bad, says in ((whole(data, total=len(data) + 1), "ended after"),
+                      (whole(b"x" * 8192), "no metadata database"),
+                      (whole(data, at=(seq + 1, epoch)), f"holds {seq} of epoch {epoch}")):
+        with pytest.raises(InvalidArgument, match=says):
+            standby.snapshot_part(bad)
+        assert not incoming_files()
+        assert not (tmp_path / "standby" / "metadata.incoming").exists()
+        assert standby.position() == position and dump(standby.store) == before
+    assert standby.snapshot_part(whole(data)) == seq
+    assert dump(standby.store) == dump(active)
+
+
+# -- terms (docs/standby.md, "Epoch") -------------------------------------------------------
+
+def log_as_active_starts_it(store: MetadataStore, standbys: int = 0) -> ReplicationLog:
+    """STORE's replication log as mosafs.manager.active starts it (without failover),
+    serving."""
+    journal = _replication_log(argparse.Namespace(standbys=standbys, standby_wait=10.0),
+                               store, None, None)
+    journal.serve()
+    return journal
+
+
+def names(store: MetadataStore) -> set[str]:
+    return {name for name, _ in store.readdir(ROOT_INODE)[0]}
+
+
+def test_a_manager_killed_after_shipping_an_entry_it_never_stored_begins_a_new_term(
+        tmp_path: Path) -> None:
+    """The first entry of a term is shipped, taken by the standby, and the manager killed
+    before its commit: its database still holds the previous epoch. Started again, it
+    must not take the same term: its next change would be the same (seq, epoch) as the
+    standby's, which would pass for a position on its history, and be acknowledged
+    though the standby lacks it."""
+    active = MetadataStore(tmp_path / "active" / "metadata.lmdb", map_size=MAP)
+    (tmp_path / "standby").mkdir()
+    standby = Standby(tmp_path / "standby", map_size=MAP)
+    restarted: MetadataStore | None = None
+    try:
+        journal = log_as_active_starts_it(active)
+        f = journal.attach("s1", *standby.position())
+        send_snapshot(active, journal, f, standby, tmp_path)
+        (tmp_path / "crashed").mkdir()  # the disk the kill leaves: without what follows
+        active.snapshot_to(tmp_path / "crashed" / "data.mdb")
+        active.mkdir(ROOT_INODE, "X", 0o755)
+        catch_up(journal, f, standby)
+        journal.detach(f)
+        active.close()
+        taken = standby.position()
+        assert "X" in names(standby.store) and taken[1] == journal.epoch
+
+        restarted = MetadataStore(tmp_path / "crashed", map_size=MAP)
+        base = restarted.log_position()
+        assert base[0] == taken[0] - 1
+        journal2 = log_as_active_starts_it(restarted, standbys=1)
+        assert journal2.epoch > journal.epoch
+        g = journal2.attach("s1", *taken)
+        assert g.needs_snapshot  # X is no entry of this history
+        acknowledged: list[str] = []
+
+        def write() -> None:
+            assert restarted is not None
+            restarted.mkdir(ROOT_INODE, "Y", 0o755)
+            acknowledged.append("Y")
+
+        writer = threading.Thread(target=write)
+        writer.start()
+        deadline = time.monotonic() + 10  # stored here (so the snapshot holds it) ...
+        while restarted.log_position()[0] <= base[0] and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert not acknowledged  # ... not acknowledged: the standby does not hold it yet
+        send_snapshot(restarted, journal2, g, standby, tmp_path)
+        catch_up(journal2, g, standby)
+        writer.join(10)
+        assert acknowledged == ["Y"]
+        assert names(standby.store) == names(restarted) and "X" not in names(restarted)
+        assert dump(standby.store) == dump(restarted)
+    finally:
+        standby.close()
+        if restarted is not None:
+            restarted.close()
+        else:
+            active.close()
+
+
+def test_each_term_is_past_every_one_begun_and_at_least_the_leadership_epoch(
+        tmp_path: Path) -> None:
+    path = tmp_path / "metadata.lmdb"
+    store = MetadataStore(path, map_size=MAP)
+    try:
+        assert store.start_term() == (0, 0, 1)
+        assert store.start_term() == (0, 0, 2)  # nothing stored in term 1: still a new one
+        assert store.start_term(at_least=40) == (0, 0, 40)  # etcd's revision is the term
+        store.attach_log(ReplicationLog(epoch=40, last_seq=0, last_epoch=0, standbys=0))
+        store.mkdir(ROOT_INODE, "d", 0o755)
+        assert store.log_position() == (1, 40)
+    finally:
+        store.close()
+    store = MetadataStore(path, map_size=MAP)  # stored durably
+    try:
+        assert store.start_term() == (1, 40, 41)
+        # etcd's data lost and begun again (revisions from 1): past what the database held
+        assert store.start_term(at_least=7) == (1, 40, 42)
+        assert store.start_term(at_least=50) == (1, 40, 50)
+    finally:
+        store.close()
 
 
 # -- failover: the fence and the published in-sync set (docs/coordination.md) -------------

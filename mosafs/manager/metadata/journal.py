@@ -12,11 +12,25 @@ up to the next boundary:
   u32be length of the entry | u32be CRC-32 of the entry | the entry (a serialized
   LogEntry, the bytes the active manager sent)
 
-A record of length 0 (the zeros after a batch) sends the reader to the next boundary.
-Once the entries are applied to LMDB the journal starts again from offset 0, over the old
-records: reading stops at the first record that is cut short or fails its CRC (a write a
-crash interrupted, never confirmed), and the reader of the entries stops at the first
-whose seq does not follow the one before it (a record of an earlier round).
+A header of zeros (length 0 and CRC 0: the zeros after a batch) sends the reader to
+the next boundary. So that the reader always finds such a header where a batch's records
+end, the zeros after a batch are either none (its records end on a boundary) or at least
+a header's 8 bytes: a batch whose records would end 1-7 bytes short of a boundary takes
+one more block (`_span`). Once the entries are applied to LMDB the journal starts again
+from offset 0, over the old records: reading stops at the first record that is cut short
+or fails its CRC (a write a crash interrupted, never confirmed), and the reader of the
+entries stops at the first whose seq does not follow the one before it (a record of an
+earlier round).
+
+Journals written before that rule (a standby upgraded after a SIGKILL finds one) may
+have 1-7 zeros after a batch, which the reader then takes together with the next
+batch's first bytes as a header that is not all zeros. So where a record does not read
+whole, and everything from it to the next boundary is zeros, the reader goes on at that
+boundary rather than stopping there. That can also read on past a record a crash cut
+short, where the rest of its block is zeros: what the reader finds after it is then a
+later part of the same torn write or an earlier round's record, and the first entry it
+yields does not follow the one before it (it skips the torn one at least), which ends
+the entries all the same.
 """
 
 from __future__ import annotations
@@ -58,14 +72,23 @@ def read(path: Path) -> list[bytes]:
     at = 0
     while at + _HEADER.size <= len(data):
         length, crc = _HEADER.unpack_from(data, at)
+        boundary = (at // BLOCK + 1) * BLOCK
         if length == 0 and crc == 0:  # the zeros after a batch
-            at = (at // BLOCK + 1) * BLOCK
+            at = boundary
             continue
         start, end = at + _HEADER.size, at + _HEADER.size + length
-        if end > len(data) or zlib.crc32(data[start:end]) != crc:
-            break
-        entries.append(data[start:end])
-        at = end
+        if end <= len(data) and zlib.crc32(data[start:end]) == crc:
+            entries.append(data[start:end])
+            at = end
+            continue
+        # Not a whole record. Only zeros up to the boundary: the 1-7 zeros an older
+        # writer left after a batch, read with the next batch's first bytes (see the
+        # module). Tried only after the record failed: a record starting a few bytes
+        # before a boundary may begin with zeros too (a small length's high bytes).
+        if at % BLOCK and not any(data[at:boundary]):
+            at = boundary
+            continue
+        break
     return entries
 
 
@@ -141,8 +164,14 @@ class Writer:
 
 
 def _span(size: int) -> int:
-    """The bytes an append of SIZE bytes of records takes: whole blocks."""
-    return -(-size // BLOCK) * BLOCK
+    """The bytes an append of SIZE bytes of records takes: whole blocks, with either no
+    zeros after the records or at least a header's worth. Fewer (1-7) would be read
+    together with the next batch's first bytes as a header that is not all zeros, which
+    ends the journal there and drops every later batch of the round (see the module)."""
+    span = -(-size // BLOCK) * BLOCK
+    if 0 < span - size < _HEADER.size:
+        span += BLOCK
+    return span
 
 
 def _zeros(fd: int, start: int, end: int) -> None:

@@ -395,7 +395,12 @@ class Operations(pyfuse3.Operations):
         try:
             await self.fs.release(fh)  # the last writer's release may commit
         finally:
-            self._writing.pop(fh, None)
+            inode = self._writing.pop(fh, None)
+            if inode is not None:
+                # The kernel cached the pages this handle wrote. A commit gives the file a
+                # new version, so the next open drops them anyway; a commit that failed
+                # leaves the version as it was, and its pages must not be kept either.
+                self._paged.pop(inode, None)
             self.handle_acting.pop(fh, None)
             await self._committed()
 

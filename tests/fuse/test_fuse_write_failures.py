@@ -149,3 +149,45 @@ def test_a_base_pruned_and_collected_under_an_open_session_is_stored_again(
     finally:
         os.close(fd)
     assert path.read_bytes() == first
+
+
+def _failed_overwrite(cluster, disk: Path) -> tuple[Path, bytes, Path]:  # type: ignore[no-untyped-def]
+    """Version 1 of 1 MiB, then an overwrite whose close fails (DISK full): the file, its
+    version 1's bytes, and the ballast to unlink."""
+    path = cluster.mountpoint / "f"
+    old = _data("old", MiB)
+    path.write_bytes(old)
+    assert path.read_bytes() == old
+    fd = os.open(path, os.O_RDWR)
+    os.pwrite(fd, _data("new", MiB), 0)  # an overwrite: a spill file, stored at close
+    ballast = _fill(disk)
+    with pytest.raises(OSError):
+        os.close(fd)
+    return path, old, ballast
+
+
+def test_a_read_right_after_a_failed_close_reads_the_committed_version(
+        small_disk: Path, start_cluster) -> None:
+    # The kernel sends RELEASE after close(2) returned; a read meanwhile waits for the
+    # session that the release's failed commit then ends.
+    cluster = start_cluster("--benefactors", "1", "--replication", "1",
+                            "--chunker", CHUNKER, expected_noise=FULL)
+    path, old, ballast = _failed_overwrite(cluster, small_disk)
+    try:
+        assert path.read_bytes() == old
+    finally:
+        ballast.unlink()
+
+
+def test_the_kernel_keeps_no_page_of_a_failed_write(small_disk: Path,
+                                                    start_cluster) -> None:
+    cluster = start_cluster("--benefactors", "1", "--replication", "1",
+                            "--chunker", CHUNKER, expected_noise=FULL)
+    path, old, ballast = _failed_overwrite(cluster, small_disk)
+    try:
+        time.sleep(3)  # the release is done, the attribute timeout (1 s) past
+        assert [v["version"] for v in _versions(path)] == [1]
+        assert os.stat(path).st_size == len(old)
+        assert path.read_bytes() == old, "the page cache served the failed write's bytes"
+    finally:
+        ballast.unlink()

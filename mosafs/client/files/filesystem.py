@@ -388,7 +388,10 @@ class FileSystem(ExtendedAttributes):
         session = self._sessions.get(handle.inode)
         if session is not None and session.dirty:
             async with self._lock(handle.inode):
-                if session.dirty:
+                # Looked up again under the lock: a release may have ended the session
+                # meanwhile (its commit failed), and then the committed version is read.
+                session = self._sessions.get(handle.inode)
+                if session is not None and session.dirty:
                     return await session.read(offset, size)
         view = await self._view(handle, session)
         try:
@@ -547,18 +550,22 @@ class FileSystem(ExtendedAttributes):
             return
         # Under the inode's lock: a reader's release must not close the session a writer's
         # release is still committing.
-        async with self._lock(handle.inode):
-            if handle.writable:
-                await self._drop_writer(handle.inode)
-            if self._other_handles(handle.inode) or handle.inode in self._writers:
-                return
-            self._cache.unpin(handle.inode)
-            self._latest.pop(handle.inode, None)
-            orphan = self._sessions.pop(handle.inode, None)  # kept for readers, see below
-            if orphan is not None:
-                await orphan.close()
-        if handle.inode not in self._sessions:  # its last handle is gone
-            self._lock.drop(handle.inode)
+        try:
+            async with self._lock(handle.inode):
+                try:
+                    if handle.writable:
+                        await self._drop_writer(handle.inode)  # a failed commit raises
+                finally:
+                    if not (self._other_handles(handle.inode)
+                            or handle.inode in self._writers):
+                        self._cache.unpin(handle.inode)
+                        self._latest.pop(handle.inode, None)
+                        orphan = self._sessions.pop(handle.inode, None)  # kept for readers
+                        if orphan is not None:
+                            await orphan.close()
+        finally:
+            if handle.inode not in self._sessions:  # its last handle is gone
+                self._lock.drop(handle.inode)
 
     async def _drop_writer(self, inode: int) -> None:
         remaining = self._writers.get(inode, 0) - 1

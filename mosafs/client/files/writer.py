@@ -619,6 +619,7 @@ class WriteSession:
             self._renewals.cancel()
         self._renewing = True
         await self._drop_content()
+        self.dirty = False  # nothing of it is readable or committed any more
         if self.lease is not None:
             lease, self.lease = self.lease, None
             try:

@@ -1157,28 +1157,36 @@ class SnapshotMetadataRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class MetadataPart(_message.Message):
-    __slots__ = ("data", "total_bytes", "seq", "epoch")
+    __slots__ = ("data", "total_bytes", "seq", "epoch", "counter", "taken_ms")
     DATA_FIELD_NUMBER: _ClassVar[int]
     TOTAL_BYTES_FIELD_NUMBER: _ClassVar[int]
     SEQ_FIELD_NUMBER: _ClassVar[int]
     EPOCH_FIELD_NUMBER: _ClassVar[int]
+    COUNTER_FIELD_NUMBER: _ClassVar[int]
+    TAKEN_MS_FIELD_NUMBER: _ClassVar[int]
     data: bytes
     total_bytes: int
     seq: int
     epoch: int
-    def __init__(self, data: _Optional[bytes] = ..., total_bytes: _Optional[int] = ..., seq: _Optional[int] = ..., epoch: _Optional[int] = ...) -> None: ...
+    counter: int
+    taken_ms: int
+    def __init__(self, data: _Optional[bytes] = ..., total_bytes: _Optional[int] = ..., seq: _Optional[int] = ..., epoch: _Optional[int] = ..., counter: _Optional[int] = ..., taken_ms: _Optional[int] = ...) -> None: ...
 
 class RecordBackupRequest(_message.Message):
-    __slots__ = ("inode", "version", "seq", "epoch")
+    __slots__ = ("inode", "version", "seq", "epoch", "counter", "taken_ms")
     INODE_FIELD_NUMBER: _ClassVar[int]
     VERSION_FIELD_NUMBER: _ClassVar[int]
     SEQ_FIELD_NUMBER: _ClassVar[int]
     EPOCH_FIELD_NUMBER: _ClassVar[int]
+    COUNTER_FIELD_NUMBER: _ClassVar[int]
+    TAKEN_MS_FIELD_NUMBER: _ClassVar[int]
     inode: int
     version: int
     seq: int
     epoch: int
-    def __init__(self, inode: _Optional[int] = ..., version: _Optional[int] = ..., seq: _Optional[int] = ..., epoch: _Optional[int] = ...) -> None: ...
+    counter: int
+    taken_ms: int
+    def __init__(self, inode: _Optional[int] = ..., version: _Optional[int] = ..., seq: _Optional[int] = ..., epoch: _Optional[int] = ..., counter: _Optional[int] = ..., taken_ms: _Optional[int] = ...) -> None: ...
 
 class RecordBackupResponse(_message.Message):
     __slots__ = ("name", "benefactors")

@@ -73,10 +73,13 @@ def take(manager: Manager) -> dict[str, Any]:
     started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="mosafs-backup-") as tmp:
         path = Path(tmp) / "metadata.mdb"
-        seq, epoch, size = _fetch(manager, path)
+        seq, epoch, size, counter, taken_ms = _fetch(manager, path)
         inode, version, new_bytes = _write(manager, path)
+    # The snapshot's counter and time go back to the manager: they, not the time of this
+    # call, order the backups (mosafs.manager.backups).
     reply = ask(manager, "RecordBackup", mpb.RecordBackupRequest(
-        inode=inode, version=version, seq=seq, epoch=epoch), 120)
+        inode=inode, version=version, seq=seq, epoch=epoch, counter=counter,
+        taken_ms=taken_ms), 120)
     from mosafs.manager.backups import BACKUP_FILE, BACKUP_FOLDER, SYSTEM_FOLDER
 
     return {"name": reply.name, "path": f"/{SYSTEM_FOLDER}/{BACKUP_FOLDER}/{BACKUP_FILE}",
@@ -85,20 +88,21 @@ def take(manager: Manager) -> dict[str, Any]:
             "seconds": round(time.monotonic() - started, 3)}
 
 
-def _fetch(manager: Manager, path: Path) -> tuple[int, int, int]:
-    """The manager's snapshot into PATH; (seq, epoch, bytes)."""
+def _fetch(manager: Manager, path: Path) -> tuple[int, int, int, int, int]:
+    """The manager's snapshot into PATH; (seq, epoch, bytes, counter, taken ms)."""
     from mosafs._proto import manager_pb2 as mpb
 
-    seq = epoch = total = got = 0
+    seq = epoch = total = got = counter = taken_ms = 0
     with open(path, "wb") as f:
         for part in ask_stream(manager, "SnapshotMetadata", mpb.SnapshotMetadataRequest(),
                                SNAPSHOT_TIMEOUT_S):
             seq, epoch, total = int(part.seq), int(part.epoch), int(part.total_bytes)
+            counter, taken_ms = int(part.counter), int(part.taken_ms)
             f.write(part.data)
             got += len(part.data)
     if not total or got != total:
         raise InvalidArgument(f"the manager's snapshot ended after {got} of {total} bytes")
-    return seq, epoch, got
+    return seq, epoch, got, counter, taken_ms
 
 
 def _write(manager: Manager, path: Path) -> tuple[int, int, int]:

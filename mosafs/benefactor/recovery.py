@@ -4,7 +4,8 @@ that a manager rebuilt from the benefactors alone can find the newest backup.
 
 Format on disk: DATA_DIR/recovery/NAME, the record's bytes, written through a temporary
 file, fsynced and renamed (a record is there whole or not at all). The newest KEEP
-records by name are kept (names sort by time: the manager names them so); older ones are
+records by name are kept (names sort by when the snapshot was taken, its counter first:
+the manager names them so, mosafs.manager.backups); older ones are
 deleted as new ones arrive. Domain code: no grpc.
 """
 

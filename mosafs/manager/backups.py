@@ -9,12 +9,29 @@ live benefactor. A manager rebuilt from the benefactors alone (`mosafs manager -
 mosafs.manager.recovery) reads the newest descriptor, fetches the chunks it names and
 verifies each against its id.
 
-Descriptor format (JSON, UTF-8), version 1:
+Which backup is the newest is decided by when its snapshot was taken, never by when it
+was recorded: two `mosafs backup` runs may overlap (one with --every, one by hand) and the
+one that snapshots first may record last, and a clock may step back. So each snapshot
+raises a counter kept in the store's meta sub-database (`backup_counter`, a logged write:
+standbys and every copy carry it) just before the copy, under a lock, so the copy holds
+it and counters follow the order of the copies; a recovered store goes on from the
+counter of the backup it came from. The counter, the log position and the manager's
+clock at the snapshot go into the descriptor and its name, which sort the same way: a
+benefactor that keeps the newest 8 names keeps the newest 8 snapshots, and recovery
+orders the descriptors it decodes by `Descriptor.order` (their content, not the file
+names it found them under).
 
-    {"v": 1, "name": "metadata-<created ms, 13 digits>-<seq, 12 digits>",
-     "created_ms": int, "seq": int, "epoch": int,   # the snapshot's log position
+Descriptor format (JSON, UTF-8), version 2:
+
+    {"v": 2, "name": "metadata-n<counter, 12 digits>-<taken ms, 13>-<seq, 12>",
+     "counter": int,                                  # the snapshot's backup counter
+     "created_ms": int, "seq": int, "epoch": int,   # when it was taken, its log position
      "inode": int, "version": int, "size": int,       # the file version holding it
      "chunks": [["<64 hex id>", length], ...]}        # its block-map, in order
+
+Version 1 (before the counter; still read, ordered before every version 2 one): no
+"counter", name "metadata-<created ms, 13 digits>-<seq, 12 digits>", created_ms the time
+of the record. Names of version 2 ("metadata-n...") sort after every version 1 name.
 
 Domain code: no grpc.
 """
@@ -24,6 +41,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import struct
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -41,29 +59,45 @@ BACKUP_FOLDER = "backups"
 BACKUP_FILE = "metadata.lmdb"
 RECOVERED_FOLDER = "recovered"
 RECORD_PREFIX = "metadata-"
+COUNTER_KEY = b"backup_counter"  # in the meta sub-database: the last snapshot's counter
+_U64 = struct.Struct(">Q")
 
 
 @dataclass(frozen=True)
 class Descriptor:
     name: str
-    created_ms: int
+    created_ms: int  # version 2: when the snapshot was taken; 1: when it was recorded
     seq: int
     epoch: int
     inode: int
     version: int
     size: int
     chunks: list[tuple[bytes, int]]
+    counter: int = 0  # the store's backup counter the snapshot holds; 0: version 1
 
     def encode(self) -> bytes:
-        return json.dumps({
-            "v": 1, "name": self.name, "created_ms": self.created_ms, "seq": self.seq,
-            "epoch": self.epoch, "inode": self.inode, "version": self.version,
-            "size": self.size, "chunks": [[cid.hex(), n] for cid, n in self.chunks],
-        }, separators=(",", ":")).encode()
+        body: dict[str, Any] = {"v": 2 if self.counter else 1, "name": self.name}
+        if self.counter:
+            body["counter"] = self.counter
+        body.update({"created_ms": self.created_ms, "seq": self.seq, "epoch": self.epoch,
+                     "inode": self.inode, "version": self.version, "size": self.size,
+                     "chunks": [[cid.hex(), n] for cid, n in self.chunks]})
+        return json.dumps(body, separators=(",", ":")).encode()
+
+    @property
+    def order(self) -> tuple[int, int, int, int, str]:
+        """Sorts descriptors oldest first by when their snapshots were taken: the counter
+        (in the order of the copies, whatever the clock did), then the log position, then
+        the time (all a version 1 descriptor has)."""
+        return (self.counter, self.seq, self.epoch, self.created_ms, self.name)
 
 
-def record_name(created_ms: int, seq: int) -> str:
-    """Names sort by creation time (then log position): the newest sorts last."""
+def record_name(created_ms: int, seq: int, counter: int = 0) -> str:
+    """A record's name; names sort as `Descriptor.order` does (the newest last), so a
+    benefactor that keeps the newest names keeps the newest snapshots. COUNTER 0: a
+    version 1 name."""
+    if counter:
+        return f"{RECORD_PREFIX}n{counter:012d}-{created_ms:013d}-{seq:012d}"
     return f"{RECORD_PREFIX}{created_ms:013d}-{seq:012d}"
 
 
@@ -71,18 +105,37 @@ def decode(data: bytes) -> Descriptor:
     """A descriptor from its bytes; InvalidArgument naming what is wrong."""
     try:
         body = json.loads(data)
-        if body.get("v") != 1:
+        if body.get("v") not in (1, 2):
             raise ValueError(f"unknown version {body.get('v')!r}")
+        counter = int(body["counter"]) if body["v"] == 2 else 0
         chunks = [(bytes.fromhex(h), int(n)) for h, n in body["chunks"]]
         out = Descriptor(str(body["name"]), int(body["created_ms"]), int(body["seq"]),
                          int(body["epoch"]), int(body["inode"]), int(body["version"]),
-                         int(body["size"]), chunks)
+                         int(body["size"]), chunks, counter)
     except (ValueError, KeyError, TypeError, AttributeError) as exc:
         raise InvalidArgument(f"not a metadata backup descriptor: {exc}") from None
     if any(len(cid) != 32 or n <= 0 for cid, n in chunks) or \
             sum(n for _, n in chunks) != out.size or not out.name.startswith(RECORD_PREFIX):
         raise InvalidArgument(f"metadata backup descriptor {out.name!r} is inconsistent")
+    # A version 2 name is made from its fields: one that is not would be kept or dropped
+    # by the benefactors in another order than recovery reads them in.
+    if body["v"] == 2 and (counter <= 0 or out.name != record_name(out.created_ms, out.seq,
+                                                                   counter)):
+        raise InvalidArgument(f"metadata backup descriptor {out.name!r} does not match its "
+                              f"counter and time")
     return out
+
+
+@dataclass(frozen=True)
+class Part:
+    """One piece of a snapshot (SnapshotMetadata): every piece says the whole's size, log
+    position, counter and time."""
+    data: bytes
+    total: int
+    seq: int
+    epoch: int
+    counter: int
+    taken_ms: int
 
 
 class Backups:
@@ -98,33 +151,63 @@ class Backups:
         self._put = put
         self._spool = spool
         self._clock = clock
+        # Held from raising the counter to the end of the copy: counters follow the order
+        # of the copies (module docstring).
+        self._snapping = threading.Lock()
 
-    def snapshot(self) -> Iterator[tuple[bytes, int, int, int]]:
-        """(part, total bytes, seq, epoch) of one consistent snapshot, in order."""
+    def snapshot(self) -> Iterator[Part]:
+        """The parts of one consistent snapshot, in order."""
         self._spool.mkdir(parents=True, exist_ok=True)
         path = self._spool / f"backup-{os.getpid()}-{threading.get_ident()}.mdb"
         try:
-            # Not compacted: unchanged pages stay where they were, so a backup shares
-            # most of its chunks with the one before (a compact copy renumbers pages).
-            seq, epoch = self._store.snapshot_to(path, compact=False)
+            with self._snapping:
+                counter = self._raise_counter()
+                taken_ms = int(self._clock() * 1000)
+                # Not compacted: unchanged pages stay where they were, so a backup shares
+                # most of its chunks with the one before (a compact copy renumbers pages).
+                seq, epoch = self._store.snapshot_to(path, compact=False)
             total = path.stat().st_size
             with path.open("rb") as f:
                 while data := f.read(PART_BYTES):
-                    yield data, total, seq, epoch
+                    yield Part(data, total, seq, epoch, counter, taken_ms)
         finally:
             path.unlink(missing_ok=True)
 
-    def record(self, inode: int, version: int, seq: int, epoch: int) -> tuple[str, int]:
-        """Send the descriptor of backup file version (INODE, VERSION) to every live
-        benefactor; (its name, how many took it). Unavailable where none did."""
+    def _raise_counter(self) -> int:
+        """The store's backup counter, raised by one in a (logged) write of its own."""
+        with self._store.transaction(write=True) as tx:
+            counter = backup_counter(tx) + 1
+            tx.txn.put(COUNTER_KEY, _U64.pack(counter), db=tx.db.meta)
+        return counter
+
+    def record(self, inode: int, version: int, seq: int, epoch: int, *, counter: int = 0,
+               taken_ms: int = 0) -> tuple[str, int]:
+        """Send the descriptor of backup file version (INODE, VERSION), which holds the
+        snapshot at log position (SEQ, EPOCH) with backup COUNTER taken at TAKEN_MS (as
+        `snapshot` said), to every live benefactor; (its name, how many took it).
+        Unavailable where none did. COUNTER 0 (a client from before counters): a version
+        1 record named by the time of this call."""
         block_map = self._store.block_map(inode, version)
         if not block_map.chunks:
             raise InvalidArgument(f"inode {inode} version {version} holds no backup: empty")
-        created_ms = int(self._clock() * 1000)
-        name = record_name(created_ms, seq)
+        if counter:
+            with self._store.transaction() as tx:
+                highest = backup_counter(tx)
+            if counter > highest or not taken_ms:
+                raise InvalidArgument(f"backup counter {counter} (taken at {taken_ms} ms) "
+                                      f"is no snapshot of this store (its counter is "
+                                      f"{highest})")
+            created_ms = taken_ms
+        else:
+            created_ms = int(self._clock() * 1000)
+            log.warning("metadata backup of inode %d version %d recorded without its "
+                        "snapshot's counter (a `mosafs backup` older than this manager): "
+                        "recovery orders it before every counted backup", inode, version)
+        name = record_name(created_ms, seq, counter)
         data = Descriptor(name, created_ms, seq, epoch, inode,
                           int(block_map.version), int(block_map.size),
-                          [(bytes(c.id), int(c.length)) for c in block_map.chunks]).encode()
+                          [(bytes(c.id), int(c.length)) for c in block_map.chunks],
+                          counter).encode()
         stored, failed = 0, []
         for address in self._live():
             try:
@@ -139,3 +222,9 @@ class Backups:
         log.info("metadata backup %s (log entry %d, %d bytes) recorded on %d benefactor(s)",
                  name, seq, block_map.size, stored)
         return name, stored
+
+
+def backup_counter(tx: Any) -> int:
+    """The backup counter a store's transaction TX sees (0: no snapshot taken yet)."""
+    raw = tx.txn.get(COUNTER_KEY, db=tx.db.meta)
+    return int(_U64.unpack(raw)[0]) if raw else 0

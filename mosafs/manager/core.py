@@ -14,6 +14,7 @@ from typing import Any
 
 from mosafs import metrics
 from mosafs._proto import common_pb2, manager_pb2
+from mosafs.capability import ORIGIN
 from mosafs.errors import (
     FailedPrecondition,
     InvalidArgument,
@@ -24,7 +25,7 @@ from mosafs.errors import (
 )
 from mosafs.manager import pools, pruning
 from mosafs.manager.ec_repair import FragmentRepairer, RecodeFn
-from mosafs.manager.folders import Folders, PruneResult
+from mosafs.manager.folders import Folders, PruneResult, Seen
 from mosafs.manager.fsck import FsckResult, fsck
 from mosafs.manager.garbage import DeleteFn, GarbageCollector
 from mosafs.manager.integrity import HAS_BATCH, HasFn, Integrity, ScrubFn
@@ -125,7 +126,8 @@ class Manager:
                    holder: bytes = b"") -> manager_pb2.OpenWriteResponse:
         """A write lease, the pool's settings and targets, and the base version: the file's
         newest, else the newest file of its series (the folder decides pool and series);
-        a write token for the lease, issued to HOLDER (a certificate's fingerprint)."""
+        a write token for the lease, issued to HOLDER (a certificate's fingerprint), which
+        alone may renew, commit or abort the lease (mosafs.manager.leases)."""
         if len(client_id) > MAX_CLIENT_ID:
             raise InvalidArgument(f"client id longer than {MAX_CLIENT_ID} characters")
         context = self.folders.write_context(inode)  # NotFound / IsADirectory first
@@ -144,7 +146,7 @@ class Manager:
             raise
         lease = self.leases.open(inode, client_id, base_inode=base.inode,
                                  base_version=base.version, pool=pool.name,
-                                 folder=context.folder)
+                                 folder=context.folder, holder=holder)
         out = manager_pb2.OpenWriteResponse(
             lease_id=lease.id, lease_ttl_ms=self.leases.ttl_ms, pool=pool, targets=targets,
             base_inode=base.inode if base.version else 0, base_version=base.version,
@@ -166,9 +168,9 @@ class Manager:
                 f"benefactors (`mosafs benefactor move ID {pool}`) or choose a narrower "
                 f"redundancy (`mosafs pool set {pool} --redundancy ...`)")
 
-    def renew_lease(self, lease_id: int) -> int:
-        """Renew a write lease; returns its TTL in ms."""
-        self.leases.renew(lease_id)
+    def renew_lease(self, lease_id: int, holder: bytes = b"") -> int:
+        """Renew HOLDER's write lease; returns its TTL in ms."""
+        self.leases.renew(lease_id, holder)
         return self.leases.ttl_ms
 
     def write_token(self, lease_id: int, holder: bytes) -> bytes:
@@ -221,13 +223,14 @@ class Manager:
         self, lease_id: int, inode: int, chunks: Iterable[ChunkEntry],
         placements: Iterable[tuple[bytes, Sequence[str]]], *, mtime_ns: int = 0,
         new_bytes: int = 0, session: SessionCommit = FINAL_COMMIT,
-        fragments: Iterable[tuple[bytes, Fragments]] = (),
+        fragments: Iterable[tuple[bytes, Fragments]] = (), holder: bytes = b"",
     ) -> tuple[int, manager_pb2.Attr]:
-        """Store the block-map of write lease LEASE_ID as a new version (SESSION: whether
-        it is provisional, and the provisional version it replaces: docs/lifecycle.md)."""
+        """Store the block-map of write lease LEASE_ID, which HOLDER (a certificate's
+        fingerprint) opened, as a new version (SESSION: whether it is provisional, and the
+        provisional version it replaces: docs/lifecycle.md)."""
         chunks = check_chunks(chunks)
         session.check()
-        claimed = self.leases.claim(lease_id, inode, content_key(chunks))
+        claimed = self.leases.claim(lease_id, inode, content_key(chunks), holder=holder)
         if isinstance(claimed, Committed):
             # A repeat of a stored commit (its reply was lost): the same version again,
             # never a second one.
@@ -257,6 +260,10 @@ class Manager:
     def _prune_after_commit(self, folder: int) -> None:
         """Apply the folder's policy now that a new image exists. The commit is stored
         already: a failure here is logged, never answered (the background pass retries)."""
+        # Pruning is the manager's own work, though it runs inside a client's call: the
+        # change list records it as nobody's (""), so that every mount hears of the names
+        # it removes, the committing one too (it did not remove them from its caches).
+        origin = ORIGIN.set("")
         try:
             # The new image is in FOLDER: its subfolders have nothing new to prune.
             result = self.folders.prune(folder, busy=self.leases.inodes(), subtree=False)
@@ -266,12 +273,14 @@ class Manager:
         except Exception:
             log.exception("bug in pruning folder %d after a commit", folder)
             return
+        finally:
+            ORIGIN.reset(origin)
         self._log_pruned(result)
         if self._note_expiries(result):
             self.prune_wakeup.set()  # the loop reschedules for the new image's expiry
 
-    def abort_write(self, lease_id: int) -> None:
-        self.leases.abort(lease_id)
+    def abort_write(self, lease_id: int, holder: bytes = b"") -> None:
+        self.leases.abort(lease_id, holder)
 
     def find_chunks(self, ids: Sequence[bytes]) -> list[bool]:
         """present[i]: ids[i] is referenced in the index, with a copy on a live benefactor.
@@ -387,8 +396,14 @@ class Manager:
 
     # --- pools and benefactors ------------------------------------------------------------
 
-    def pool_info(self, settings: common_pb2.PoolSettings) -> manager_pb2.PoolInfo:
+    def pool_info(self, settings: common_pb2.PoolSettings,
+                  seen: Seen | None = None) -> manager_pb2.PoolInfo:
+        """A pool's settings, benefactors and folders (with SEEN: those it keeps, for a
+        caller restricted to part of the namespace)."""
         bids, folders = self.store.pool_users(settings.name)
+        if seen is not None:
+            kept = seen(folders)
+            folders = [ino for ino in folders if ino in kept]
         paths = [self.folders.get(ino).path for ino in folders]
         return manager_pb2.PoolInfo(settings=settings, benefactors=bids, folders=folders,
                                     folder_paths=paths)

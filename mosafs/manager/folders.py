@@ -14,7 +14,7 @@ from __future__ import annotations
 import logging
 import time
 from collections import Counter, defaultdict
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 
 from mosafs._proto import manager_pb2, metadata_pb2
@@ -30,6 +30,9 @@ from mosafs.manager.metadata import (
 )
 
 log = logging.getLogger(__name__)
+# Which of some directories a caller may see (mosafs.manager.permissions.Guard.seen_by):
+# listings of folders leave out the others.
+Seen = Callable[[Sequence[int]], Collection[int]]
 
 
 @dataclass(frozen=True)
@@ -252,10 +255,16 @@ class Folders:
             tx.put_folder(inode, own)
             return self._reply(tx, inode)
 
-    def all(self) -> list[manager_pb2.FolderSettingsReply]:
-        """Every directory that sets something itself, by inode."""
+    def all(self, seen: Seen | None = None) -> list[manager_pb2.FolderSettingsReply]:
+        """Every directory that sets something itself, by inode; with SEEN, only those it
+        keeps (the ones a restricted caller may see, mosafs.manager.permissions)."""
         with self._store.transaction() as tx:
-            return [self._reply(tx, ino) for ino, _ in list(tx.folders())]
+            inodes = [ino for ino, _ in tx.folders()]
+        if seen is not None:
+            kept = seen(inodes)
+            inodes = [ino for ino in inodes if ino in kept]
+        with self._store.transaction() as tx:
+            return [self._reply(tx, ino) for ino in inodes if tx.find_inode(ino) is not None]
 
     @staticmethod
     def _directory(tx: Tx, inode: int) -> None:

@@ -31,7 +31,7 @@ What is checked, and the repair of each finding (docs/metadata.md has the table)
                         MAX_OWNER_ID) set to 65534 (nobody/nogroup; setuid and setgid
                         cleared, as chown does); times outside MIN_TIME_NS..MAX_TIME_NS
                         clamped into it
-  file_folder           a regular file whose parent/name is not one of its entries: cleared
+  file_folder           a non-directory whose parent/name is not one of its entries: cleared
                         (a file of no known folder; its next rename gives it one again)
   orphan_xattr          extended attributes of a missing inode: deleted
   refcount              ChunkRecord.refcount not the number of block-map entries naming the
@@ -273,10 +273,11 @@ class _Check:
 
     def _file_folders(self, inodes: dict[int, metadata_pb2.InodeRecord]) -> None:
         for ino, rec in sorted(inodes.items()):
-            if rec.kind != REGULAR or not rec.parent:
+            if rec.kind == DIRECTORY or not rec.parent:
                 continue
             if not rec.name or self.tx.child(rec.parent, bytes(rec.name)) != ino:
-                self.out.add("file_folder", f"file {ino} says it is {bytes(rec.name)!r} in "
+                self.out.add("file_folder", f"inode {ino} ({kind_name(rec.kind)}) says it "
+                             f"is {bytes(rec.name)!r} in "
                              f"directory {rec.parent}, which names something else")
                 rec.parent, rec.name = 0, b""
                 self._put_inode(ino, rec)

@@ -206,6 +206,8 @@ def _recover(args: argparse.Namespace, data_dir: Path) -> None:
     finally:
         peers.close()
     log.info("recovered from backup %s (log entry %d) through %d benefactor(s); %d blob(s) "
-             "newer than it kept%s; report in %s", report.backup, report.seq,
+             "newer than it kept%s; %d version(s) of it unreadable (chunks on no "
+             "benefactor); report in %s", report.backup, report.seq,
              len(report.benefactors), len(report.after_backup),
-             f" in {report.kept_in}" if report.kept_in else "", data_dir / REPORT_FILE)
+             f" in {report.kept_in}" if report.kept_in else "",
+             len(report.unreadable_versions), data_dir / REPORT_FILE)

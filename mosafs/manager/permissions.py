@@ -5,16 +5,23 @@ and groups it acts as. A mount host's kernel checks the same permissions first; 
 against a client that sends raw RPCs with its key.
 
 Positions of an inode relative to a capability's subtrees:
-  inside    a subtree's directory or anything below it (a file by its folder: the
-            directory its first name is in, InodeRecord.parent);
+  inside    a subtree's directory or anything below it (a non-directory by the directory
+            of the entry its InodeRecord.parent/.name keep, docs/metadata.md; one
+            without, whose recorded name went while other hard links remain, or made
+            before every kind kept one, has no known place: outside);
   above     a directory above a subtree: it may be looked up in (only the next name on
             the way down), stat'ed and listed (ReadDir shows only that name);
   outside   anything else: every request is refused, whether the name exists or not.
+Listings that name directories anywhere (folder settings, a pool's folders) show a
+restricted caller only those it may stat (`seen_by`).
 
 POSIX rules, as Linux applies them: search (x) on a directory to look up in it, read (r)
 to list it, write and search (wx) to add or remove names; in a sticky directory only the
 owner of the name, of the directory, or root removes or replaces a name; chmod by the owner
-or root (a non-member owner's setgid bit is dropped by the store's rules); chown to
+or root (the setgid bit is dropped when a caller other than root is not in the file's
+group, the new one if the same request changes it: `setattr` answers the mode to store,
+as Linux's setattr_prepare); a block or character device made only by root (CAP_MKNOD,
+EPERM otherwise, as mknod(2)); chown to
 another uid only by root, chgrp by the owner to one of their groups; times set by the
 owner, root, or a writer (a client cannot tell "now" from an explicit time); a hard link to
 a file one neither owns nor may read and write is refused (protected_hardlinks). Root
@@ -29,13 +36,20 @@ from __future__ import annotations
 
 import logging
 import stat
+from collections.abc import Callable, Sequence
 from typing import TypeVar
 
 from mosafs import metrics
 from mosafs._proto import metadata_pb2
 from mosafs.capability import Caller, R, W, X, posix_allows
 from mosafs.errors import AccessDenied, NotFound, NotPermitted, ReadOnly
-from mosafs.manager.metadata import DIRECTORY, ROOT_INODE, UNCHANGED_ID, MetadataStore
+from mosafs.manager.metadata import (
+    DEVICES,
+    DIRECTORY,
+    ROOT_INODE,
+    UNCHANGED_ID,
+    MetadataStore,
+)
 
 audit = logging.getLogger("mosafs.audit")
 INSIDE, ABOVE, OUTSIDE = "inside", "above", "outside"
@@ -90,8 +104,9 @@ class Guard:
         rec = tx.find_inode(ino)  # type: ignore[attr-defined]
         if rec is None:
             return OUTSIDE, set()
+        # A non-directory is where the entry its parent/name keep is (every kind keeps one).
         directory = ino if rec.kind == DIRECTORY else rec.parent
-        if directory == 0:  # a file whose folder name is gone: no known place
+        if directory == 0:  # that name went while other links remain: no known place
             return OUTSIDE, set()
         chains = self._roots(tx, caller)
         for chain in chains:
@@ -149,7 +164,21 @@ class Guard:
         return names if position == ABOVE else None
 
     def stat(self, caller: Caller, ino: int, what: str = "GetAttr") -> None:
+        """GetAttr, and GetFolderSettings (a folder's path and settings)."""
         self._need(caller, what, ino, above_ok=True)
+
+    def seen_by(self, caller: Caller) -> Callable[[Sequence[int]], set[int]] | None:
+        """For listings that name directories anywhere (ListFolderSettings, a pool's
+        folders): which of some inodes CALLER may stat, without refusing the others;
+        None when it may stat every one."""
+        if caller.capability.paths == ("/",):
+            return None
+
+        def seen(inodes: Sequence[int]) -> set[int]:
+            with self._store.transaction() as tx:
+                return {ino for ino in inodes
+                        if self._position(tx, caller, ino)[0] != OUTSIDE}
+        return seen
 
     def read(self, caller: Caller, ino: int, what: str) -> None:
         """File data and versions (GetBlockMap, version stats), xattrs: read permission."""
@@ -181,6 +210,15 @@ class Guard:
         if uid != caller.uid or not (caller.in_group(gid) or gid == setgid_gid):
             raise _refuse("permission", caller, what, AccessDenied(
                 f"{what}: uid {caller.uid} may not create a name owned by {uid}:{gid}"))
+
+    def mknod(self, caller: Caller, parent: int, kind: int, uid: int, gid: int) -> None:
+        """Mknod: as create, and a block or character device only by root (CAP_MKNOD:
+        mknod(2) answers EPERM). A mount host's kernel checks this first, but a raw
+        request must not leave a device node that every mount host then honours."""
+        self.create(caller, parent, uid, gid, "Mknod")
+        if kind in DEVICES and not caller.is_root:
+            raise _refuse("permission", caller, "Mknod", NotPermitted(
+                f"Mknod: uid {caller.uid} may not make a device node (only root may)"))
 
     def remove(self, caller: Caller, parent: int, name: str, what: str) -> None:
         """Unlink, Rmdir, and the source and target names of Rename."""
@@ -222,11 +260,15 @@ class Guard:
     # -- attributes -------------------------------------------------------------------------
 
     def setattr(self, caller: Caller, ino: int, *, mode: int | None, uid: int | None,
-                gid: int | None, times: bool) -> None:
+                gid: int | None, times: bool) -> int | None:
+        """The checks of a SetAttr; the mode to store (None: unchanged): MODE without the
+        setgid bit when the caller is not root and not in the file's group (GID where the
+        request changes it), as Linux's chmod drops it, so that no one makes a file
+        setgid to a group they are not in."""
         self._writable(caller, "SetAttr")
         rec = self._need(caller, "SetAttr", ino)
         if caller.is_root:
-            return
+            return mode
         # 2^32-1 leaves the owner as it is (chown(2)'s -1): no change to check.
         uid = None if uid == UNCHANGED_ID else uid
         gid = None if gid == UNCHANGED_ID else gid
@@ -244,6 +286,9 @@ class Guard:
         if problems:
             raise _refuse("permission", caller, "SetAttr", NotPermitted(
                 f"SetAttr of inode {ino} by uid {caller.uid}: " + "; ".join(problems)))
+        if mode is not None and not caller.in_group(rec.gid if gid is None else gid):
+            mode &= ~stat.S_ISGID
+        return mode
 
 
 def _bits(want: int) -> str:

@@ -74,12 +74,12 @@ class ManagerServicer(manager_pb2_grpc.ManagerServicer):
 
 
     def SetAttr(self, request: pb.SetAttrRequest, context: Ctx) -> pb.Attr:
-        self._guard.setattr(
+        mode = self._guard.setattr(
             current_caller(), request.inode, mode=_optional(request, "mode"),
             uid=_optional(request, "uid"), gid=_optional(request, "gid"),
             times=any(request.HasField(f) for f in ("atime_ns", "mtime_ns", "ctime_ns")))
         return self._store.setattr(
-            request.inode, mode=_optional(request, "mode"), uid=_optional(request, "uid"),
+            request.inode, mode=mode, uid=_optional(request, "uid"),
             gid=_optional(request, "gid"), atime_ns=_optional(request, "atime_ns"),
             mtime_ns=_optional(request, "mtime_ns"), ctime_ns=_optional(request, "ctime_ns"))
 
@@ -139,8 +139,8 @@ class ManagerServicer(manager_pb2_grpc.ManagerServicer):
         return pb.ReadlinkResponse(target=self._store.readlink(request.inode))
 
     def Mknod(self, request: pb.MknodRequest, context: Ctx) -> pb.Attr:
-        self._guard.create(current_caller(), request.parent, request.uid, request.gid,
-                           "Mknod")
+        self._guard.mknod(current_caller(), request.parent, request.kind, request.uid,
+                          request.gid)
         return self._store.mknod(request.parent, request.name, request.kind, request.mode,
                                  request.uid, request.gid, request.rdev)
 
@@ -177,14 +177,16 @@ class ManagerServicer(manager_pb2_grpc.ManagerServicer):
                                   current_caller().fingerprint)
 
     def RenewLease(self, request: pb.RenewLeaseRequest, context: Ctx) -> pb.RenewLeaseResponse:
-        self._guard.writes_chunks(current_caller(), "RenewLease")
-        ttl = self._m.renew_lease(request.lease_id)
+        caller = current_caller()
+        self._guard.writes_chunks(caller, "RenewLease")
+        ttl = self._m.renew_lease(request.lease_id, caller.fingerprint)
         return pb.RenewLeaseResponse(lease_ttl_ms=ttl, write_token=self._m.write_token(
-            request.lease_id, current_caller().fingerprint))
+            request.lease_id, caller.fingerprint))
 
     def CommitVersion(self, request: pb.CommitVersionRequest,
                       context: Ctx) -> pb.CommitVersionResponse:
-        self._guard.inside(current_caller(), request.inode, "CommitVersion", changes=True)
+        caller = current_caller()
+        self._guard.inside(caller, request.inode, "CommitVersion", changes=True)
         version, attr = self._m.commit_version(
             request.lease_id, request.inode,
             [(c.id, c.length) for c in request.chunks],
@@ -196,12 +198,14 @@ class ManagerServicer(manager_pb2_grpc.ManagerServicer):
                                   session=request.session),
             fragments=[(p.id, Fragments(p.ec_k, p.ec_m, tuple(p.fragment_ids),
                                         tuple(p.fragment_holders)))
-                       for p in request.placements if p.ec_k or p.ec_m])
+                       for p in request.placements if p.ec_k or p.ec_m],
+            holder=caller.fingerprint)
         return pb.CommitVersionResponse(version=version, attr=attr)
 
     def AbortWrite(self, request: pb.AbortWriteRequest, context: Ctx) -> pb.Empty:
-        self._guard.writes_chunks(current_caller(), "AbortWrite")
-        self._m.abort_write(request.lease_id)
+        caller = current_caller()
+        self._guard.writes_chunks(caller, "AbortWrite")
+        self._m.abort_write(request.lease_id, caller.fingerprint)
         return pb.Empty()
 
     def FindChunks(self, request: pb.FindChunksRequest, context: Ctx) -> pb.FindChunksResponse:
@@ -277,13 +281,15 @@ class ManagerServicer(manager_pb2_grpc.ManagerServicer):
 
     def SnapshotMetadata(self, request: pb.SnapshotMetadataRequest,
                          context: Ctx) -> Iterator[pb.MetadataPart]:
-        for data, total, seq, epoch in self._backups().snapshot():
-            yield pb.MetadataPart(data=data, total_bytes=total, seq=seq, epoch=epoch)
+        for p in self._backups().snapshot():
+            yield pb.MetadataPart(data=p.data, total_bytes=p.total, seq=p.seq, epoch=p.epoch,
+                                  counter=p.counter, taken_ms=p.taken_ms)
 
     def RecordBackup(self, request: pb.RecordBackupRequest,
                      context: Ctx) -> pb.RecordBackupResponse:
         name, kept = self._backups().record(request.inode, request.version, request.seq,
-                                            request.epoch)
+                                            request.epoch, counter=request.counter,
+                                            taken_ms=request.taken_ms)
         return pb.RecordBackupResponse(name=name, benefactors=kept)
 
     def _backups(self) -> Any:
@@ -323,11 +329,13 @@ class ManagerServicer(manager_pb2_grpc.ManagerServicer):
 
     def GetFolderSettings(self, request: pb.GetFolderSettingsRequest,
                           context: Ctx) -> pb.FolderSettingsReply:
+        self._guard.stat(current_caller(), request.inode, "GetFolderSettings")
         return self._m.folders.get(request.inode)
 
     def ListFolderSettings(self, request: pb.ListFolderSettingsRequest,
                            context: Ctx) -> pb.ListFolderSettingsResponse:
-        return pb.ListFolderSettingsResponse(folders=self._m.folders.all())
+        return pb.ListFolderSettingsResponse(
+            folders=self._m.folders.all(self._guard.seen_by(current_caller())))
 
     def Prune(self, request: pb.PruneRequest, context: Ctx) -> pb.PruneReport:
         policy = policy_of(request.policy) if request.HasField("policy") else None
@@ -355,10 +363,13 @@ class ManagerServicer(manager_pb2_grpc.ManagerServicer):
         return self._pool_update(request, create=False)
 
     def GetPool(self, request: pb.GetPoolRequest, context: Ctx) -> pb.PoolInfo:
-        return self._m.pool_info(self._store.pool(request.name))
+        return self._m.pool_info(self._store.pool(request.name),
+                                 self._guard.seen_by(current_caller()))
 
     def ListPools(self, request: pb.ListPoolsRequest, context: Ctx) -> pb.ListPoolsResponse:
-        return pb.ListPoolsResponse(pools=[self._m.pool_info(p) for p in self._store.pools()])
+        seen = self._guard.seen_by(current_caller())
+        return pb.ListPoolsResponse(pools=[self._m.pool_info(p, seen)
+                                           for p in self._store.pools()])
 
     def DeletePool(self, request: pb.DeletePoolRequest, context: Ctx) -> pb.Empty:
         self._store.delete_pool(request.name)

@@ -20,6 +20,9 @@ _NAMESPACE = ("Lookup", "GetAttr", "Batch", "BatchRead", "Changes", "SetAttr", "
               "Link", "SetXattr", "GetXattr", "ListXattr", "RemoveXattr")
 _WRITES = ("OpenWrite", "RenewLease", "CommitVersion", "AbortWrite", "FindChunks",
            "LocateChunks", "GetBlockMap", "GetVersionStats", "ListVersions", "RestoreVersion")
+# Open to every role; the folder queries (and a pool's folders) name directories by path,
+# so the manager answers a client restricted to subtrees only about those it may stat
+# (mosafs.manager.permissions.Guard.stat and .seen_by).
 _STATUS = ("ListBenefactors", "GetClusterStatus", "GetFolderSettings", "ListFolderSettings",
            "GetPool", "ListPools", "GetDrainStatus")
 _ADMIN = ("CollectGarbage", "Scrub", "Fsck", "SetFolderSettings", "Prune", "CreatePool",

@@ -181,6 +181,19 @@ def test_fuse_policy_set_and_apply_print_what_they_pruned(folder: Path) -> None:
              "the mount's cached listing caught up")
 
 
+def test_fuse_a_name_pruned_after_this_mounts_commit_leaves_its_cache(folder: Path) -> None:
+    """Pruning after a commit runs inside the mount's own request, yet it is the manager's
+    work: the change list tells this mount too, which drops the pruned name at once
+    instead of serving it for the coherent timeout (60 s)."""
+    assert cli("policy", "set", str(folder), "--keep-last", "1").returncode == 0
+    (folder / "app.n0.1").write_bytes(b"one" * 1000)
+    assert os.stat(folder / "app.n0.1").st_size == 3000  # cached by this mount
+    (folder / "app.n0.2").write_bytes(b"two" * 1000)  # its close prunes app.n0.1
+    wait_for(lambda: not os.path.exists(folder / "app.n0.1"), 5,
+             "the pruned name left the committing mount's cache")
+    assert sorted(os.listdir(folder)) == ["app.n0.2"]
+
+
 def test_fuse_purge_after_removes_files_on_schedule(folder: Path) -> None:
     assert cli("policy", "set", str(folder), "--purge-after", "2s").returncode == 0
     before = time.monotonic()

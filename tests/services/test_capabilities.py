@@ -1,11 +1,14 @@
 """Per-client capabilities and revocation, attacked over raw RPCs (the generated stubs) on a
 real TLS manager and benefactor: a client certificate restricted to /jobA (uid 1000)
 reaches nothing outside /jobA and cannot act as another uid inside it; a read-only one
-changes nothing; POSIX permissions hold for the uid a request acts as; a revoked
-certificate is refused by the manager and the benefactor within 5 s."""
+changes nothing; POSIX permissions hold for the uid a request acts as (device nodes only
+by root, setgid dropped as Linux does); a write lease serves only the certificate that
+opened it; folder queries show only what the caller may see; a revoked certificate is
+refused by the manager and the benefactor within 5 s."""
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -256,6 +259,132 @@ def test_services_read_only_client_changes_nothing(cluster: dict[str, Any], tls:
         lambda: reader.Unlink(mpb.UnlinkRequest(parent=a, name="mine"), **as_uid(1000)),
     ):
         assert refused(call) == Code.PERMISSION_DENIED
+
+
+def test_services_a_write_lease_serves_only_the_certificate_that_opened_it(
+        cluster: dict[str, Any], tls: Path) -> None:
+    """OpenWrite checks write permission; the lease it answers must not let a client that
+    may not write the file (another certificate) commit a version of it, take its write
+    token, or end its session. Lease ids are random: no counter to guess from."""
+    address, a = cluster["manager"].address, cluster["jobA"]
+    owner = stub(address, tls, "anyuser")  # any uid but root: acts as 2000
+    job = stub(address, tls, "jobA")  # /jobA only, uid 1000
+    theirs = stub(address, tls, "admin").Create(mpb.CreateRequest(
+        parent=a, name="theirs", mode=0o644, uid=2000, gid=2000)).inode
+    assert refused(lambda: job.OpenWrite(mpb.OpenWriteRequest(inode=theirs),
+                                         **as_uid(1000))) == Code.PERMISSION_DENIED
+    lease = owner.OpenWrite(mpb.OpenWriteRequest(inode=theirs), **as_uid(2000)).lease_id
+    mine = job.OpenWrite(mpb.OpenWriteRequest(inode=cluster["mine"]), **as_uid(1000))
+    assert abs(mine.lease_id - lease) > 1
+    for what, call in (
+        ("commit", lambda: job.CommitVersion(mpb.CommitVersionRequest(
+            lease_id=lease, inode=theirs), **as_uid(1000))),
+        ("renew", lambda: job.RenewLease(mpb.RenewLeaseRequest(lease_id=lease),
+                                         **as_uid(1000))),
+        ("abort", lambda: job.AbortWrite(mpb.AbortWriteRequest(lease_id=lease),
+                                         **as_uid(1000))),
+    ):
+        assert refused(call) == Code.PERMISSION_DENIED, what
+    assert job.GetAttr(mpb.GetAttrRequest(inode=theirs), **as_uid(1000)).version == 0
+    # The owner's session is intact: it renews and commits its lease.
+    owner.RenewLease(mpb.RenewLeaseRequest(lease_id=lease), **as_uid(2000))
+    done = owner.CommitVersion(mpb.CommitVersionRequest(lease_id=lease, inode=theirs),
+                               **as_uid(2000))
+    assert done.version == 1
+    job.AbortWrite(mpb.AbortWriteRequest(lease_id=mine.lease_id), **as_uid(1000))
+
+
+def test_services_a_restricted_client_reaches_its_own_symlinks_and_fifos(
+        cluster: dict[str, Any], tls: Path) -> None:
+    """Every kind of inode is placed by its entry, not only regular files and
+    directories: a symlink or FIFO in the client's own subtree is inside it."""
+    job: Any = Acting(stub(cluster["manager"].address, tls, "jobA"), 1000)
+    a = cluster["jobA"]
+    link = job.Symlink(mpb.SymlinkRequest(parent=a, name="ln", target=b"mine", uid=1000,
+                                          gid=1000))
+    fifo = job.Mknod(mpb.MknodRequest(parent=a, name="fifo", kind=mpb.FILE_KIND_FIFO,
+                                      mode=0o600, uid=1000, gid=1000))
+    assert job.GetAttr(mpb.GetAttrRequest(inode=link.inode)).inode == link.inode
+    assert job.Readlink(mpb.ReadlinkRequest(inode=link.inode)).target == b"mine"
+    assert job.GetAttr(mpb.GetAttrRequest(inode=fifo.inode)).kind == mpb.FILE_KIND_FIFO
+    # Outside its subtree they stay out of reach.
+    admin = stub(cluster["manager"].address, tls, "admin")
+    far = admin.Symlink(mpb.SymlinkRequest(parent=cluster["jobB"], name="ln", target=b"x"))
+    assert refused(lambda: job.Readlink(mpb.ReadlinkRequest(inode=far.inode))) \
+        == Code.PERMISSION_DENIED
+    for name in ("ln", "fifo"):
+        job.Unlink(mpb.UnlinkRequest(parent=a, name=name))
+
+
+def test_services_only_root_makes_device_nodes(cluster: dict[str, Any], tls: Path) -> None:
+    """mknod(2) of a block or character device needs CAP_MKNOD: a client key that may not
+    act as root gets EPERM, which a mount host would otherwise honour (no nodev)."""
+    job: Any = Acting(stub(cluster["manager"].address, tls, "jobA"), 1000)
+    a = cluster["jobA"]
+    for kind in (mpb.FILE_KIND_BLOCK_DEVICE, mpb.FILE_KIND_CHAR_DEVICE):
+        assert refused(lambda k=kind: job.Mknod(mpb.MknodRequest(
+            parent=a, name="sda", kind=k, mode=0o666, uid=1000, gid=1000,
+            rdev=os.makedev(8, 0)))) == Code.PERMISSION_DENIED
+    anyone = stub(cluster["manager"].address, tls, "anyuser")  # root squashed
+    assert refused(lambda: anyone.Mknod(mpb.MknodRequest(
+        parent=a, name="sda", kind=mpb.FILE_KIND_BLOCK_DEVICE, mode=0o600,
+        rdev=os.makedev(8, 0)))) == Code.PERMISSION_DENIED
+    admin = stub(cluster["manager"].address, tls, "admin")  # root
+    made = admin.Mknod(mpb.MknodRequest(parent=a, name="sda", kind=mpb.FILE_KIND_BLOCK_DEVICE,
+                                        mode=0o600, rdev=os.makedev(8, 0)))
+    assert made.rdev == os.makedev(8, 0)
+    admin.Unlink(mpb.UnlinkRequest(parent=a, name="sda"))
+
+
+def test_services_chmod_by_an_owner_outside_the_group_drops_setgid(
+        cluster: dict[str, Any], tls: Path) -> None:
+    """As Linux's chmod: the setgid bit stays only for root or a member of the file's
+    group, so that no one makes a program setgid to a group they are not in."""
+    a = cluster["jobA"]
+    admin = stub(cluster["manager"].address, tls, "admin")
+    prog = admin.Create(mpb.CreateRequest(parent=a, name="prog", mode=0o755, uid=1000,
+                                          gid=3000)).inode
+    job: Any = Acting(stub(cluster["manager"].address, tls, "jobA"), 1000)
+    got = job.SetAttr(mpb.SetAttrRequest(inode=prog, mode=0o2755))
+    assert (got.mode & 0o7777, got.gid) == (0o755, 3000)
+    # In the group (its own, set in the same request): kept. Root keeps it too.
+    got = job.SetAttr(mpb.SetAttrRequest(inode=prog, mode=0o2750, gid=1000))
+    assert (got.mode & 0o7777, got.gid) == (0o2750, 1000)
+    assert admin.SetAttr(mpb.SetAttrRequest(inode=prog, mode=0o2755, gid=3000)).mode \
+        & 0o7777 == 0o2755
+    job.Unlink(mpb.UnlinkRequest(parent=a, name="prog"))
+
+
+def test_services_folder_queries_show_a_restricted_client_only_its_own(
+        cluster: dict[str, Any], tls: Path) -> None:
+    """Folder settings and a pool's folders name directories by path: a client restricted
+    to /jobA is not told of /jobB's."""
+    address, a, b = cluster["manager"].address, cluster["jobA"], cluster["jobB"]
+    admin = stub(address, tls, "admin")
+    admin.CreatePool(mpb.PoolRequest(name="hidden"))
+    for folder in (a, b):
+        admin.SetFolderSettings(mpb.SetFolderSettingsRequest(inode=folder, pool="hidden"))
+    job = stub(address, tls, "jobA")
+    try:
+        assert refused(lambda: job.GetFolderSettings(
+            mpb.GetFolderSettingsRequest(inode=b), **as_uid(1000))) == Code.PERMISSION_DENIED
+        assert job.GetFolderSettings(mpb.GetFolderSettingsRequest(inode=a),
+                                     **as_uid(1000)).path == "/jobA"
+        listed = job.ListFolderSettings(mpb.ListFolderSettingsRequest(), **as_uid(1000))
+        assert [f.path for f in listed.folders] == ["/jobA"]
+        for pool in (job.GetPool(mpb.GetPoolRequest(name="hidden"), **as_uid(1000)),
+                     *[p for p in job.ListPools(mpb.ListPoolsRequest(), **as_uid(1000)).pools
+                       if p.settings.name == "hidden"]):
+            assert (list(pool.folders), list(pool.folder_paths)) == ([a], ["/jobA"])
+        # An unrestricted certificate sees them all.
+        assert sorted(f.path for f in admin.ListFolderSettings(
+            mpb.ListFolderSettingsRequest()).folders) == ["/jobA", "/jobB"]
+        assert sorted(admin.GetPool(mpb.GetPoolRequest(name="hidden")).folder_paths) == [
+            "/jobA", "/jobB"]
+    finally:
+        for folder in (a, b):
+            admin.SetFolderSettings(mpb.SetFolderSettingsRequest(inode=folder, pool=""))
+        admin.DeletePool(mpb.DeletePoolRequest(name="hidden"))
 
 
 def test_services_refusals_are_counted_and_audited(cluster: dict[str, Any], tls: Path) -> None:

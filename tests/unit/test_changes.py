@@ -1,7 +1,8 @@
 """The manager's change list for the mounts' caches (mosafs.manager.changes), on a real
 LMDB store: every committed change to inodes and names is listed with the mount it came
 from, a mount is not told its own changes, and a position the list cannot answer from
-(another manager's, trimmed, too far behind) gets RESET."""
+(another manager's, trimmed, too far behind) gets RESET; the manager's own work (pruning
+after a commit) is listed to every mount."""
 
 from __future__ import annotations
 
@@ -12,7 +13,10 @@ from typing import TypeVar
 
 from mosafs.capability import ORIGIN
 from mosafs.manager.changes import ChangeList
+from mosafs.manager.core import Manager
 from mosafs.manager.metadata import ROOT_INODE, MetadataStore
+from mosafs.manager.pruning import Policy
+from tests.unit.managers import cid, commit, register
 
 T = TypeVar("T")
 INODES, NAMES = 1, 2  # sub-database indexes of the ops below
@@ -91,3 +95,24 @@ def test_changes_of_a_group_commit_reach_the_list_before_the_caller_returns(
         t.join()
     assert len(made) == 8
     assert set(made) <= set(changes.since(changes.instance, start, "x").inodes)
+
+
+def test_changes_pruning_after_a_commit_is_listed_to_the_committing_mount(
+        mgr: Manager) -> None:
+    """Pruning runs inside the commit's request, but it is the manager's own work: the
+    mount that committed is told of the names it removed, or it keeps serving them from
+    its cache for the coherent timeout."""
+    register(mgr, "b1")
+    d = mgr.store.mkdir(ROOT_INODE, "ckpt", 0o755).inode
+    mgr.set_folder(d, pool=None, series_pattern=None, policy=Policy(keep_last=1),
+                   clear_policy=False)
+    first = mgr.store.create(d, "app.n0.1", 0o644).inode
+    commit(mgr, first, [(cid(1), 10)])
+    second = mgr.store.create(d, "app.n0.2", 0o644).inode
+    before = mgr.changes.seq
+    as_mount("m1", lambda: commit(mgr, second, [(cid(2), 10)]))  # prunes app.n0.1
+    assert [n for n, _ in mgr.store.readdir(d)[0]] == ["app.n0.2"]
+    told = mgr.changes.since(mgr.changes.instance, before, "m1")
+    assert not told.reset and (d, "app.n0.1") in told.names
+    assert second not in told.inodes  # the commit itself stays the mount's own
+    assert ORIGIN.get() == ""  # and the request's origin is as it was

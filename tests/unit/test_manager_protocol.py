@@ -4,10 +4,13 @@ clock so expiry is exact and instant."""
 
 from __future__ import annotations
 
+import itertools
+
 import pytest
 
 from mosafs._proto import benefactor_pb2, manager_pb2
 from mosafs.errors import (
+    AccessDenied,
     ConfigError,
     InvalidArgument,
     IsADirectory,
@@ -62,6 +65,42 @@ def test_lease_is_consumed_and_bound_to_its_inode(mgr: Manager) -> None:
     with pytest.raises(LeaseExpired):
         mgr.commit_version(lease.lease_id, f, [], [])
     assert mgr.store.getattr(f).version == 1
+
+
+def test_lease_is_used_only_by_the_certificate_that_opened_it(mgr: Manager) -> None:
+    """A client that may not write a file must not commit a version of it, take its write
+    token or end its session through another client's lease: renew, commit (and its
+    repeat) and abort with another certificate's fingerprint are refused."""
+    register(mgr, "b1")
+    f = new_file(mgr.store, "f")
+    owner, other = b"\x01" * 32, b"\x02" * 32
+    lease = mgr.open_write(f, "c", owner).lease_id
+    for attempt in (lambda: mgr.renew_lease(lease, other),
+                    lambda: mgr.commit_version(lease, f, [], [], holder=other),
+                    lambda: mgr.abort_write(lease, other),
+                    lambda: mgr.commit_version(lease, f, [], [])):  # plaintext's b""
+        with pytest.raises(AccessDenied, match="another certificate"):
+            attempt()
+    assert mgr.store.getattr(f).version == 0
+    assert mgr.renew_lease(lease, owner) == 60_000
+    assert mgr.commit_version(lease, f, [], [], holder=owner)[0] == 1
+    # The repeat of a stored commit answers only its holder; nor may another end it.
+    with pytest.raises(AccessDenied):
+        mgr.commit_version(lease, f, [], [], holder=other)
+    with pytest.raises(AccessDenied):
+        mgr.abort_write(lease, other)
+    assert mgr.commit_version(lease, f, [], [], holder=owner)[0] == 1
+    mgr.abort_write(lease, owner)
+
+
+def test_lease_ids_are_random_not_a_counter(mgr: Manager) -> None:
+    """Ids that follow each other would let a client guess the lease another just got."""
+    register(mgr, "b1")
+    f = new_file(mgr.store, "f")
+    ids = [mgr.open_write(f, "c").lease_id for _ in range(64)]
+    assert len(set(ids)) == 64 and 0 not in ids
+    assert all(abs(a - b) > 1 for a, b in itertools.pairwise(ids))
+    assert max(ids) >= 1 << 48  # spread over 64 bits (fails with odds 2**-1024)
 
 
 def test_expired_leases_are_forgotten(mgr: Manager, clock: Clock) -> None:

@@ -250,6 +250,44 @@ def test_every_kind_renames_unlinks_and_setattrs(mgr: Manager) -> None:
     assert consistent(store)
 
 
+def _place(store: MetadataStore, ino: int) -> tuple[int, bytes]:
+    with store.transaction() as tx:
+        rec = tx.inode(ino)
+        return rec.parent, bytes(rec.name)
+
+
+@pytest.mark.parametrize("kind", [LNK, FIFO, SOCK, CHR])
+def test_every_non_directory_keeps_its_entry(store: MetadataStore, kind: int) -> None:
+    """InodeRecord.parent/.name of every non-directory (not only of regular files) name
+    one of its entries, or nothing: where the access checks of a client restricted to a
+    subtree place it (mosafs.manager.permissions)."""
+    a = store.mkdir(ROOT_INODE, "a", 0o755).inode
+    b = store.mkdir(ROOT_INODE, "b", 0o755).inode
+    if kind == LNK:
+        ino = store.symlink(a, "x", b"target").inode
+    else:
+        ino = store.mknod(a, "x", kind, 0o600, rdev=5 if kind == CHR else 0).inode
+    assert _place(store, ino) == (a, b"x")
+    store.rename(a, "x", b, "y")  # the recorded entry follows its name
+    assert _place(store, ino) == (b, b"y")
+    store.link(ino, a, "z")  # another name: the recorded one stays
+    assert _place(store, ino) == (b, b"y")
+    store.unlink(b, "y")  # the recorded name goes, another remains: no known place
+    assert _place(store, ino) == (0, b"")
+    store.link(ino, b, "w")  # a link gives it one again
+    assert _place(store, ino) == (b, b"w")
+    store.unlink(b, "w")
+    store.rename(a, "z", a, "v")  # and so does a rename of an inode without one
+    assert _place(store, ino) == (a, b"v")
+    assert consistent(store) and fsck(store).findings == []
+    with store.transaction(write=True) as tx:  # damage: an entry that names another inode
+        rec = tx.inode(ino)
+        rec.parent, rec.name = b, b"nothing"
+        tx.put_inode(ino, rec)
+    assert [f.kind for f in fsck(store, repair=True).findings] == ["file_folder"]
+    assert _place(store, ino) == (0, b"")
+
+
 # --- hard links ---------------------------------------------------------------------------
 
 def test_link_adds_a_name(store: MetadataStore) -> None:

@@ -279,8 +279,8 @@ class NamespaceOps(StoreBase):
         if rec.nlink > 1:
             rec.nlink -= 1
             rec.ctime_ns = now
-            if rec.kind == REGULAR and (rec.parent, rec.name) == (parent, name):
-                rec.parent, rec.name = 0, b""  # its folder's name went; others remain
+            if (rec.parent, rec.name) == (parent, name):
+                rec.parent, rec.name = 0, b""  # its recorded name went; others remain
             tx.put_inode(ino, rec)
         else:
             tx.drop_file(ino)
@@ -317,9 +317,10 @@ class NamespaceOps(StoreBase):
             if moving_dir and old_parent != new_parent:
                 src_dir.nlink -= 1
                 dst_dir.nlink += 1
-            if moving_dir or (rec.kind == REGULAR and (rec.parent, rec.name) in (
-                    (old_parent, old_raw), (0, b""))):
-                rec.parent, rec.name = new_parent, new_raw  # the folder follows its name
+            if moving_dir or (rec.parent, rec.name) in ((old_parent, old_raw), (0, b"")):
+                # The recorded entry (a file's folder, a non-directory's place for the
+                # access checks) follows its name; one without gets this one.
+                rec.parent, rec.name = new_parent, new_raw
             rec.ctime_ns = now
             tx.put_inode(ino, rec)
             _touch(src_dir, now)
@@ -357,7 +358,7 @@ class NamespaceOps(StoreBase):
         now = time.time_ns()
         rec = metadata_pb2.InodeRecord(
             kind=SYMLINK, mode=0o777, nlink=1, uid=uid, gid=gid, atime_ns=now, mtime_ns=now,
-            ctime_ns=now, size=len(target), symlink_target=target)
+            ctime_ns=now, size=len(target), symlink_target=target, parent=parent, name=raw)
         return self._new_entry(parent, name, raw, rec, now)
 
     def readlink(self, inode: int) -> bytes:
@@ -373,7 +374,8 @@ class NamespaceOps(StoreBase):
         """A FIFO, a socket or a block or character device node with device number RDEV:
         metadata only (the kernel does the rest), size 0. Anything else is NotPermitted:
         regular files, directories and symlinks have calls of their own. Who may make a
-        device node is the kernel's check (CAP_MKNOD) before the request gets here.
+        device node (root: CAP_MKNOD) is checked before the request gets here, by the
+        mount host's kernel and by the manager (mosafs.manager.permissions).
         MODE, UID and GID as for mkdir (the kind's S_IF* bits tolerated in MODE); RDEV at
         most MAX_RDEV, the numbers FUSE carries."""
         _check_mknod_kind(name, kind)
@@ -389,7 +391,8 @@ class NamespaceOps(StoreBase):
                                   f"number (rdev {rdev:#x} given)")
         now = time.time_ns()
         rec = metadata_pb2.InodeRecord(kind=kind, mode=perm, nlink=1, uid=uid, gid=gid,
-                                       atime_ns=now, mtime_ns=now, ctime_ns=now, rdev=rdev)
+                                       atime_ns=now, mtime_ns=now, ctime_ns=now, rdev=rdev,
+                                       parent=parent, name=raw)
         return self._new_entry(parent, name, raw, rec, now)
 
     @_rerun_if_grown
@@ -426,8 +429,8 @@ class NamespaceOps(StoreBase):
             tx.link(new_parent, raw, inode)
             rec.nlink += 1
             rec.ctime_ns = now
-            if rec.kind == REGULAR and not rec.parent:
-                rec.parent, rec.name = new_parent, raw  # a folder again
+            if not rec.parent:
+                rec.parent, rec.name = new_parent, raw  # a recorded entry (folder) again
             tx.put_inode(inode, rec)
             _touch(pdir, now)
             tx.put_inode(new_parent, pdir)

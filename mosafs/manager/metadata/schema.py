@@ -27,11 +27,12 @@ sort numerically; protobuf records are the messages of protos/mosafs/v1/metadata
   folders       u64be directory inode        FolderRecord (pool, series pattern, policy)
 
 The xattrs, folders and fragments sub-databases, InodeRecord.symlink_target and .name,
-the erasure-coding fields of ChunkRecord and PoolSettings, and the parent of regular files
-were added to schema 1 without a new schema number: all are additive (a store written
-before them has no symlinks, empty xattrs and folders, regular files with parent 0: files
-of no known folder, which fall back to the defaults, and no erasure-coded record, so its
-empty fragments index is exact).
+the erasure-coding fields of ChunkRecord and PoolSettings, and the parent of
+non-directories were added to schema 1 without a new schema number: all are additive (a
+store written before them has no symlinks, empty xattrs and folders, regular files with
+parent 0: files of no known folder, which fall back to the defaults, other non-directories
+with parent 0: of no known place for the access checks until renamed or linked, and no
+erasure-coded record, so its empty fragments index is exact).
 
 Packed block-map: the concatenation, in file order, of one 40-byte record per chunk: the
 32-byte chunk id, then the chunk's length as u64 little-endian (struct "<32sQ"). A version
@@ -46,10 +47,10 @@ Invariants (every write transaction keeps them):
     next_inode only grows.
   - Every dirent names an existing inode. Every directory except the root is named by
     exactly one dirent, and its InodeRecord.parent is the inode whose dirent names it
-    (and .name that name, or empty in stores from before names were kept). A regular
-    file's parent/name is one of its dirents (its folder), or 0/empty; other kinds have
-    parent 0. Every non-directory is named by nlink >= 1 dirents (hard links); its last
-    name going removes it.
+    (and .name that name, or empty in stores from before names were kept). A
+    non-directory's parent/name is one of its dirents (a regular file's folder; for
+    every kind its place for the access checks), or 0/empty. Every non-directory is
+    named by nlink >= 1 dirents (hard links); its last name going removes it.
     Names: 1..255 bytes of UTF-8, no "/" or NUL, not "." or "..".
   - nlink: a directory has 2 + its number of subdirectories; a non-directory has the
     number of dirents naming it (nlink_mismatches() checks both).

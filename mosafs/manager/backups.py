@@ -185,24 +185,19 @@ class Backups:
         """Send the descriptor of backup file version (INODE, VERSION), which holds the
         snapshot at log position (SEQ, EPOCH) with backup COUNTER taken at TAKEN_MS (as
         `snapshot` said), to every live benefactor; (its name, how many took it).
-        Unavailable where none did. COUNTER 0 (a client from before counters): a version
-        1 record named by the time of this call."""
+        Unavailable where none did; InvalidArgument for a counter this store never gave
+        (0 included: a record must say which snapshot it is, or recovery could not order
+        it)."""
         block_map = self._store.block_map(inode, version)
         if not block_map.chunks:
             raise InvalidArgument(f"inode {inode} version {version} holds no backup: empty")
-        if counter:
-            with self._store.transaction() as tx:
-                highest = backup_counter(tx)
-            if counter > highest or not taken_ms:
-                raise InvalidArgument(f"backup counter {counter} (taken at {taken_ms} ms) "
-                                      f"is no snapshot of this store (its counter is "
-                                      f"{highest})")
-            created_ms = taken_ms
-        else:
-            created_ms = int(self._clock() * 1000)
-            log.warning("metadata backup of inode %d version %d recorded without its "
-                        "snapshot's counter (a `mosafs backup` older than this manager): "
-                        "recovery orders it before every counted backup", inode, version)
+        with self._store.transaction() as tx:
+            highest = backup_counter(tx)
+        if not 0 < counter <= highest or not taken_ms:
+            raise InvalidArgument(f"backup counter {counter} (taken at {taken_ms} ms) is "
+                                  f"no snapshot of this store (its counter is {highest}): "
+                                  f"record what SnapshotMetadata answered")
+        created_ms = taken_ms
         name = record_name(created_ms, seq, counter)
         data = Descriptor(name, created_ms, seq, epoch, inode,
                           int(block_map.version), int(block_map.size),

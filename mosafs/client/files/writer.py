@@ -263,7 +263,29 @@ class WriteSession:
                       "commit learns whether it was stored", self.inode)
             return
         log.warning("write lease of inode %d expired; a new one is taken at commit", self.inode)
+        self._lease_lost()
+
+    def _lease_lost(self) -> None:
+        """The manager no longer knows this session's lease (it restarted, or the lease
+        lived out its TTL), and it was not used up by a commit. The chunks stored under
+        it and not committed yet are orphans to garbage collection from now on: no lease
+        of this session protects them (docs/durability.md, "Manager restarts"). A new
+        lease must never commit them on the old one's say. A session whose whole content
+        is in its local spill file stores them again at its commit; a stream's bytes are
+        gone, so the session is lost (EIO at its commit, as a failed pipeline's)."""
         self.lease = None
+        stored = self.stored
+        pending = set(stored.placements) | set(stored.fragments)
+        if self._spill is not None and self._pipeline is None:
+            for cid in pending:
+                stored.forget(cid)
+            stored.placements.clear()
+            stored.fragments.clear()
+            stored.new_bytes = 0
+        elif pending or self._pipeline is not None:
+            self.lost = errors.LeaseExpired(
+                f"inode {self.inode}: the write lease was lost (the manager restarted, or "
+                f"the lease expired) while chunks stored under it waited for a commit")
 
     @property
     def copies(self) -> int:
@@ -544,7 +566,7 @@ class WriteSession:
             reply = await self._send_commit(entries, placements, provisional)
         except errors.LeaseExpired:
             if not self.in_doubt:
-                self.lease = None  # a later flush takes a new lease and tries again
+                self._lease_lost()  # a later flush takes a new lease (or finds it lost)
                 raise
             reply = await self._settle_doubt(entries, placements, provisional)
         self.lease = None  # consumed: the next edit takes a new one
@@ -605,6 +627,12 @@ class WriteSession:
                      newest.version)
             attr = await self.ctx.manager.getattr(self.inode)
             return mpb.CommitVersionResponse(version=newest.version, attr=attr)
+        # Not stored: the chunks the lost lease stored for it are orphans now (_lease_lost).
+        self._lease_lost()
+        self._check_content()
+        if placements:  # forgotten, to be stored again by the next commit (a spill file)
+            raise errors.LeaseExpired(f"inode {self.inode}: the write lease was lost "
+                                      f"before the commit was stored; committing again")
         await self._acquire_lease()
         if self.lease is None:
             raise errors.NotFound(f"inode {self.inode} was removed before its changes "

@@ -14,7 +14,7 @@ _WILDCARD_HOSTS = {"", "0.0.0.0", "::", "[::]"}
 def split_address(text: str, what: str) -> tuple[str, int]:
     """(host, port) of HOST:PORT (IPv6 hosts in brackets); ConfigError otherwise."""
     host, sep, port = text.rpartition(":")
-    if not sep or not port.isdigit() or int(port) > 65535:
+    if not sep or not (port.isascii() and port.isdigit()) or int(port) > 65535:
         raise ConfigError(f"{what} must be HOST:PORT, got {text!r}")
     return host, int(port)
 

@@ -42,18 +42,22 @@ def fingerprint_of(cert_pem: bytes) -> bytes:
 
 
 def _parse(text: str, path: Path) -> dict[bytes, str]:
+    """The fingerprints of the list (`FINGERPRINT [NAME]` a line; `#` comments). A line
+    that is not one is skipped with a warning, and the others still revoke: refusing the
+    whole list would leave a server that starts with it revoking nothing at all."""
     out: dict[bytes, str] = {}
     for number, line in enumerate(text.splitlines(), 1):
         fields = line.split()
-        if not fields or line.startswith("#"):
+        if not fields or fields[0].startswith("#"):
             continue
         try:
             fp = bytes.fromhex(fields[0])
         except ValueError:
             fp = b""
         if len(fp) != 32:
-            raise ConfigError(f"{path}, line {number}: not a SHA-256 fingerprint: "
-                              f"{fields[0][:80]!r}")
+            log.warning("%s, line %d: not a SHA-256 fingerprint, skipped: %r", path, number,
+                        fields[0][:80])
+            continue
         out[fp] = fields[1] if len(fields) > 1 else ""
     return out
 

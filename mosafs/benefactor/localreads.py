@@ -40,6 +40,7 @@ import json
 import logging
 import os
 import secrets
+import selectors
 import socket
 import threading
 import time
@@ -65,6 +66,9 @@ TICKET_TTL_S = 30.0
 MAX_IDS = 4096           # ids per ticket (OpenLocal refuses more)
 MAX_GRANTS = 4096        # tickets outstanding; the oldest are dropped beyond
 MAX_PUT_TICKETS = 16     # put tickets one OpenLocal gives (each for one group, used once)
+TICKET_WAIT_S = 2.0      # a connection that sends no ticket within this is closed
+MAX_WAITING = 256        # connections waiting for their ticket; the oldest gives way beyond
+WAKE_S = 0.5             # the accepting thread looks this often for silent connections
 
 
 class LocalReads:
@@ -120,30 +124,81 @@ class LocalReads:
         return True, found[1]
 
     def _serve(self) -> None:
-        while not self._stopping:
-            try:
-                conn, _ = self._sock.accept()
-            except OSError:
-                return  # closed
-            try:
-                self._pool.submit(self._answer, conn, time.monotonic())
-            except RuntimeError:  # stopping
+        """Accept connections and wait for their tickets here, in one thread: a serving
+        thread is taken only by a connection whose ticket arrived. The socket needs no
+        credentials, so any local process may connect and say nothing; before, eight
+        such connections held every serving thread for 10 s each."""
+        selector = selectors.DefaultSelector()
+        selector.register(self._sock, selectors.EVENT_READ)
+        waiting: dict[socket.socket, float] = {}  # accepted, no ticket yet: since when
+        try:
+            while not self._stopping:
+                for key, _ in selector.select(timeout=WAKE_S):
+                    if key.fileobj is self._sock:
+                        if not self._accept_one(selector, waiting):
+                            return  # closed
+                        continue
+                    conn = key.fileobj
+                    assert isinstance(conn, socket.socket)
+                    selector.unregister(conn)
+                    self._dispatch(conn, waiting.pop(conn))
+                self._drop_silent(selector, waiting)
+        finally:
+            for conn in waiting:
                 conn.close()
+            selector.close()
 
-    def _answer(self, conn: socket.socket, accepted: float) -> None:
+    def _accept_one(self, selector: selectors.BaseSelector,
+                    waiting: dict[socket.socket, float]) -> bool:
+        try:
+            conn, _ = self._sock.accept()
+        except BlockingIOError:
+            return True
+        except OSError:
+            return False
+        if len(waiting) >= MAX_WAITING:  # the oldest silent one gives way
+            oldest = next(iter(waiting))
+            selector.unregister(oldest)
+            del waiting[oldest]
+            oldest.close()
+        conn.setblocking(False)
+        selector.register(conn, selectors.EVENT_READ)
+        waiting[conn] = time.monotonic()
+        return True
+
+    @staticmethod
+    def _drop_silent(selector: selectors.BaseSelector,
+                     waiting: dict[socket.socket, float]) -> None:
+        """Close the connections that sent no ticket within TICKET_WAIT_S."""
+        now = time.monotonic()
+        for conn in [c for c, since in waiting.items() if now - since > TICKET_WAIT_S]:
+            selector.unregister(conn)
+            del waiting[conn]
+            conn.close()
+
+    def _dispatch(self, conn: socket.socket, accepted: float) -> None:
+        """CONN's ticket arrived: read it, and answer in a serving thread."""
+        try:
+            ticket = conn.recv(TICKET_BYTES + 1)
+        except OSError:
+            conn.close()
+            return
+        conn.setblocking(True)
+        try:
+            self._pool.submit(self._answer, conn, ticket, accepted)
+        except RuntimeError:  # stopping
+            conn.close()
+
+    def _answer(self, conn: socket.socket, ticket: bytes, accepted: float) -> None:
         _WAITED.observe(time.monotonic() - accepted)
         try:
-            self._answer_one(conn)
+            self._answer_one(conn, ticket)
         except Exception:
             log.exception("bug in a local read or put")
 
-    def _answer_one(self, conn: socket.socket) -> None:
+    def _answer_one(self, conn: socket.socket, ticket: bytes) -> None:
         with conn:
             conn.settimeout(10)
-            try:
-                ticket = conn.recv(TICKET_BYTES + 1)
-            except OSError:
-                return
             valid, ids = self._take(ticket) if len(ticket) == TICKET_BYTES else (False, None)
             if not valid:
                 log.debug("local read or put with an unknown or expired ticket refused")

@@ -35,16 +35,20 @@ from typing import Any
 from mosafs import ids
 from mosafs._proto import benefactor_pb2
 from mosafs.benefactor.chunkstore import CORRUPT, ChunkStore
-from mosafs.benefactor.replication import PUT_FLOOR_S, PUT_RATE, PutFn, check_target
+from mosafs.benefactor.replication import (
+    PUT_FLOOR_S,
+    PUT_RATE,
+    PutFn,
+    check_target,
+    target_problem,
+)
 from mosafs.chunking.spec import MAX_CHUNK
 from mosafs.erasure.spec import Code
 from mosafs.errors import (
     ConfigError,
-    DeadlineExceeded,
     IntegrityError,
     InvalidArgument,
     MosafsError,
-    NoSpace,
     Unavailable,
 )
 from mosafs.ids import check_id
@@ -344,12 +348,9 @@ class Recoder:
         for i, future in enumerate(futures):
             try:
                 future.result()
-            except (Unavailable, DeadlineExceeded, NoSpace) as exc:
-                out.errors[i] = exc.message
-                out.target_problems[i] = "full" if isinstance(exc, NoSpace) else "unreachable"
-                continue
             except MosafsError as exc:
                 out.errors[i] = exc.message
+                out.target_problems[i] = target_problem(exc)
                 continue
             out.stored[i] = True
         failed = [e for e in out.errors if e]

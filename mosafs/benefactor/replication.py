@@ -8,7 +8,8 @@ of this benefactor's threads, disk and network, and client puts keep the rest.
 
 A target that cannot be reached (down, or slower than the put's deadline) or is full ends
 the request at once: the rest of its chunks would fail the same way, one deadline each.
-The reply says which ("unreachable", "full"), so the manager stops choosing that target.
+The reply says which ("unreachable", "full", "failed"), so the manager stops choosing that
+target.
 """
 
 from __future__ import annotations
@@ -38,7 +39,7 @@ PUT_RATE = 4 * MiB
 class Outcome:
     copied: list[bool]
     errors: list[str]
-    target_problem: str = ""  # "unreachable" | "full" when the target stopped the request
+    target_problem: str = ""  # "unreachable" | "full" | "failed": the target stopped it
 
 
 class ChunkReplicator:
@@ -59,14 +60,18 @@ class ChunkReplicator:
             for i, cid in enumerate(ids):
                 try:
                     data = self._store.get(cid)
-                    self._put(target, cid, data, PUT_FLOOR_S + len(data) / PUT_RATE)
-                except (Unavailable, DeadlineExceeded, NoSpace) as exc:
-                    out.errors[i] = exc.message
-                    out.target_problem = "full" if isinstance(exc, NoSpace) else "unreachable"
-                    break
                 except MosafsError as exc:  # this chunk only (corrupt or missing here)
                     out.errors[i] = exc.message
                     continue
+                try:
+                    self._put(target, cid, data, PUT_FLOOR_S + len(data) / PUT_RATE)
+                except MosafsError as exc:
+                    # The target's refusal: the manager stops choosing it for a while (a
+                    # target failing another way, a bad disk, would be chosen again and
+                    # again otherwise).
+                    out.errors[i] = exc.message
+                    out.target_problem = target_problem(exc)
+                    break
                 out.copied[i] = True
         failed = [e for e in out.errors if e]
         if failed or out.target_problem:
@@ -75,8 +80,18 @@ class ChunkReplicator:
         return out
 
 
+def target_problem(exc: MosafsError) -> str:
+    """What a put's failure says of its target: "full", "unreachable", or "failed"
+    (any other refusal)."""
+    if isinstance(exc, NoSpace):
+        return "full"
+    if isinstance(exc, Unavailable | DeadlineExceeded):
+        return "unreachable"
+    return "failed"
+
+
 def check_target(address: str) -> None:
     host, sep, port = address.rpartition(":")
-    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536 \
+    if not sep or not host or not (port.isascii() and port.isdigit()) or not 0 < int(port) < 65536 \
             or len(address) > 300 or any(c.isspace() or c == "/" for c in address):
         raise InvalidArgument(f"bad target address {address[:80]!r}: use HOST:PORT")

@@ -117,7 +117,7 @@ def _workers(text: str) -> int:
     """--datapath-workers: N (0..64) or auto."""
     if text == "auto":
         return auto_workers()
-    if not text.isdigit() or int(text) > 64:
+    if not (text.isascii() and text.isdigit()) or int(text) > 64:
         raise argparse.ArgumentTypeError(f"expected 0..64 or auto, got {text!r}")
     return int(text)
 

@@ -356,6 +356,11 @@ class FragmentRepairer:
                      for b in (p.worker, *p.targets, *p.copies, *(h for _, h in p.fragments),
                                *(m.holder for m in p.moves), *p.spare)}
         if not named:
+            with self._lock:
+                # No plan waits, so every sender's window has room: the parked repairs
+                # go back to the queue (else, when the ones let out last made no plan,
+                # nothing would ever let the rest out).
+                self._unpark()
             return
         addresses = self._store.benefactor_addresses(named)
         with self._lock:
@@ -530,6 +535,9 @@ class FragmentRepairer:
             self._registry.mark_full(bid)
         elif problem == "unreachable":
             metrics.MANAGER_REPLICATION_FAILURES.labels("target-unreachable").inc()
+            self._registry.avoid(bid)
+        elif problem == "failed":  # another refusal (a failing disk): tried elsewhere
+            metrics.MANAGER_REPLICATION_FAILURES.labels("target-failed").inc()
             self._registry.avoid(bid)
 
     def _record(self, p: Plan, stored: list[bool]) -> bool:

@@ -46,7 +46,8 @@ MAX_BYTES = (1 << 64) - 1  # a uint64 of the protocol
 def check_address(address: str) -> str:
     """HOST:PORT (HOST may be a bracketed IPv6 address), port 1..65535."""
     host, sep, port = address.rpartition(":")
-    bad = not sep or not host or not port.isdigit() or not 1 <= int(port) <= 65535
+    numeric = port.isascii() and port.isdigit()  # int() refuses some isdigit() ones
+    bad = not sep or not host or not numeric or not 1 <= int(port) <= 65535
     if bad or any(c.isspace() or c == "/" for c in host) or len(address) > 300:
         raise InvalidArgument(f"bad benefactor address {address[:80]!r}: use HOST:PORT, "
                               f"port 1..65535")

@@ -504,6 +504,9 @@ class Replicator:
         elif problem == "unreachable":
             metrics.MANAGER_REPLICATION_FAILURES.labels("target-unreachable").inc()
             self._registry.avoid(target)
+        elif problem == "failed":  # another refusal (a failing disk): tried elsewhere
+            metrics.MANAGER_REPLICATION_FAILURES.labels("target-failed").inc()
+            self._registry.avoid(target)
         done = [cid for cid, ok in zip(ids, copied, strict=True) if ok]
         try:
             self._store.add_chunk_locations((cid, target) for cid in done)

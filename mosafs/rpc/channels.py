@@ -32,7 +32,7 @@ def _keepalive_ms() -> int:
     tests, which must see in seconds what a deployment sees after minutes; it must then be
     the same for every process, as servers accept pings by it too)."""
     raw = os.environ.get(KEEPALIVE_ENV, "30000")
-    if not raw.isdigit() or not 100 <= int(raw) <= 3_600_000:
+    if not (raw.isascii() and raw.isdigit()) or not 100 <= int(raw) <= 3_600_000:
         raise ConfigError(f"{KEEPALIVE_ENV} must be 100..3600000 milliseconds, got {raw!r}")
     return int(raw)
 

@@ -20,6 +20,7 @@ readable or writable are made outside the lock.
 from __future__ import annotations
 
 import contextlib
+import itertools
 import logging
 import os
 import select
@@ -40,7 +41,11 @@ log = logging.getLogger(__name__)
 
 MAX_FRAME = 64 * (1 << 20) + 64 * 1024  # as gRPC messages (mosafs.rpc.channels)
 HANDSHAKE_S = 10.0   # a peer that has not finished its TLS handshake by then is dropped
-MAX_CONNECTIONS = 16  # open at once on one listener (standbys are few)
+MAX_CONNECTIONS = 16  # authorized connections open at once on one listener (standbys
+# are few); handshakes in progress have their own limit, and when it is reached the
+# oldest gives way: a peer that connects and says nothing (no certificate needed for
+# that) must not lock the standbys out, whose handshakes take milliseconds
+MAX_HANDSHAKES = 64
 WAKE_MS = 1000  # a waiting thread looks at least this often whether close() ended it
 _LENGTH = struct.Struct(">I")
 PROCESS_IDENTITY = object()  # `identity` left out: the process's (mosafs.rpc.security)
@@ -266,6 +271,10 @@ class Listener:
         self._lock = threading.Lock()
         self._open: set[socket.socket] = set()
         self._connections: set[Connection] = set()
+        # Accepted, TLS handshake not done: key -> the socket that holds the descriptor
+        # (the plain one, then its TLS wrapper), oldest first.
+        self._handshaking: dict[int, socket.socket] = {}
+        self._keys = itertools.count()
         self._threads: set[threading.Thread] = set()
         self._stopping = False
         self._acceptor = threading.Thread(target=self._accept, name="feed-accept",
@@ -301,21 +310,27 @@ class Listener:
             except OSError:
                 return  # closed
             with self._lock:
-                if self._stopping or len(self._open) >= MAX_CONNECTIONS:
+                if self._stopping or len(self._connections) >= MAX_CONNECTIONS:
                     sock.close()
                     log.info("feed connection from %s dropped: %s", addr[0],
                              "stopping" if self._stopping else "too many open")
                     continue
+                if len(self._handshaking) >= MAX_HANDSHAKES:
+                    oldest = self._handshaking.pop(next(iter(self._handshaking)))
+                    with contextlib.suppress(OSError):
+                        oldest.shutdown(socket.SHUT_RDWR)  # its handshake fails at once
+                key = next(self._keys)
+                self._handshaking[key] = sock
                 self._open.add(sock)
-                thread = threading.Thread(target=self._serve, args=(sock, addr[0]),
+                thread = threading.Thread(target=self._serve, args=(sock, addr[0], key),
                                           name=f"feed-{addr[0]}", daemon=True)
                 self._threads.add(thread)
             thread.start()
 
-    def _serve(self, sock: socket.socket, host: str) -> None:
+    def _serve(self, sock: socket.socket, host: str, key: int) -> None:
         conn: Connection | None = None
         try:
-            conn = self._accepted(sock, host)
+            conn = self._accepted(sock, host, key)
             if conn is not None:
                 self._handle(conn)
         except Exception:  # a bug: logged, and only this connection ends
@@ -326,24 +341,32 @@ class Listener:
             sock.close()
             with self._lock:
                 self._open.discard(sock)
+                self._handshaking.pop(key, None)
                 if conn is not None:
                     self._connections.discard(conn)
                 self._threads.discard(threading.current_thread())
 
-    def _accepted(self, sock: socket.socket, host: str) -> Connection | None:
+    def _accepted(self, sock: socket.socket, host: str, key: int) -> Connection | None:
         """The connection on SOCK once its TLS handshake is done and its caller allowed
-        (None: dropped, or refused with a frame saying why)."""
+        (None: dropped, or refused with a frame saying why). KEY: its place among the
+        handshakes in progress."""
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         if self._context is None:
+            with self._lock:
+                self._handshaking.pop(key, None)
             return self._track(Connection(sock, None))
         sock.settimeout(HANDSHAKE_S)
         tls = self._context.wrap_socket(sock, server_side=True, do_handshake_on_connect=False)
         with self._lock:  # the TLS socket holds the descriptor now: close() shuts this one
             self._open.add(tls)
             stopping = self._stopping
+            evicted = key not in self._handshaking  # gave way to newer ones meanwhile
+            if not evicted:
+                self._handshaking[key] = tls
         try:
-            if stopping:
-                raise OSError("the listener is closing")
+            if stopping or evicted:
+                raise OSError("the listener is closing" if stopping else
+                              "too many handshakes in progress")
             tls.do_handshake()
             pem = _peer_of(tls)
         except (OSError, ssl.SSLError, AccessDenied) as exc:
@@ -355,6 +378,7 @@ class Listener:
         finally:
             with self._lock:
                 self._open.discard(tls)
+                self._handshaking.pop(key, None)
         conn = Connection(tls, None)
         try:
             conn.peer = security.authorize(pem, self._method, self._allowed)

@@ -30,11 +30,11 @@ from mosafs._proto import benefactor_pb2 as bpb
 from mosafs.benefactor.chunkstore import FileChunkStore
 from mosafs.benefactor.recode import RecodeJob, Recoder, Source, Target, job_of, reply_of
 from mosafs.erasure import make_coder
-from mosafs.errors import IntegrityError, InvalidArgument, NotFound, Unavailable
+from mosafs.errors import IntegrityError, InternalError, InvalidArgument, NotFound, Unavailable
 from mosafs.ids import chunk_id
 from mosafs.manager.core import Manager, ManagerConfig
 from mosafs.manager.fsck import fsck
-from mosafs.manager.metadata import Fragments, MetadataStore
+from mosafs.manager.metadata import ROOT_INODE, Fragments, MetadataStore
 from tests.unit.managers import Clock, new_file, register
 
 MiB = 1 << 20
@@ -528,3 +528,90 @@ def test_fsck_finds_a_short_fragment_id(ec: Manager, cluster: Benefactors) -> No
     findings = fsck(ec.store).findings
     assert [f.kind for f in findings if f.kind == "bad_fragments"] == ["bad_fragments"]
     assert not any(f.repairable for f in findings if f.kind == "bad_fragments")
+
+
+# --- repair keeps going: parked repairs let out, a failing target avoided ------------------
+
+
+def _idle(mgr: Manager) -> None:
+    assert mgr.repairer is not None
+    deadline = time.monotonic() + 10
+    while mgr.repairer.oldest_work_ns() is not None and time.monotonic() < deadline:
+        time.sleep(0.01)
+    time.sleep(0.05)
+
+
+def test_parked_repairs_are_not_stranded(ec: Manager, cluster: Benefactors,
+                                         clock: Clock) -> None:
+    ec.store.update_pool("default", redundancy="ec:1+1", ec_min_chunk=0)
+    coder = make_coder("isal")
+    ids = []
+    for n in range(13):
+        chunk = data(f"p{n}", 64 * 1024 + n)
+        frags = coder.fragments(chunk, 1, 1)
+        fids = tuple(chunk_id(f) for f in frags)
+        for fid, f, h in zip(fids, frags, ("b0", "b1"), strict=True):
+            cluster.of(h).put(fid, bytes(f))
+        ino = new_file(ec.store, f"p{n}")
+        lease = ec.open_write(ino, "test")
+        ec.commit_version(lease.lease_id, ino, [(chunk_id(chunk), len(chunk))], [],
+                          fragments=[(chunk_id(chunk), Fragments(1, 1, fids, ("b0", "b1")))])
+        ids.append(chunk_id(chunk))
+    rep = ec.repairer
+    assert rep is not None
+    cluster.down.add("127.0.0.1:7001")
+    keep_alive(ec, clock, [f"b{i}" for i in range(N) if i != 1])
+    # L1..L4 live, D1..D8 to be deleted, X live: queued in this order (as a walk would).
+    rep.enqueue(ids)
+    rep.step()
+    assert rep._parked_ids, "some were parked behind b0's window"
+    _idle(ec)
+    for n in range(4, 12):  # the files of D1..D8 go
+        ec.store.unlink(ROOT_INODE, f"p{n}")
+    for _ in range(40):
+        rep.step()
+        _idle(ec)
+        clock.now += 1
+        assert ec.replicator is not None
+        ec.replicator.step()
+    rec = ec.store.chunk(ids[12])
+    assert rec is not None
+    assert "b1" not in rec.fragment_holders and all(rec.fragment_holders), (
+        f"X never repaired: holders {list(rec.fragment_holders)}, "
+        f"parked {len(rep._parked_ids)}, busy {rep.busy()}")
+
+
+def test_a_target_that_keeps_failing_is_not_picked_forever(
+        ec: Manager, cluster: Benefactors, clock: Clock) -> None:
+    chunk = data("badtarget", 1 << 20)
+    bad: set[str] = set()
+    recode = cluster.recode
+
+    def first_target_fails(address: str, request: bpb.RecodeChunkRequest,
+                           timeout: float) -> bpb.RecodeChunkResponse:
+        if not bad:  # the first target planned has a failing disk
+            bad.add(request.targets[0].address or address)
+        return recode(address, request, timeout)
+
+    for address, st in cluster.stores.items():
+        orig = st.put
+
+        def put(blob: bytes, data: bytes, *a, _orig=orig, _addr=address, **kw):  # type: ignore[no-untyped-def]
+            if _addr in bad:
+                raise InternalError("I/O error")
+            return _orig(blob, data, *a, **kw)
+        st.put = put  # type: ignore[method-assign]
+
+    assert ec.repairer is not None and ec.replicator is not None
+    ec.repairer._recode = first_target_fails
+    cid, _ = store_coded(ec, cluster, "f", chunk, ["b0", "b1", "b2", "b3", "b4", ""])
+    for _ in range(20):
+        ec.replicator.step()
+        ec.repairer.step()
+        time.sleep(0.1)
+        keep_alive(ec, clock, [f"b{i}" for i in range(8)], seconds=2.5)  # past retry_s
+    rec = ec.store.chunk(cid)
+    assert rec is not None
+    tried = [r.targets[0].address or a for a, r in cluster.asked]
+    assert all(rec.fragment_holders), (
+        f"still short after {len(cluster.asked)} rebuilds, targets tried: {set(tried)}")

@@ -4,6 +4,8 @@ use them are in conftest.py)."""
 
 from __future__ import annotations
 
+import time
+
 from mosafs._proto import benefactor_pb2
 from mosafs.ids import chunk_id
 from mosafs.manager.core import Manager
@@ -13,6 +15,19 @@ MiB = 1 << 20
 # The kinds of inode, by short names.
 DIR, REG, LNK = schema.DIRECTORY, schema.REGULAR, schema.SYMLINK
 FIFO, SOCK, BLK, CHR = schema.FIFO, schema.SOCKET, schema.BLOCK_DEVICE, schema.CHAR_DEVICE
+
+
+class Wall:
+    """A wall clock in ns (garbage collection's), moved by hand."""
+
+    def __init__(self) -> None:
+        self.ns = time.time_ns()
+
+    def __call__(self) -> int:
+        return self.ns
+
+    def advance(self, seconds: float) -> None:
+        self.ns += int(seconds * 1e9)
 
 
 class Clock:

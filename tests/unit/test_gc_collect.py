@@ -5,8 +5,6 @@ writes in flight. The deletion function stands for the benefactors' DeleteChunks
 
 from __future__ import annotations
 
-import time
-
 import pytest
 
 from mosafs.errors import NotFound
@@ -14,7 +12,7 @@ from mosafs.manager.core import Manager, ManagerConfig
 from mosafs.manager.fsck import fsck
 from mosafs.manager.garbage import CLOCK_SKEW_NS, GarbageCollector
 from mosafs.manager.metadata import ROOT_INODE, MetadataStore
-from tests.unit.managers import Clock, cid, commit, new_file, register
+from tests.unit.managers import Clock, Wall, cid, commit, new_file, register
 
 MiB = 1 << 20
 GRACE_S = 5.0
@@ -48,18 +46,6 @@ class Deletions:
     def by_address(self) -> dict[str, list[bytes]]:
         return {address: ids for address, ids, _ in self.asked}
 
-
-class Wall:
-    """The collector's wall clock, moved by hand."""
-
-    def __init__(self) -> None:
-        self.ns = time.time_ns()
-
-    def __call__(self) -> int:
-        return self.ns
-
-    def advance(self, seconds: float) -> None:
-        self.ns += int(seconds * 1e9)
 
 
 def collector_of(mgr: Manager, wall: Wall) -> GarbageCollector:

@@ -29,22 +29,10 @@ from mosafs.ids import chunk_id
 from mosafs.manager.core import Manager, ManagerConfig
 from mosafs.manager.garbage import GarbageCollector
 from mosafs.manager.metadata import ROOT_INODE, Fragments, MetadataStore
-from tests.unit.managers import Clock, cid, commit, new_file, register
+from tests.unit.managers import Clock, Wall, cid, commit, new_file, register
 
 GRACE_S = 5.0
 
-
-class Wall:
-    """The collector's wall clock, moved by hand."""
-
-    def __init__(self) -> None:
-        self.ns = time.time_ns()
-
-    def __call__(self) -> int:
-        return self.ns
-
-    def advance(self, seconds: float) -> None:
-        self.ns += int(seconds * 1e9)
 
 
 @pytest.fixture

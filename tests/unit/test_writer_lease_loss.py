@@ -22,20 +22,10 @@ from mosafs.errors import LeaseExpired, MosafsError
 from mosafs.manager.core import Manager, ManagerConfig
 from mosafs.manager.garbage import GarbageCollector
 from mosafs.manager.metadata import MetadataStore, SessionCommit
-from tests.unit.managers import Clock, cid, new_file, register
+from tests.unit.managers import Clock, Wall, cid, new_file, register
 
 GRACE_S = 5.0
 
-
-class Wall:
-    def __init__(self) -> None:
-        self.ns = time.time_ns()
-
-    def __call__(self) -> int:
-        return self.ns
-
-    def advance(self, seconds: float) -> None:
-        self.ns += int(seconds * 1e9)
 
 
 class LocalManager:

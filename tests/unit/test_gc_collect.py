@@ -47,7 +47,6 @@ class Deletions:
         return {address: ids for address, ids, _ in self.asked}
 
 
-
 def collector_of(mgr: Manager, wall: Wall) -> GarbageCollector:
     """A collector on MGR's store and leases with WALL for its clock, told what commits
     leave unreferenced as the manager's own is."""

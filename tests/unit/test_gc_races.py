@@ -34,7 +34,6 @@ from tests.unit.managers import Clock, Wall, cid, commit, new_file, register
 GRACE_S = 5.0
 
 
-
 @pytest.fixture
 def mgr(store: MetadataStore) -> Manager:
     m = Manager(store, ManagerConfig(gc_grace_s=GRACE_S), clock=Clock())

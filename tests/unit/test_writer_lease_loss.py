@@ -27,7 +27,6 @@ from tests.unit.managers import Clock, Wall, cid, new_file, register
 GRACE_S = 5.0
 
 
-
 class LocalManager:
     """The client's manager calls, straight onto a Manager (as the servicer maps them)."""
 

@@ -260,7 +260,14 @@ class ReplicationLog:
                                       f"not acknowledged: the manager is stopping")
                 self._drop_laggards()
                 in_sync = [f for f in self._followers if f.in_sync]
-                self._publish_in_sync(frozenset(f.member for f in in_sync))
+                members = frozenset(f.member for f in in_sync)
+                # A smaller set is published only when it can acknowledge (N in sync):
+                # with fewer, nothing is acknowledged anyway, and taking members out of
+                # etcd's set would only leave fewer that may lead, though they hold every
+                # acknowledged change (a new leader before its standbys reconnect).
+                if len(in_sync) >= self.standbys or (
+                        self._published is not None and members > self._published):
+                    self._publish_in_sync(members)
                 # Every member of the set, not any N of them: any member may become the
                 # active manager (docs/standby.md, "Failover"), so each must have it; and
                 # every member etcd still names, until a smaller set has landed there.
@@ -304,6 +311,13 @@ class ReplicationLog:
         if self._publish(members):
             self._published = members
             log.info("in-sync set published: %s", ", ".join(sorted(members)) or "(none)")
+        else:
+            # Not known to have landed, nor known not to have: a write whose answer was
+            # lost may have landed a larger set than the last one known. What etcd holds
+            # is unknown until a publish lands, and until then nothing is acknowledged
+            # (`told` needs a known set): else a member etcd still names could miss an
+            # acknowledged entry, and win the next election.
+            self._published = None
 
     # -- the followers' side ---------------------------------------------------------------
 

@@ -555,3 +555,60 @@ def test_a_change_shipped_but_not_stored_here_stops_every_acknowledgement(
     # Said once, as an error, with no traceback: the disk's failure is not a bug.
     assert "stop it and let a standby take over" in run.stderr
     assert "Traceback" not in run.stderr and "bug in" not in run.stderr, run.stderr
+
+
+# --- the in-sync set in etcd: a publish in doubt, and no shrinking it needlessly -----------
+
+def test_a_publish_in_doubt_does_not_let_an_unconfirmed_member_stay_eligible() -> None:
+    etcd: dict[str, frozenset[str]] = {}  # what etcd really holds
+    in_doubt = [False]
+
+    def publish(members: frozenset[str]) -> bool:
+        etcd["in_sync"] = members  # etcd applies the write...
+        return not in_doubt[0]     # ...but the answer timed out
+
+    journal = ReplicationLog(epoch=1, last_seq=0, last_epoch=0, standbys=1,
+                             wait_timeout_s=0.5, on_in_sync=publish)
+    journal.serve()
+    journal.append(1, [])
+    b = _in_sync_follower(journal, "b", 1)
+    assert etcd["in_sync"] == {"b"}
+    in_doubt[0] = True
+    c = _in_sync_follower(journal, "c", 1)  # lands in etcd as {b, c}, reported failed
+    assert etcd["in_sync"] == {"b", "c"}
+    in_doubt[0] = False
+    journal.detach(c)  # c goes away (or lags and is dropped)
+
+    journal.append(2, [])
+    assert journal.next_entries(b, 0.1)
+    journal.confirmed(b, 2)
+    acknowledged = True
+    try:
+        journal.wait_confirmed(2)
+    except Exception:
+        acknowledged = False
+    # Entry 2 may be acknowledged only if every member etcd names as in sync holds it:
+    # c (still named by etcd, so eligible to take over) never got entry 2.
+    assert not acknowledged or etcd["in_sync"] <= {"b"}, (
+        f"entry 2 acknowledged while etcd names {sorted(etcd['in_sync'])} as in sync, "
+        f"and c lacks it")
+
+
+def test_a_new_leader_does_not_unpublish_standbys_before_it_can_acknowledge() -> None:
+    # etcd as the previous leader L left it: L and A hold every acknowledged entry.
+    etcd = {"in_sync": frozenset({"L", "A"})}
+
+    def publish(members: frozenset[str]) -> bool:  # ha_main adds the leader itself
+        etcd["in_sync"] = members | {"A"}
+        return True
+
+    # A has just been elected; L (restarted by `mosafs up`) has not reconnected yet.
+    journal = ReplicationLog(epoch=7, last_seq=10, last_epoch=6, standbys=1,
+                             wait_timeout_s=0.2, on_in_sync=publish)
+    journal.serve()
+    journal.append(11, [])
+    with pytest.raises(Unavailable):
+        journal.wait_confirmed(11)  # nothing can be acknowledged: no standby in sync
+    # Nothing was acknowledged in A's term, so L still holds every acknowledged entry;
+    # yet etcd now names only A: if A's host is lost, L may never lead (election stalls).
+    assert "L" in etcd["in_sync"], f"etcd in-sync set shrunk to {sorted(etcd['in_sync'])}"

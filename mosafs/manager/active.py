@@ -65,14 +65,17 @@ def serve_active(args: argparse.Namespace, data_dir: Path, stop: threading.Event
             add_to_server(manager)(server)
             serve_standbys(server)
 
+        if journal is not None:
+            # Before the port opens, not after: a client's write that came in between
+            # was acknowledged without waiting for the standbys. Nothing writes between
+            # here and listen(), and no standby can connect before it (FeedAddress).
+            journal.serve()
         try:
             srv, port = listen(add_services, args.listen, label="manager")
         except BaseException:
             if standby_feed is not None:
                 standby_feed.close()
             raise
-        if journal is not None:
-            journal.serve()
         replicator, repairer = manager.replicator, manager.repairer
         assert replicator is not None and repairer is not None
         background = [

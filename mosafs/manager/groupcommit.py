@@ -81,10 +81,16 @@ class GroupCommitter:
 
     def __init__(self, env: lmdb.Environment, *, max_group: int = MAX_GROUP,
                  gate: Callable[[], AbstractContextManager[Any]] | None = None,
+                 writer: AbstractContextManager[Any] | None = None,
                  name: str = "lmdb-commit") -> None:
+        """WRITER: held around each group, from its transaction to its replay if its
+        commit fails, by this thread; the store's other write transactions take it too,
+        so that none slips in between a failed commit and its replay (which would
+        overwrite that later, acknowledged change with the replayed one)."""
         self._env = env
         self._max_group = max_group
         self._gate = gate or nullcontext
+        self._writer = writer or nullcontext()
         # Lists of requests (a lone one, or a batch's), and _STOP.
         self._queue: queue.SimpleQueue[Any] = queue.SimpleQueue()
         self._closed = False
@@ -172,6 +178,10 @@ class GroupCommitter:
             self._commit(group)
 
     def _commit(self, group: list[_Request[Any]]) -> None:
+        with self._writer:
+            self._commit_held(group)
+
+    def _commit_held(self, group: list[_Request[Any]]) -> None:
         outcomes: list[tuple[bool, Any]] = []
         journal = self.journal
         ops: list[Any] = []

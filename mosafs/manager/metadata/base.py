@@ -105,7 +105,10 @@ class StoreBase:
         # (mosafs.manager.garbage queues them for collection); None: nobody.
         self.on_unreferenced: Callable[[list[bytes]], None] | None = None
         # The operations clients wait on share commits (docs/metadata.md, "Group commit").
-        self._committer = GroupCommitter(env, gate=self._map.gate.shared)
+        # Held by every write transaction, and by the committer from a group's
+        # transaction to its replay (GroupCommitter, `writer`).
+        self._writer = threading.RLock()
+        self._committer = GroupCommitter(env, gate=self._map.gate.shared, writer=self._writer)
         # The replication log of an active manager with standbys (mosafs.manager.replog,
         # attach_log); None: nothing is recorded.
         self.log: ReplicationLog | None = None
@@ -156,7 +159,7 @@ class StoreBase:
         journal = self.log if logged else None
         seq = 0
         try:
-            with self._map.gate.shared(), self._env.begin(write=True) as txn:
+            with self._writer, self._map.gate.shared(), self._env.begin(write=True) as txn:
                 recorded = journal is not None or (logged and self.changes is not None)
                 rec = Recorder(txn, self._db_index) if recorded else None
                 tx = Tx(cast("lmdb.Transaction[bytes]", rec or txn), self._db)
@@ -228,6 +231,7 @@ class StoreBase:
             capability.ORIGIN.get())
         full: list[int] = []
         stored: list[int] = []
+        bug: BaseException | None = None
         for (i, _), txs, (ok, value) in zip(plans, made, outcomes, strict=True):
             if ok:
                 self._committed(txs[-1])
@@ -238,13 +242,17 @@ class StoreBase:
             elif isinstance(value, MosafsError):
                 answers[i] = value.with_traceback(None)
             else:
-                raise value  # a bug: the call fails
+                # A bug: the call fails, after the bodies committed with it are done
+                # with (their unreferenced chunks told, their confirmations awaited).
+                bug = bug or value
         if seq and stored and self.log is not None:
             try:
                 self.log.wait_confirmed(seq)
             except MosafsError as exc:  # stored here, not confirmed: each is told so
                 for i in stored:
                     answers[i] = exc
+        if bug is not None:
+            raise bug
         return full
 
     def _grown(self, seen: int, plan: Planned[Any], answers: list[Any], i: int) -> bool:

@@ -130,6 +130,13 @@ class Manager:
         alone may renew, commit or abort the lease (mosafs.manager.leases)."""
         if len(client_id) > MAX_CLIENT_ID:
             raise InvalidArgument(f"client id longer than {MAX_CLIENT_ID} characters")
+        # No pruning transaction in between the look at the file and its lease: either
+        # pruning sees the lease (and leaves the file alone), or the file is gone first.
+        with self.store.writes_held():
+            return self._open_write(inode, client_id, holder)
+
+    def _open_write(self, inode: int, client_id: str,
+                    holder: bytes) -> manager_pb2.OpenWriteResponse:
         context = self.folders.write_context(inode)  # NotFound / IsADirectory first
         base = context.base
         pool = self.store.pool(context.pool)
@@ -266,7 +273,7 @@ class Manager:
         origin = ORIGIN.set("")
         try:
             # The new image is in FOLDER: its subfolders have nothing new to prune.
-            result = self.folders.prune(folder, busy=self.leases.inodes(), subtree=False)
+            result = self.folders.prune(folder, busy=self.leases.inodes, subtree=False)
         except MosafsError as exc:
             log.warning("pruning folder %d after a commit failed: %s", folder, exc)
             return
@@ -345,7 +352,7 @@ class Manager:
 
     def prune(self, folder: int = 0, *, dry_run: bool = False,
               policy: pruning.Policy | None = None) -> PruneResult:
-        result = self.folders.prune(folder, dry_run=dry_run, busy=self.leases.inodes(),
+        result = self.folders.prune(folder, dry_run=dry_run, busy=self.leases.inodes,
                                     policy=policy)
         if not dry_run:
             self._log_pruned(result)

@@ -131,6 +131,11 @@ class _Listing:
                 continue
             if child in listing.names:
                 continue  # a second name of a hard-linked file: weighed once, never removed
+            if rec.nlink <= 1 and tx.origin(child) != (folder, raw):
+                # Named here, but of no folder (the name it was made under went while
+                # another link stayed, docs/metadata.md): the defaults apply to it, not
+                # this folder's policy, as for its writes (write_context).
+                continue
             if child in busy:
                 listing.protected[child] = "open for writing"
             elif rec.nlink > 1:
@@ -332,12 +337,14 @@ class Folders:
     # --- pruning --------------------------------------------------------------------------
 
     def prune(self, folder: int = 0, *, dry_run: bool = False,
-              busy: frozenset[int] = frozenset(),
+              busy: Callable[[], frozenset[int]] = frozenset,
               policy: pruning.Policy | None = None, subtree: bool = True) -> PruneResult:
         """Apply the pruning policies of FOLDER and its subfolders that inherit from it
         (0: every folder with a policy, and the folders that inherit it; not SUBTREE:
-        FOLDER alone) now, one write transaction per folder. Files in BUSY (an
-        open write lease) and hard-linked files are left alone. DRY_RUN changes nothing;
+        FOLDER alone) now, one write transaction per folder. Files in BUSY() (an open
+        write lease; asked again in each folder's transaction, since a pass over many
+        folders takes a while and a write opened meanwhile must find its file) and
+        hard-linked files are left alone. DRY_RUN changes nothing;
         with POLICY (dry runs of one folder only) that policy is weighed instead."""
         if policy is not None:
             pruning.check_policy(policy)
@@ -395,13 +402,14 @@ class Folders:
                     stack.append(child)
 
     def _prune_folder(self, tx: Tx, folder: int, result: PruneResult, *, dry_run: bool,
-                      busy: frozenset[int], policy: pruning.Policy | None) -> None:
+                      busy: Callable[[], frozenset[int]],
+                      policy: pruning.Policy | None) -> None:
         eff = effective(tx, folder)
         rules = eff.policy if policy is None else policy
         if rules.keeps_all:
             return
         now = self._clock_ns()
-        listing = _Listing.read(tx, folder, series.compile_pattern(eff.pattern), busy)
+        listing = _Listing.read(tx, folder, series.compile_pattern(eff.pattern), busy())
         removed: list[tuple[pruning.Image, str]] = []
         for images in listing.groups.values():
             chosen = pruning.select(images, rules, now)

@@ -24,6 +24,9 @@ MAX_PATTERN = 256
 STEP = "step"
 _PLACEHOLDER = re.compile(r"[a-z_][a-z0-9_]{0,31}")
 _MAX_STEP_DIGITS = 19  # a step fits an unsigned 64-bit integer
+# Placeholders besides {step}: each more multiplies the worst match's time (a 255-byte
+# name of dots: 40 ms with 3, 2.4 s with 4), and pruning matches every name of a folder.
+MAX_KEYS = 3
 
 
 @dataclass(frozen=True)
@@ -68,10 +71,18 @@ def compile_pattern(template: str) -> Pattern:
     regex = []
     keys: list[str] = []
     steps = 0
+    after_key = False  # the part before this one ended with a placeholder other than step
     for literal, field, spec, conversion in parts:
         regex.append(re.escape(literal))
         if field is None:
             continue
+        if after_key and not literal and field != STEP:
+            # Two placeholders with nothing between them: no name says where one ends,
+            # and matching them backtracks in time polynomial in the name's length
+            # (pruning matches every name of a folder in a write transaction).
+            raise ConfigError(f"series pattern {template!r}: put a literal between "
+                              f"placeholders (like {{app}}.n{{node}}.{{step}})")
+        after_key = field != STEP
         if spec or conversion or not _PLACEHOLDER.fullmatch(field):
             raise ConfigError(f"series pattern {template!r}: bad placeholder {{{field}}}: use "
                               f"{{step}} and names like {{app}} (a-z, 0-9, _)")
@@ -82,6 +93,9 @@ def compile_pattern(template: str) -> Pattern:
             raise ConfigError(f"series pattern {template!r}: {{{field}}} appears twice")
         else:
             keys.append(field)
+            if len(keys) > MAX_KEYS:
+                raise ConfigError(f"series pattern {template!r}: at most {MAX_KEYS} "
+                                  f"placeholders besides {{step}}")
             regex.append(f"(?P<{field}>.+?)")
     if steps != 1:
         raise ConfigError(f"series pattern {template!r} must contain {{step}} exactly once")

@@ -132,7 +132,8 @@ class Manager:
             raise InvalidArgument(f"client id longer than {MAX_CLIENT_ID} characters")
         # No pruning transaction in between the look at the file and its lease: either
         # pruning sees the lease (and leaves the file alone), or the file is gone first.
-        with self.store.writes_held():
+        # (A lock of pruning's own: opens do not wait for the group commits.)
+        with self.folders.pruning:
             return self._open_write(inode, client_id, holder)
 
     def _open_write(self, inode: int, client_id: str,

@@ -12,6 +12,7 @@ folder of its name (InodeRecord.parent/.name, docs/metadata.md).
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from collections import Counter, defaultdict
 from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
@@ -220,6 +221,9 @@ class Folders:
     def __init__(self, store: MetadataStore, *, clock_ns: Callable[[], int] = time.time_ns):
         self._store = store
         self._clock_ns = clock_ns
+        # Held around each folder's pruning transaction, and by Manager.open_write from
+        # its look at a file to its lease: pruning sees every write opened before it.
+        self.pruning = threading.Lock()
 
     # --- settings -------------------------------------------------------------------------
 
@@ -353,7 +357,7 @@ class Folders:
         result = PruneResult()
         targets = self._targets(folder) if subtree or not folder else self._alone(folder)
         for directory in targets:
-            with self._store.transaction(write=not dry_run) as tx:
+            with self.pruning, self._store.transaction(write=not dry_run) as tx:
                 if tx.find_inode(directory) is None:
                     continue  # removed since the targets were listed
                 self._prune_folder(tx, directory, result, dry_run=dry_run, busy=busy,

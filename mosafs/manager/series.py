@@ -51,13 +51,17 @@ class Pattern:
 
 
 def check_pattern(template: str) -> str:
-    compile_pattern(template)
+    """TEMPLATE, if it may be set (ConfigError otherwise): a valid pattern whose matching
+    stays fast (a literal between placeholders, at most MAX_KEYS of them)."""
+    compile_pattern(template, new=True)
     return template
 
 
 @lru_cache(maxsize=256)
-def compile_pattern(template: str) -> Pattern:
-    """The Pattern of TEMPLATE; ConfigError says what is wrong with a bad one."""
+def compile_pattern(template: str, *, new: bool = False) -> Pattern:
+    """The Pattern of TEMPLATE; ConfigError says what is wrong with a bad one. NEW: a
+    pattern being set, held to the limits on its matching time too; a stored one (set
+    before those limits) is used as it is, so that its folder's writes go on."""
     if not template or len(template) > MAX_PATTERN:
         raise ConfigError(f"a series pattern has 1..{MAX_PATTERN} characters, got "
                           f"{len(template)}")
@@ -76,7 +80,7 @@ def compile_pattern(template: str) -> Pattern:
         regex.append(re.escape(literal))
         if field is None:
             continue
-        if after_key and not literal and field != STEP:
+        if new and after_key and not literal and field != STEP:
             # Two placeholders with nothing between them: no name says where one ends,
             # and matching them backtracks in time polynomial in the name's length
             # (pruning matches every name of a folder in a write transaction).
@@ -93,7 +97,7 @@ def compile_pattern(template: str) -> Pattern:
             raise ConfigError(f"series pattern {template!r}: {{{field}}} appears twice")
         else:
             keys.append(field)
-            if len(keys) > MAX_KEYS:
+            if new and len(keys) > MAX_KEYS:
                 raise ConfigError(f"series pattern {template!r}: at most {MAX_KEYS} "
                                   f"placeholders besides {{step}}")
             regex.append(f"(?P<{field}>.+?)")

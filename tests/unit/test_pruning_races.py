@@ -2,7 +2,7 @@
 write was opened on before its folder's transaction began (open_write and pruning's
 transactions take the store's writer lock in turn), and a file of no folder (its folder
 name went while another link stayed) to the defaults; `.versions` names past u64 are no
-version; series patterns whose matching could take seconds are refused. Real Manager and
+version; series patterns whose matching could take seconds are refused when set. Real Manager and
 LMDB store."""
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from mosafs.manager.core import Manager
 from mosafs.manager.fsck import fsck
 from mosafs.manager.metadata import ROOT_INODE
 from mosafs.manager.pruning import Policy
-from mosafs.manager.series import MAX_KEYS, compile_pattern
+from mosafs.manager.series import MAX_KEYS, check_pattern, compile_pattern
 from tests.unit.managers import cid, commit, consistent, new_file, register
 
 
@@ -111,10 +111,12 @@ def test_a_version_name_past_u64_is_no_version() -> None:
 
 def test_series_patterns_that_would_match_slowly_are_refused() -> None:
     with pytest.raises(ConfigError, match="literal between placeholders"):
-        compile_pattern("{a}{b}.{step}")
+        check_pattern("{a}{b}.{step}")
     keys = ".".join(f"{{k{i}}}" for i in range(MAX_KEYS + 1))
     with pytest.raises(ConfigError, match="placeholders besides"):
-        compile_pattern(keys + ".{step}")
+        check_pattern(keys + ".{step}")
+    # One stored before the limits is used as it is: its folder's writes go on.
+    assert compile_pattern("{a}{b}.{step}").match("xy.3") is not None
     assert compile_pattern("{app}{step}").match("ckpt12") is not None  # step bounds it
     widest = compile_pattern(".".join(f"{{k{i}}}" for i in range(MAX_KEYS)) + ".{step}")
     started = time.perf_counter()

@@ -135,3 +135,62 @@ def test_commit_after_restart_never_names_blobs_gc_released(
     assert isinstance(outcome.get("error"), LeaseExpired), outcome
     assert store.chunk(c) is None, "no record names the deleted copies"
     assert store.getattr(inode).size == 0  # the file keeps its previous (empty) content
+
+
+class BufferingPipeline:
+    """Holds appended bytes; stores them as one chunk only when drained (as a real
+    pipeline does for a write smaller than a chunk)."""
+
+    stored_any = False  # nothing claimed, nothing sent
+
+    def __init__(self, session: WriteSession) -> None:
+        self.session = session
+        self.data = b""
+
+    async def append(self, data: bytes) -> None:
+        self.data += data
+
+    async def send_rest(self) -> None:
+        pass
+
+    async def finish(self) -> list[ChunkEntry]:
+        c = cid(99)
+        self.session.stored.ids.add(c)
+        self.session.stored.placements[c] = ["b1"]  # put under the *current* lease
+        self.session.stored.new_bytes += len(self.data)
+        return [ChunkEntry(c, len(self.data))]
+
+
+def test_small_stream_write_survives_a_lease_that_expired_with_nothing_stored(
+        store: MetadataStore) -> None:
+    store.update_pool("default", replication=1)
+    m1 = Manager(store, ManagerConfig(gc_grace_s=GRACE_S), clock=Clock())
+    register(m1, "b1")
+    register(m1, "b2", port=7001)
+    inode = new_file(store, "f")
+    local = LocalManager(m1)
+    ctx = _ctx(local)
+    out: dict[str, object] = {}
+
+    async def main() -> None:
+        session = await WriteSession.create(ctx, inode)
+
+        async def fake_pipeline() -> BufferingPipeline:
+            return BufferingPipeline(session)
+        session._new_pipeline = fake_pipeline  # type: ignore[method-assign]
+        await session.write(0, b"hello")  # buffered: no chunk stored, no placement
+        assert not session.stored.placements
+        first = session.lease
+        local.mgr = _restart(store)  # the manager restarts: the lease is forgotten
+        with pytest.raises(LeaseExpired):
+            await local.renew_lease(first.lease_id)
+        session._renewal_refused(first)
+        try:
+            reply = await session.commit()
+            out["version"] = reply.version
+        except LeaseExpired as exc:
+            out["error"] = exc
+
+    trio.run(main)
+    assert "error" not in out, f"session lost with nothing stored: {out.get('error')}"
+    assert store.getattr(inode).size == 5

@@ -145,6 +145,12 @@ class Pipeline:
                 self._request.ready.set()  # with view None: the writer finds the error
             self.done.set()
 
+    @property
+    def stored_any(self) -> bool:
+        """Whether this stream has claimed chunks to store (stored, being stored, or
+        found in the index): a lease lost now leaves them unprotected."""
+        return bool(self._claimed)
+
     def _unclaim(self) -> None:
         """The stream failed: the ids it claimed and did not store stop counting as
         stored, so that the session's next attempt (a retried fsync, the same bytes

@@ -289,6 +289,12 @@ class RemotePipeline:
             "ids": list(s.stored.ids), "inode": s.inode, "token": s.write_token,
             "ec": s.ec})
 
+    @property
+    def stored_any(self) -> bool:
+        """Whether the worker may have stored chunks of this stream: it does not say
+        until its finish, so assume it has (mosafs.client.files.pipeline.Pipeline)."""
+        return True
+
     async def send_token(self, token: bytes) -> None:
         """The session's write token after a lease renewal: the worker's puts use it."""
         if not self.finished:

@@ -271,8 +271,9 @@ class WriteSession:
         it and not committed yet are orphans to garbage collection from now on: no lease
         of this session protects them (docs/durability.md, "Manager restarts"). A new
         lease must never commit them on the old one's say. A session whose whole content
-        is in its local spill file stores them again at its commit; a stream's bytes are
-        gone, so the session is lost (EIO at its commit, as a failed pipeline's)."""
+        is in its local spill file stores them again at its commit; a stream that sent
+        chunks cannot send them again, so the session is lost (EIO at its commit, as a
+        failed pipeline's); one that has sent nothing yet goes on under the next lease."""
         self.lease = None
         stored = self.stored
         pending = set(stored.placements) | set(stored.fragments)
@@ -282,7 +283,7 @@ class WriteSession:
             stored.placements.clear()
             stored.fragments.clear()
             stored.new_bytes = 0
-        elif pending or self._pipeline is not None:
+        elif pending or (self._pipeline is not None and self._pipeline.stored_any):
             self.lost = errors.LeaseExpired(
                 f"inode {self.inode}: the write lease was lost (the manager restarted, or "
                 f"the lease expired) while chunks stored under it waited for a commit")

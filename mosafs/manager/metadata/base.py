@@ -271,13 +271,6 @@ class StoreBase:
             return body(made[-1])
         return run
 
-    def writes_held(self) -> threading.RLock:
-        """The store's writer lock: while it is held no write transaction runs (group
-        commits, pruning's, every other). Manager.open_write holds it from its look at
-        the file to its new lease, so that pruning, which asks for the files open for
-        writing inside its transaction, sees every write opened before it began."""
-        return self._writer
-
     def attach_log(self, journal: ReplicationLog) -> None:
         """From now on every write transaction is recorded in JOURNAL, and none returns
         before its entry is confirmed (mosafs.manager.replog)."""

@@ -11,12 +11,21 @@ from mosafs.errors import ConfigError
 _WILDCARD_HOSTS = {"", "0.0.0.0", "::", "[::]"}
 
 
+def port_of(text: str) -> int | None:
+    """The port TEXT names (0..65535, ASCII digits only: str.isdigit() also takes digits
+    int() refuses, such as a superscript two), or None."""
+    if not (text.isascii() and text.isdigit()) or len(text) > 5 or int(text) > 65535:
+        return None
+    return int(text)
+
+
 def split_address(text: str, what: str) -> tuple[str, int]:
     """(host, port) of HOST:PORT (IPv6 hosts in brackets); ConfigError otherwise."""
-    host, sep, port = text.rpartition(":")
-    if not sep or not (port.isascii() and port.isdigit()) or int(port) > 65535:
+    host, sep, raw = text.rpartition(":")
+    port = port_of(raw)
+    if not sep or port is None:
         raise ConfigError(f"{what} must be HOST:PORT, got {text!r}")
-    return host, int(port)
+    return host, port
 
 
 def advertised_address(listen_host: str, port: int, advertise: str | None = None) -> str:

@@ -32,6 +32,9 @@ log = logging.getLogger(__name__)
 
 PAGE = 16_384  # ids per report: ~1 MiB of request
 MAX_DELETE = 16_384  # ids per DeleteChunks request
+# A page listed longer ago than this is looked up again before it leaves; the manager
+# remembers its releases ten times as long (mosafs.manager.garbage.RELEASED_KEEP_NS).
+STALE_S = 60.0
 # review(page) -> (ids to delete, how many unreferenced ids wait)
 ReviewFn = Callable[[Sequence[InventoryItem]], tuple[list[bytes], int]]
 
@@ -67,9 +70,12 @@ class GarbageRounds:
         for start in range(0, len(items), PAGE):
             if rate and start:
                 self._hurry.wait(started + start / rate - time.monotonic())
-            # As the page stands now: a paced round's listing may be an hour old, and the
-            # manager counts what a page reports as copies here.
-            page = self._store.refresh(items[start:start + PAGE])
+            page = items[start:start + PAGE]
+            if time.monotonic() - started > STALE_S:
+                # As the page stands now: a paced round's listing may be an hour old,
+                # and the manager counts what a page reports as copies here (a fresher
+                # one it checks against the deletions it made since: mosafs.manager.garbage).
+                page = self._store.refresh(page)
             if not page:
                 continue
             touched = {item.id: item.touched_ns for item in page}

@@ -19,6 +19,7 @@ import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from mosafs.addresses import port_of
 from mosafs.benefactor.chunkstore import ChunkStore
 from mosafs.errors import DeadlineExceeded, InvalidArgument, MosafsError, NoSpace, Unavailable
 from mosafs.ids import check_id
@@ -92,6 +93,6 @@ def target_problem(exc: MosafsError) -> str:
 
 def check_target(address: str) -> None:
     host, sep, port = address.rpartition(":")
-    if not sep or not host or not (port.isascii() and port.isdigit()) or not 0 < int(port) < 65536 \
+    if not sep or not host or not port_of(port) \
             or len(address) > 300 or any(c.isspace() or c == "/" for c in address):
         raise InvalidArgument(f"bad target address {address[:80]!r}: use HOST:PORT")

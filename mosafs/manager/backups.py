@@ -41,7 +41,6 @@ from __future__ import annotations
 import json
 import logging
 import os
-import struct
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -50,6 +49,7 @@ from pathlib import Path
 from typing import Any
 
 from mosafs.errors import InvalidArgument, MosafsError, Unavailable
+from mosafs.manager.metadata.schema import _U64
 
 log = logging.getLogger("mosafs.manager")
 
@@ -60,7 +60,6 @@ BACKUP_FILE = "metadata.lmdb"
 RECOVERED_FOLDER = "recovered"
 RECORD_PREFIX = "metadata-"
 COUNTER_KEY = b"backup_counter"  # in the meta sub-database: the last snapshot's counter
-_U64 = struct.Struct(">Q")
 
 
 @dataclass(frozen=True)

@@ -410,8 +410,7 @@ class Manager:
         caller restricted to part of the namespace)."""
         bids, folders = self.store.pool_users(settings.name)
         if seen is not None:
-            kept = seen(folders)
-            folders = [ino for ino in folders if ino in kept]
+            folders = seen(folders)
         paths = [self.folders.get(ino).path for ino in folders]
         return manager_pb2.PoolInfo(settings=settings, benefactors=bids, folders=folders,
                                     folder_paths=paths)

@@ -460,7 +460,7 @@ class FragmentRepairer:
         except (Unavailable, DeadlineExceeded):
             self._registry.avoid(p.worker)
             raise
-        self._target_problem(move.holder, problem)
+        self._registry.target_problem(move.holder, problem)
         if not copied or not copied[0]:
             return False
         return self._record(p, [True])
@@ -480,7 +480,7 @@ class FragmentRepairer:
                      p.worker, len(reply.stored), len(targets))
             return False
         for bid, problem in zip(targets, reply.target_problems, strict=True):
-            self._target_problem(bid, problem)
+            self._registry.target_problem(bid, problem)
         stored = list(reply.stored)
         if p.kind == REBUILD:
             return self._record(p, stored) and all(stored)
@@ -528,17 +528,6 @@ class FragmentRepairer:
             raise Unavailable(f"benefactor {worker} has not presented its certificate to "
                               f"this manager yet: no read tokens for it")
         return self._tokens.read_tokens(blobs, holder)
-
-    def _target_problem(self, bid: str, problem: str) -> None:
-        if problem == "full":
-            metrics.MANAGER_REPLICATION_FAILURES.labels("target-full").inc()
-            self._registry.mark_full(bid)
-        elif problem == "unreachable":
-            metrics.MANAGER_REPLICATION_FAILURES.labels("target-unreachable").inc()
-            self._registry.avoid(bid)
-        elif problem == "failed":  # another refusal (a failing disk): tried elsewhere
-            metrics.MANAGER_REPLICATION_FAILURES.labels("target-failed").inc()
-            self._registry.avoid(bid)
 
     def _record(self, p: Plan, stored: list[bool]) -> bool:
         """Record the fragments stored (one transaction); whether all were recorded."""

@@ -15,7 +15,7 @@ import logging
 import threading
 import time
 from collections import Counter, defaultdict
-from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 
 from mosafs._proto import manager_pb2, metadata_pb2
@@ -33,7 +33,7 @@ from mosafs.manager.metadata import (
 log = logging.getLogger(__name__)
 # Which of some directories a caller may see (mosafs.manager.permissions.Guard.seen_by):
 # listings of folders leave out the others.
-Seen = Callable[[Sequence[int]], Collection[int]]
+Seen = Callable[[Sequence[int]], list[int]]
 
 
 @dataclass(frozen=True)
@@ -270,8 +270,7 @@ class Folders:
         with self._store.transaction() as tx:
             inodes = [ino for ino, _ in tx.folders()]
         if seen is not None:
-            kept = seen(inodes)
-            inodes = [ino for ino in inodes if ino in kept]
+            inodes = seen(inodes)
         with self._store.transaction() as tx:
             return [self._reply(tx, ino) for ino in inodes if tx.find_inode(ino) is not None]
 

@@ -184,10 +184,8 @@ class GarbageCollector:
         until the next step (0: more is due now)."""
         with self._collect_lock:
             now = self._wall_ns()
-            opened = [self._leases.oldest_opened_ns(), self.oldest_work_ns()]
-            oldest = min((o for o in opened if o is not None), default=None)
-            due_before = now - self._grace_ns if oldest is None else \
-                min(now - self._grace_ns, oldest)
+            oldest = self._oldest_write()
+            due_before = self._due_before(now, oldest)
             taken = self._take_due(due_before)
             if not taken:
                 return COLLECT_TICK_S
@@ -216,6 +214,17 @@ class GarbageCollector:
             finally:
                 self._forget(taken)
             return 0.0 if len(due) == COLLECT_PAGE else COLLECT_TICK_S
+
+    def _oldest_write(self) -> int | None:
+        """Wall ns when the oldest write still open, or repair or conversion in flight,
+        began (None: none)."""
+        opened = [self._leases.oldest_opened_ns(), self.oldest_work_ns()]
+        return min((o for o in opened if o is not None), default=None)
+
+    def _due_before(self, now: int, oldest: int | None) -> int:
+        """What became garbage before this moment may go: past the grace period at NOW,
+        and before the oldest write still open (OLDEST) began."""
+        return now - self._grace_ns if oldest is None else min(now - self._grace_ns, oldest)
 
     def _take_due(self, due_before: int) -> list[tuple[bytes, int]]:
         """Up to COLLECT_PAGE (id, since) that became garbage before DUE_BEFORE, off the
@@ -262,8 +271,7 @@ class GarbageCollector:
         ids = check_ids([cid for cid, _ in entries])
         # The leases first, the records after: a commit that finished in between has its
         # references in the records read below.
-        opened = [self._leases.oldest_opened_ns(), self.oldest_work_ns()]
-        oldest = min((o for o in opened if o is not None), default=None)
+        oldest = self._oldest_write()
         references = self._store.blob_references(ids)
         now = self._wall_ns()
         recount: list[tuple[bytes, str]] = []
@@ -295,10 +303,8 @@ class GarbageCollector:
             self._store.add_chunk_locations(recount)
         if fragments:
             self._store.add_fragment_holders(fragments)
-        due_before = now - self._grace_ns if oldest is None else \
-            min(now - self._grace_ns, oldest)
-        released, _ = self._store.release_unreferenced(candidates, bid,
-                                                       unreferenced_before=due_before)
+        released, _ = self._store.release_unreferenced(
+            candidates, bid, unreferenced_before=self._due_before(now, oldest))
         self._note_released(released, bid, now)
         self._forget_old(now)
         return released, waiting + len(candidates) - len(released)

@@ -167,17 +167,17 @@ class Guard:
         """GetAttr, and GetFolderSettings (a folder's path and settings)."""
         self._need(caller, what, ino, above_ok=True)
 
-    def seen_by(self, caller: Caller) -> Callable[[Sequence[int]], set[int]] | None:
+    def seen_by(self, caller: Caller) -> Callable[[Sequence[int]], list[int]] | None:
         """For listings that name directories anywhere (ListFolderSettings, a pool's
-        folders): which of some inodes CALLER may stat, without refusing the others;
-        None when it may stat every one."""
+        folders): of some inodes, those CALLER may stat, in order, without refusing the
+        others; None when it may stat every one."""
         if caller.capability.paths == ("/",):
             return None
 
-        def seen(inodes: Sequence[int]) -> set[int]:
+        def seen(inodes: Sequence[int]) -> list[int]:
             with self._store.transaction() as tx:
-                return {ino for ino in inodes
-                        if self._position(tx, caller, ino)[0] != OUTSIDE}
+                return [ino for ino in inodes
+                        if self._position(tx, caller, ino)[0] != OUTSIDE]
         return seen
 
     def read(self, caller: Caller, ino: int, what: str) -> None:

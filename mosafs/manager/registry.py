@@ -31,7 +31,9 @@ import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
+from mosafs import metrics
 from mosafs._proto import benefactor_pb2, common_pb2, manager_pb2, metadata_pb2
+from mosafs.addresses import port_of
 from mosafs.errors import FailedPrecondition, InvalidArgument, NoSpace, NotFound, Unavailable
 from mosafs.manager.metadata import MetadataStore, check_benefactor_id, check_certificate
 
@@ -46,8 +48,7 @@ MAX_BYTES = (1 << 64) - 1  # a uint64 of the protocol
 def check_address(address: str) -> str:
     """HOST:PORT (HOST may be a bracketed IPv6 address), port 1..65535."""
     host, sep, port = address.rpartition(":")
-    numeric = port.isascii() and port.isdigit()  # int() refuses some isdigit() ones
-    bad = not sep or not host or not numeric or not 1 <= int(port) <= 65535
+    bad = not sep or not host or not port_of(port)  # 0 included
     if bad or any(c.isspace() or c == "/" for c in host) or len(address) > 300:
         raise InvalidArgument(f"bad benefactor address {address[:80]!r}: use HOST:PORT, "
                               f"port 1..65535")
@@ -215,6 +216,19 @@ class Registry:
             soft = self._soft.get(bid)
             if soft is not None:
                 soft.info.free_bytes = 0
+
+    def target_problem(self, bid: str, problem: str) -> None:
+        """A copy's or a rebuild's put to BID stopped on PROBLEM, as the benefactor that
+        put reported it ("" none): "full" makes it no target until it reports room, and
+        "unreachable" or "failed" (any other refusal: a failing disk) until a lease has
+        passed, so that the next try goes elsewhere."""
+        if not problem:
+            return
+        metrics.MANAGER_REPLICATION_FAILURES.labels(f"target-{problem}").inc()
+        if problem == "full":
+            self.mark_full(bid)
+        else:
+            self.avoid(bid)
 
     def avoid(self, bid: str) -> None:
         """A copy could not reach BID: neither source nor target for one lease."""

@@ -498,15 +498,7 @@ class Replicator:
             problem = "full"
         except MosafsError as exc:
             log.info("replication %s -> %s failed: %s", source, target, exc)
-        if problem == "full":
-            metrics.MANAGER_REPLICATION_FAILURES.labels("target-full").inc()
-            self._registry.mark_full(target)
-        elif problem == "unreachable":
-            metrics.MANAGER_REPLICATION_FAILURES.labels("target-unreachable").inc()
-            self._registry.avoid(target)
-        elif problem == "failed":  # another refusal (a failing disk): tried elsewhere
-            metrics.MANAGER_REPLICATION_FAILURES.labels("target-failed").inc()
-            self._registry.avoid(target)
+        self._registry.target_problem(target, problem)
         done = [cid for cid, ok in zip(ids, copied, strict=True) if ok]
         try:
             self._store.add_chunk_locations((cid, target) for cid in done)

@@ -172,6 +172,7 @@ def test_a_paced_round_reports_each_page_as_it_stands_when_it_leaves(
         for data in chunks:
             store.put(chunk_id(data), data)
         monkeypatch.setattr(benefactor_garbage, "PAGE", 1)
+        monkeypatch.setattr(benefactor_garbage, "STALE_S", 0.0)  # every page looked up again
         order = [item.id for item in store.inventory()]
         reported: list[bytes] = []
 

@@ -556,16 +556,24 @@ class FileSystem(ExtendedAttributes):
                     if handle.writable:
                         await self._drop_writer(handle.inode)  # a failed commit raises
                 finally:
-                    if not (self._other_handles(handle.inode)
-                            or handle.inode in self._writers):
-                        self._cache.unpin(handle.inode)
-                        self._latest.pop(handle.inode, None)
-                        orphan = self._sessions.pop(handle.inode, None)  # kept for readers
-                        if orphan is not None:
-                            await orphan.close()
+                    await self._forget_if_unused(handle.inode)
         finally:
             if handle.inode not in self._sessions:  # its last handle is gone
                 self._lock.drop(handle.inode)
+
+    async def _forget_if_unused(self, inode: int) -> None:
+        """Under the inode's lock: no handle is left, so nothing of it stays pinned, and an
+        orphaned session kept for readers ends."""
+        if self._other_handles(inode) or inode in self._writers:
+            return
+        self._cache.unpin(inode)
+        self._latest.pop(inode, None)
+        await self._end_session(inode)
+
+    async def _end_session(self, inode: int) -> None:
+        session = self._sessions.pop(inode, None)
+        if session is not None:
+            await session.close()
 
     async def _drop_writer(self, inode: int) -> None:
         remaining = self._writers.get(inode, 0) - 1
@@ -586,13 +594,11 @@ class FileSystem(ExtendedAttributes):
             # said so): the session ends all the same, so that this mount shows the
             # file's committed version, as every other mount does, not bytes no version
             # holds.
-            self._sessions.pop(inode, None)
-            await session.close()
+            await self._end_session(inode)
             raise
-        if session.orphaned and self._other_handles(inode):
-            return  # readers of the vanished file still read its last bytes from here
-        self._sessions.pop(inode, None)
-        await session.close()
+        if not (session.orphaned and self._other_handles(inode)):
+            # (else readers of the vanished file still read its last bytes from here)
+            await self._end_session(inode)
 
     def _other_handles(self, inode: int) -> bool:
         return any(h.inode == inode for h in self._handles.values())

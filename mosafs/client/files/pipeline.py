@@ -31,6 +31,7 @@ import contextlib
 import logging
 import random
 import time
+from collections.abc import Collection, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -60,6 +61,23 @@ class Stored:
         self.ids.discard(cid)
         self.addresses.pop(cid, None)
         self.fragments.pop(cid, None)
+
+    def forget_unplaced(self, ids: Iterable[bytes]) -> None:
+        """Of IDS, those this session did not store itself (no placement to commit) stop
+        counting as stored."""
+        for cid in ids:
+            if cid not in self.placements and cid not in self.fragments:
+                self.forget(cid)
+
+    def drop_placed(self, keep: Collection[bytes] = ()) -> None:
+        """The chunks stored and not committed yet are no longer this session's to
+        commit, but those in KEEP (which a commit just named): they stop counting as
+        stored, and the next commit starts from no placement and no new byte."""
+        for cid in (self.placements.keys() | self.fragments.keys()) - set(keep):
+            self.forget(cid)
+        self.placements.clear()
+        self.fragments.clear()
+        self.new_bytes = 0
 
 
 class _ViewRequest:
@@ -156,10 +174,7 @@ class Pipeline:
         stored, so that the session's next attempt (a retried fsync, the same bytes
         written again after a truncate) stores them instead of naming chunks that no
         benefactor holds in its commit."""
-        stored = self.session.stored
-        for cid in self._claimed:
-            if cid not in stored.placements and cid not in stored.fragments:
-                stored.forget(cid)
+        self.session.stored.forget_unplaced(self._claimed)
         self._claimed.clear()
 
     def _feed_pieces(self, pieces: Pieces) -> list[Any]:

@@ -45,7 +45,7 @@ def is_virtual(inode: int) -> bool:
 def parse_version(name: str) -> int:
     """A version file's name: a decimal number without leading zeros."""
     # Versions are u64: a longer name names none (it would not fit in the request).
-    if not name.isascii() or not name.isdigit() or name.startswith("0") or len(name) > 20 \
+    if not name.isascii() or not name.isdigit() or name.startswith("0") \
             or int(name) >= 1 << 64:
         raise errors.NotFound(f"no version {name[:40]!r}: versions are named 1, 2, ...")
     return int(name)

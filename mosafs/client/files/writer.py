@@ -275,14 +275,9 @@ class WriteSession:
         chunks cannot send them again, so the session is lost (EIO at its commit, as a
         failed pipeline's); one that has sent nothing yet goes on under the next lease."""
         self.lease = None
-        stored = self.stored
-        pending = set(stored.placements) | set(stored.fragments)
+        pending = bool(self.stored.placements or self.stored.fragments)
         if self._spill is not None and self._pipeline is None:
-            for cid in pending:
-                stored.forget(cid)
-            stored.placements.clear()
-            stored.fragments.clear()
-            stored.new_bytes = 0
+            self.stored.drop_placed()
         elif pending or (self._pipeline is not None and self._pipeline.stored_any):
             self.lost = errors.LeaseExpired(
                 f"inode {self.inode}: the write lease was lost (the manager restarted, or "
@@ -522,10 +517,7 @@ class WriteSession:
         committed. The base may be pruned now (a policy keeping one version), so its
         chunks that ENTRIES do not name stop counting as stored: written again later,
         they are looked up or stored, never named in a commit on a lost copy's say."""
-        kept = {e.id for e in entries}
-        for cid in self._base_ids - kept:
-            if cid not in self.stored.placements and cid not in self.stored.fragments:
-                self.stored.forget(cid)
+        self.stored.forget_unplaced(self._base_ids - {e.id for e in entries})
         self._base_ids = set()
 
     async def _new_pipeline(self) -> Pipeline | RemotePipeline:
@@ -575,11 +567,7 @@ class WriteSession:
         # Chunks stored for content that was not committed (overwritten, truncated away)
         # never reach the index, and garbage collection deletes them: they stop counting
         # as stored, so the same bytes written later are stored again.
-        for cid in (stored.placements.keys() | stored.fragments.keys()) - wanted:
-            stored.forget(cid)
-        stored.placements.clear()
-        stored.fragments.clear()
-        stored.new_bytes = 0
+        stored.drop_placed(keep=wanted)
         return reply
 
     def _request(self, entries: list[ChunkEntry], placements: list[mpb.ChunkPlacement],

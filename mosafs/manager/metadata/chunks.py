@@ -16,7 +16,9 @@ from mosafs.manager.metadata.records import (
     Fragments,
     Layout,
     _location,
+    blob_needed_on,
     check_fragments,
+    garbage_since,
 )
 from mosafs.manager.metadata.schema import unpack_blockmap
 
@@ -113,10 +115,12 @@ class ChunkIndexOps(StoreBase):
             for cid in check_ids(list(ids)):
                 # A blob is a chunk, or a fragment of erasure-coded chunks (or both: equal
                 # bytes): it goes only if nothing referenced needs it here in either role.
-                if tx.blob_needed_on(cid, bid):
+                own = tx.chunk(cid)
+                owners = [r for o in tx.fragment_owners(cid) if (r := tx.chunk(o)) is not None]
+                if blob_needed_on(cid, bid, own, owners):
                     continue
                 if (unreferenced_before is not None
-                        and tx.garbage_since(cid) >= unreferenced_before):
+                        and garbage_since([own, *owners]) >= unreferenced_before):
                     continue
                 released.append(cid)
                 rec = tx.chunk(cid)

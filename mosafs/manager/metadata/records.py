@@ -114,6 +114,14 @@ def fragment_needed_on(blob: bytes, bid: str, owner: metadata_pb2.ChunkRecord) -
     return bid not in owner.fragment_holders and any(f == blob and not h for f, h in slots)
 
 
+def garbage_since(records: Iterable[metadata_pb2.ChunkRecord | None]) -> int:
+    """When the latest of RECORDS (a blob's own record and those it is a fragment of) that
+    is unreferenced became garbage (ChunkRecord.unreferenced_ns; 0: none, or not known:
+    records from before the field)."""
+    return max((r.unreferenced_ns for r in records if r is not None and r.refcount == 0),
+               default=0)
+
+
 def blob_needed_on(blob: bytes, bid: str, rec: metadata_pb2.ChunkRecord | None,
                    owners: Iterable[metadata_pb2.ChunkRecord]) -> bool:
     """Whether blob BLOB stored on benefactor BID must stay: a needed whole copy of its own

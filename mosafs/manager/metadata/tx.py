@@ -398,14 +398,6 @@ class Tx:
         return any((owner := self.chunk(cid)) is not None and owner.refcount > 0
                    for cid in self.fragment_owners(blob))
 
-    def garbage_since(self, blob: bytes) -> int:
-        """When BLOB's own record, or the latest of the erasure-coded records it is a
-        fragment of, became garbage (ChunkRecord.unreferenced_ns; 0: none unreferenced,
-        or not known: records from before the field)."""
-        recs = [self.chunk(blob)] + [self.chunk(cid) for cid in self.fragment_owners(blob)]
-        return max((r.unreferenced_ns for r in recs if r is not None and r.refcount == 0),
-                   default=0)
-
     def blob_needed_on(self, blob: bytes, bid: str) -> bool:
         """Whether BLOB stored on benefactor BID must stay (blob_needed_on)."""
         owners = [rec for cid in self.fragment_owners(blob)

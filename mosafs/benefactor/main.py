@@ -45,6 +45,9 @@ BACKOFF_FIRST_S = 0.1       # registration retries: 0.1 s doubling ...
 BACKOFF_MAX_S = 5.0         # ... up to 5 s
 DEFAULT_HEARTBEAT_S = 2.0   # when the manager's answer names no interval
 SLOW_START_WARN_S = 30.0    # a manager never reached for this long is worth a WARNING
+# A manager we had reached and that misses a heartbeat or two (busy, a standby taking over)
+# is news; one gone this long is worth a WARNING.
+OUTAGE_WARN_S = 5.0
 INVENTORY_TIMEOUT_S = 60.0  # one inventory page
 DEFAULT_SCRUB_RATE = 8 << 20  # bytes/s: a full pass over 1 TiB takes about 36 hours
 
@@ -339,8 +342,10 @@ class _LinkLog:
 
     Unreachable before the first contact is normal (the manager may start later): INFO,
     and one WARNING if that lasts SLOW_START_WARN_S. Losing a manager we had reached: one
-    WARNING when the outage starts, one INFO when it ends. A refusal (any other error, e.g.
-    an unknown pool) is a WARNING once per distinct message, and an INFO when it ends.
+    INFO when the outage starts, one WARNING if it lasts OUTAGE_WARN_S (a heartbeat missed
+    under load is not an operator's problem), one INFO when it ends. A refusal (any other
+    error, e.g. an unknown pool) is a WARNING once per distinct message, and an INFO when
+    it ends.
     """
 
     def __init__(self, manager: str) -> None:
@@ -348,6 +353,7 @@ class _LinkLog:
         self.contacted = False
         self.down_since: float | None = None
         self.slow_start_warned = False
+        self.outage_warned = False
         self.last_refusal = ""
 
     def failed(self, exc: MosafsError) -> None:
@@ -367,10 +373,15 @@ class _LinkLog:
         if self.down_since is None:
             self.down_since = now
             if self.contacted:
-                log.warning("manager %s unreachable: %s; retrying", self.manager, exc.message)
+                log.info("manager %s unreachable: %s; retrying", self.manager, exc.message)
             else:
                 log.info("manager %s not reachable yet (%s); retrying until it is",
                          self.manager, exc.message)
+        elif (self.contacted and not self.outage_warned
+              and now - self.down_since >= OUTAGE_WARN_S):
+            self.outage_warned = True
+            log.warning("manager %s unreachable for %.0fs (%s); retrying",
+                        self.manager, now - self.down_since, exc.message)
         elif (not self.contacted and not self.slow_start_warned
               and now - self.down_since >= SLOW_START_WARN_S):
             self.slow_start_warned = True
@@ -386,6 +397,7 @@ class _LinkLog:
         self.contacted = True
         self.down_since = None
         self.slow_start_warned = False
+        self.outage_warned = False
         self.last_refusal = ""
 
 

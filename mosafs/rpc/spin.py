@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import threading
 import time
 from collections.abc import Callable
 from typing import Any
@@ -34,6 +35,7 @@ from typing import Any
 log = logging.getLogger(__name__)
 
 RELEASE_WAIT_S = 2.0  # how long finish() waits for the calls release() started
+RELEASE_TRIES = 3     # probes release() starts before it gives up (see there)
 
 
 class Spin:
@@ -64,22 +66,43 @@ class Spin:
                 self.held = True
 
     def release(self, probe: Callable[[], Any]) -> Any:
-        """Give the held count back under PROBE() (a call started on the channel), so that
-        the thread ends once that call and any other in flight have completed; PROBE's
-        future (None where nothing was held), for `finish` to wait on before the channel
-        is closed."""
+        """Give the held count back when PROBE() (a call started on the channel) completes,
+        so that the thread ends once that call and any other in flight have completed;
+        PROBE's future (None where nothing was held), for `finish` to wait on before the
+        channel is closed.
+
+        The count is given back by a done-callback of the probe, which gRPC runs in the
+        completion thread itself, just before that thread takes the probe off the count
+        and ends when it reaches zero. Given back from here instead, it could land after
+        the thread had already completed the probe (a probe that failed at once): the
+        count then reaches zero in no completion, the thread waits on, and closing the
+        channel hands it an event without a callback (the TypeError traceback). A probe
+        that completed before its callback was added is therefore not counted on: another
+        is started, up to RELEASE_TRIES."""
         if not self.held or self._state is None:
             return None
-        try:
-            future = probe()
-        except Exception as exc:  # no call can start: the thread stays until the process ends
-            log.debug("no call to release the channel's completion thread with: %s", exc)
-            return None
+        for _ in range(RELEASE_TRIES):
+            try:
+                future = probe()
+            except Exception as exc:  # no call can start: the thread stays, held
+                log.debug("no call to release the channel's completion thread with: %s", exc)
+                return None
+            caller = threading.get_ident()
+            inline: list[bool] = []
+            future.add_done_callback(lambda _, caller=caller, inline=inline: (
+                inline.append(True) if threading.get_ident() == caller else self._give_back()))
+            if not inline:
+                self.held = False
+                return future
+        log.debug("every probe completed before the release could ride on it: the "
+                  "channel's completion thread stays")
+        return None
+
+    def _give_back(self) -> None:
+        """The held count, given back in the completion thread (see release)."""
+        assert self._state is not None
         with self._state.lock:
             self._state.managed_calls -= 1
-            self.held = False
-        return future
-
 
 def finish(futures: list[Any], wait_s: float = RELEASE_WAIT_S) -> None:
     """Wait, up to WAIT_S in all, for the calls that `release` started to end (their

@@ -527,10 +527,14 @@ def test_services_benefactor_survives_manager_outage(
     wait_for(lambda: alive_at(manager, bid), "registration once the manager is up")
 
     stop_clean(manager)
-    proc.expected_noise.append(r"WARNING .*manager 127\.0\.0\.1:\d+ unreachable")
-    wait_for(lambda: "unreachable" in proc.log(), "the outage to be noticed")
+    proc.expected_noise.append(r"WARNING .*manager 127\.0\.0\.1:\d+ unreachable for \d+s")
+    wait_for(lambda: " unreachable: " in proc.log(), "the outage to be noticed")
+    # A heartbeat or two missed is news (INFO); an outage past OUTAGE_WARN_S a WARNING.
+    assert "WARNING" not in proc.log()
+    wait_for(lambda: " unreachable for " in proc.log(), "the outage's warning", timeout=20)
     time.sleep(1.0)
     assert proc.log().count(" unreachable: ") == 1  # once per outage, not per attempt
+    assert proc.log().count(" unreachable for ") == 1
 
     manager = start_manager(tmp_path, port)
     procs.append(manager)

@@ -17,11 +17,15 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 SHARED = ROOT.parent / "shared"
+CHILD_LIMIT_S = 200
+"""Well inside the 300 s test timeout, so that a stuck child reports its stacks."""
 
 # Run pytest inside the clone with an audit hook that records every file opened whose name
 # says it is a vector or the design contract, and where the packages came from.
 PYTEST_WITH_AUDIT = """
-import json, os, sys
+import faulthandler, json, os, sys
+# Should it ever hang, every thread's stack reaches stderr before the parent gives up.
+faulthandler.dump_traceback_later(float(os.environ["DUMP_AFTER_S"]), exit=True)
 seen = []
 def hook(event, args):
     if event == "open" and isinstance(args[0], (str, bytes, os.PathLike)):
@@ -62,11 +66,18 @@ def clone(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def _pytest_in(clone: Path, *args: str) -> tuple[subprocess.CompletedProcess[str], dict]:  # type: ignore[type-arg]
     """pytest ARGS in CLONE with this interpreter; its output and what it opened."""
     audit = clone.parent / "audit.json"
-    env = {**os.environ, "AUDIT_OUT": str(audit)}
-    env.pop("PYTHONPATH", None)
+    audit.unlink(missing_ok=True)  # the record of an earlier run proves nothing
+    # A pytest of its own: none of this session's variables (xdist's worker, the current
+    # test, PYTHONPATH) leak into it.
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith("PYTEST_") and k != "PYTHONPATH"}
+    env.update(AUDIT_OUT=str(audit), DUMP_AFTER_S=str(CHILD_LIMIT_S))
+    # Its temporary files under the clone's folder: pytest's numbered folders in /tmp are
+    # shared with this session and others, and a pytest cleans old ones up at its exit.
     done = subprocess.run([sys.executable, "-c", PYTEST_WITH_AUDIT, "-p", "no:cacheprovider",
-                           *args], cwd=clone, env=env, capture_output=True, text=True,
-                          timeout=600)
+                           f"--basetemp={clone.parent / 'child-tmp'}", *args], cwd=clone,
+                          env=env, capture_output=True, text=True, timeout=CHILD_LIMIT_S + 30)
+    assert audit.exists(), f"pytest in the clone did not finish:\n{done.stderr[-6000:]}"
     return done, json.loads(audit.read_text())
 
 

@@ -110,6 +110,34 @@ def test_a_channel_closed_under_a_held_thread_is_what_release_prevents(
     assert [type(u.exc_value) for u in uncaught] == [TypeError]
 
 
+def test_a_probe_done_before_release_sees_it_leaves_no_thread_behind(
+        address: str, uncaught: list[threading.ExceptHookArgs]) -> None:
+    """The race a mount's stop hit on a loaded machine: the release's probe completed (a
+    fast failure) before the release gave the held count back. The thread must still end,
+    and closing the channel must report nothing."""
+    channel = grpc.insecure_channel(address)
+    echo = channel.unary_unary(METHOD)
+    kept = spin.Spin(channel)
+    (thread, *_) = _completing_threads(echo, kept, 2)
+    probes: list[Any] = []
+
+    def probe() -> Any:
+        future = echo.future(b"probe", timeout=5)
+        if not probes:  # the first one completes before release gets it back
+            future.result(timeout=5)
+        probes.append(future)
+        return future
+
+    spin.finish([kept.release(probe)])
+    assert not kept.held
+    thread.join(5)
+    assert not thread.is_alive()
+    channel.close()
+    time.sleep(0.2)
+    assert not uncaught
+    assert len(probes) == 2  # the thread ended with the second probe
+
+
 def test_release_without_a_held_thread_starts_no_call(address: str) -> None:
     kept = spin.Spin(grpc.insecure_channel(address))
     assert kept.release(lambda: pytest.fail("a probe of a channel never held")) is None

@@ -181,13 +181,19 @@ class LocalReads:
         try:
             ticket = conn.recv(TICKET_BYTES + 1)
         except OSError:
+            ticket = b""
+        if not ticket:  # hung up (or failed) before sending one: nothing to answer
             conn.close()
             return
         conn.setblocking(True)
         try:
-            self._pool.submit(self._answer, conn, ticket, accepted)
+            future = self._pool.submit(self._answer, conn, ticket, accepted)
         except RuntimeError:  # stopping
             conn.close()
+            return
+        # A connection whose answer the stop cancelled before it ran is closed here: its
+        # serving thread, which would have closed it, never comes.
+        future.add_done_callback(lambda f: conn.close() if f.cancelled() else None)
 
     def _answer(self, conn: socket.socket, ticket: bytes, accepted: float) -> None:
         _WAITED.observe(time.monotonic() - accepted)

@@ -16,7 +16,6 @@ from mosafs import metrics
 from mosafs._proto import common_pb2, manager_pb2
 from mosafs.capability import ORIGIN
 from mosafs.errors import (
-    FailedPrecondition,
     InvalidArgument,
     MosafsError,
     NoSpace,
@@ -25,10 +24,10 @@ from mosafs.errors import (
 )
 from mosafs.manager import pools, pruning
 from mosafs.manager.ec_repair import FragmentRepairer, RecodeFn
-from mosafs.manager.folders import Folders, PruneResult, Seen
+from mosafs.manager.folders import Folders, PruneResult
 from mosafs.manager.fsck import FsckResult, fsck
 from mosafs.manager.garbage import DeleteFn, GarbageCollector
-from mosafs.manager.integrity import HAS_BATCH, HasFn, Integrity, ScrubFn
+from mosafs.manager.integrity import HasFn, Integrity, ScrubFn
 from mosafs.manager.leases import Committed, LeaseTable, content_key
 from mosafs.manager.metadata import (
     FINAL_COMMIT,
@@ -36,10 +35,10 @@ from mosafs.manager.metadata import (
     Fragments,
     MetadataStore,
     SessionCommit,
-    check_benefactor_id,
     check_chunks,
     check_ids,
 )
+from mosafs.manager.pool_admin import PoolAdmin
 from mosafs.manager.redundancy_view import Redundancy
 from mosafs.manager.registry import Clock, Registry
 from mosafs.manager.replication import Replicator
@@ -65,7 +64,7 @@ class ManagerConfig:
     gc_grace_s: float = 600.0
 
 
-class Manager:
+class Manager(PoolAdmin):
     def __init__(self, store: MetadataStore, config: ManagerConfig | None = None, *,
                  clock: Clock = time.monotonic, copy: CopyFn | None = None,
                  run_round: RoundFn | None = None, scrub: ScrubFn | None = None,
@@ -401,82 +400,6 @@ class Manager:
         for image in result.pruned:
             log.info("pruned %s version %d (%s)%s", image.path, image.version, image.reason,
                      ", the file is gone" if image.whole_file else "")
-
-    # --- pools and benefactors ------------------------------------------------------------
-
-    def pool_info(self, settings: common_pb2.PoolSettings,
-                  seen: Seen | None = None) -> manager_pb2.PoolInfo:
-        """A pool's settings, benefactors and folders (with SEEN: those it keeps, for a
-        caller restricted to part of the namespace)."""
-        bids, folders = self.store.pool_users(settings.name)
-        if seen is not None:
-            folders = seen(folders)
-        paths = [self.folders.get(ino).path for ino in folders]
-        return manager_pb2.PoolInfo(settings=settings, benefactors=bids, folders=folders,
-                                    folder_paths=paths)
-
-    def drain(self, bid: str, *, cancel: bool = False) -> manager_pb2.DrainStatus:
-        self.registry.update(check_benefactor_id(bid), draining=not cancel)
-        self._recheck_holdings(bid)
-        return self.drain_status(bid)
-
-    def move_benefactor(self, bid: str, pool: str) -> manager_pb2.BenefactorStatus:
-        self.registry.update(check_benefactor_id(bid), pool=pool)
-        self._recheck_holdings(bid)
-        return next(s for s in self.registry.statuses() if s.info.id == bid)
-
-    def pool_changed(self, pool: str = "") -> None:
-        """POOL's settings changed (R raised, another redundancy): the safety-net scan runs
-        now, and finds the chunks to copy or convert."""
-        if self.repairer is not None and pool:
-            self.repairer.pool_changed(pool)
-        if self.replicator is not None:
-            self.replicator.rescan()
-
-    def _recheck_holdings(self, bid: str) -> None:
-        """BID's copies may count no more (draining, moved): replication looks at them, a
-        page of the holdings index at a time."""
-        if self.replicator is not None:
-            self.replicator.recheck(bid)
-
-    def drain_status(self, bid: str) -> manager_pb2.DrainStatus:
-        """How far draining BID is: its referenced chunks, and those still without R
-        counted copies on other benefactors (replication moves them)."""
-        rec = self.store.benefactor(check_benefactor_id(bid))
-        if rec is None:
-            raise NotFound(f"no benefactor {bid!r} (mosafs benefactor list)")
-        chunks, pending, pending_bytes = self._held_by(bid)
-        return manager_pb2.DrainStatus(
-            id=bid, draining=rec.draining, alive=self.registry.is_alive(bid), chunks=chunks,
-            pending_chunks=pending, pending_bytes=pending_bytes,
-            done=rec.draining and pending == 0)
-
-    def _held_by(self, bid: str) -> tuple[int, int, int]:
-        """(referenced chunks BID holds, of those without R counted copies elsewhere, their
-        bytes)."""
-        view = Redundancy(self.store, self.registry)
-        ids = self.store.chunks_on(bid, fragments=True)
-        chunks = pending = pending_bytes = 0
-        for start in range(0, len(ids), HAS_BATCH):
-            for rec in self.store.chunk_records(ids[start:start + HAS_BATCH]):
-                if rec is None or rec.refcount == 0:
-                    continue
-                chunks += 1
-                if view.missing(rec, without=bid):
-                    pending += 1
-                    pending_bytes += rec.length
-        return chunks, pending, pending_bytes
-
-    def remove_benefactor(self, bid: str, *, force: bool = False) -> int:
-        check_benefactor_id(bid)
-        if not force:
-            _, pending, _ = self._held_by(bid)
-            if pending:
-                raise FailedPrecondition(
-                    f"benefactor {bid} holds {pending} chunks that have fewer than R copies "
-                    f"elsewhere: drain it first (mosafs benefactor drain {bid}) or pass "
-                    f"--force to lose those copies")
-        return self.registry.remove(bid)
 
     # --- reads and status -----------------------------------------------------------------
 

@@ -24,7 +24,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from mosafs.benefactor.chunkstore import ChunkStore, InventoryItem
+from mosafs.benefactor.store import ChunkStore, InventoryItem
 from mosafs.errors import InvalidArgument
 from mosafs.ids import check_id
 

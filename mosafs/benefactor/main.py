@@ -33,7 +33,7 @@ if TYPE_CHECKING:
     import grpc
 
     from mosafs._proto import benefactor_pb2
-    from mosafs.benefactor.chunkstore import ChunkStore
+    from mosafs.benefactor.store import ChunkStore
 
 log = logging.getLogger("mosafs.benefactor")
 

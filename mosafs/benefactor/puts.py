@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from typing import Protocol, TypeVar
 
 from mosafs import metrics
-from mosafs.benefactor.chunkstore import Buffer, ChunkStore
+from mosafs.benefactor.store import Buffer, ChunkStore
 from mosafs.errors import InternalError, InvalidArgument, MosafsError
 
 log = logging.getLogger(__name__)

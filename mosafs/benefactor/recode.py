@@ -34,7 +34,6 @@ from typing import Any
 
 from mosafs import ids
 from mosafs._proto import benefactor_pb2
-from mosafs.benefactor.chunkstore import CORRUPT, ChunkStore
 from mosafs.benefactor.replication import (
     PUT_FLOOR_S,
     PUT_RATE,
@@ -42,6 +41,7 @@ from mosafs.benefactor.replication import (
     check_target,
     target_problem,
 )
+from mosafs.benefactor.store import CORRUPT, ChunkStore
 from mosafs.chunking.spec import MAX_CHUNK
 from mosafs.erasure.spec import Code
 from mosafs.errors import (

@@ -20,7 +20,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from mosafs.addresses import port_of
-from mosafs.benefactor.chunkstore import ChunkStore
+from mosafs.benefactor.store import ChunkStore
 from mosafs.errors import DeadlineExceeded, InvalidArgument, MosafsError, NoSpace, Unavailable
 from mosafs.ids import check_id
 

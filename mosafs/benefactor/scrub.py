@@ -25,7 +25,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 
 from mosafs import metrics
-from mosafs.benefactor.chunkstore import CORRUPT, GONE, ChunkStore, InventoryItem
+from mosafs.benefactor.store import CORRUPT, GONE, ChunkStore, InventoryItem
 from mosafs.errors import MosafsError
 
 log = logging.getLogger(__name__)

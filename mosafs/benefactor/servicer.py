@@ -21,7 +21,6 @@ import grpc
 from mosafs import metrics
 from mosafs._proto import benefactor_pb2 as pb
 from mosafs._proto import benefactor_pb2_grpc as pb_grpc
-from mosafs.benefactor.chunkstore import CORRUPT, ChunkStore
 from mosafs.benefactor.garbage import GarbageRounds
 from mosafs.benefactor.ingest import IngestLimiter
 from mosafs.benefactor.localreads import MAX_IDS as MAX_LOCAL_IDS
@@ -31,6 +30,7 @@ from mosafs.benefactor.recode import Recoder, job_of, reply_of
 from mosafs.benefactor.recovery import RecoveryRecords
 from mosafs.benefactor.replication import ChunkReplicator
 from mosafs.benefactor.scrub import Scrubber
+from mosafs.benefactor.store import CORRUPT, ChunkStore
 from mosafs.benefactor.tokens import TokenChecker
 from mosafs.errors import (
     FailedPrecondition,

@@ -18,12 +18,8 @@ from pathlib import Path
 import blake3
 import pytest
 
-from mosafs.benefactor.chunkstore import (
-    MAX_HAS_BATCH,
-    ChunkStore,
-    FileChunkStore,
-    load_or_create_identity,
-)
+from mosafs.benefactor.chunkstore import FileChunkStore, load_or_create_identity
+from mosafs.benefactor.store import MAX_HAS_BATCH, ChunkStore
 from mosafs.errors import ConfigError, IntegrityError, InvalidArgument, NoSpace, NotFound
 from mosafs.ids import chunk_id
 
@@ -459,7 +455,7 @@ def test_unit_benefactor_identity_unreadable_is_config_error(tmp_path: Path) -> 
 
 def test_unit_chunkstore_scrub_sound_corrupt_and_gone(backend: Backend,
                                                       caplog: pytest.LogCaptureFixture) -> None:
-    from mosafs.benefactor.chunkstore import CORRUPT, GONE, SOUND
+    from mosafs.benefactor.store import CORRUPT, GONE, SOUND
 
     good, bad = blob("scrub-good", 5000), blob("scrub-bad", 7000)
     gid, bid = chunk_id(good), chunk_id(bad)

@@ -19,9 +19,10 @@ from pathlib import Path
 import blake3
 import pytest
 
-from mosafs.benefactor.chunkstore import CORRUPT, GONE, SOUND, FileChunkStore
+from mosafs.benefactor.chunkstore import FileChunkStore
 from mosafs.benefactor.garbage import GarbageRounds
 from mosafs.benefactor.scrub import Scrubber
+from mosafs.benefactor.store import CORRUPT, GONE, SOUND
 from mosafs.ids import chunk_id
 from tests import harness
 

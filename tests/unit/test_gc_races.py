@@ -23,7 +23,8 @@ import pytest
 
 from mosafs._proto import benefactor_pb2
 from mosafs.benefactor import garbage as benefactor_garbage
-from mosafs.benefactor.chunkstore import FileChunkStore, InventoryItem
+from mosafs.benefactor.chunkstore import FileChunkStore
+from mosafs.benefactor.store import InventoryItem
 from mosafs.errors import FailedPrecondition
 from mosafs.ids import chunk_id
 from mosafs.manager.core import Manager, ManagerConfig

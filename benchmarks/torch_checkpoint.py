@@ -55,7 +55,8 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from mosafs.bench.checkpoint import choose as choose_changed  # one rule for both benchmarks
+from mosafs.bench.checkpoint_plan import TensorPlan as TensorSpec  # one tensor record for both
+from mosafs.bench.checkpoint_plan import choose as choose_changed  # one rule for both benchmarks
 from mosafs.bench.procs import BenchError
 from mosafs.bench.timing import CpuMeter, drop_caches
 from mosafs.bench.write import (
@@ -79,7 +80,6 @@ VOCAB = 16384           # rows of an embedding: 64 MiB of float32 at hidden size
 REST_PIECE = 16 * MiB   # the bytes no layer fills, in tensors of at most this size
 WARMUP_NAME = "warmup.bin"
 WARMUP_BYTES = 4 * MiB
-DTYPE_BYTES = {"float32": 4, "bfloat16": 2}
 # The issue's figures (GPU machine, 1.07 GB state dict, 90 % of chunks unchanged), seconds.
 REFERENCE = {"local_save_s": "0.9-1.1", "mosafs_first_step_s": 4.5,
              "mosafs_dedup_step_s": "2.1-2.4", "local_load_s": "0.4-0.7",
@@ -87,20 +87,6 @@ REFERENCE = {"local_save_s": "0.9-1.1", "mosafs_first_step_s": 4.5,
 
 
 # -- the pure parts: the state dict's layout, the changed subset, verdicts, the table ---------
-
-@dataclass(frozen=True)
-class TensorSpec:
-    name: str
-    shape: tuple[int, ...]
-    dtype: str  # a key of DTYPE_BYTES
-
-    @property
-    def nbytes(self) -> int:
-        n = DTYPE_BYTES[self.dtype]
-        for d in self.shape:
-            n *= d
-        return n
-
 
 def _layer(i: int, h: int) -> list[TensorSpec]:
     """One transformer block at hidden size H: 40 H^2 bytes of matrices (4 of 4 H^2 float32,

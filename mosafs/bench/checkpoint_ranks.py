@@ -4,7 +4,7 @@ each a process saving its own shard with `mosafs.checkpoint.save`, against one r
 One `mosafs up` cluster serves every pass. A pass with N ranks starts N processes; rank r
 sees only GPU r mod G (`CUDA_VISIBLE_DEVICES`, set before torch loads: one rank per GPU,
 as a training launcher places them) or works on the CPU. Each rank builds its own state
-dict of --size-mib (mosafs.bench.checkpoint.plan_state, its own seed, so no rank's bytes
+dict of --size-mib (mosafs.bench.checkpoint_plan.plan_state, its own seed, so no rank's bytes
 dedupe against another's or another pass's), warms up (a small save and load), then saves
 the series MNT/ckpt-N/model.rR.STEP:
 
@@ -36,16 +36,8 @@ from pathlib import Path
 from typing import Any
 
 from mosafs.bench import rpcstats, write
-from mosafs.bench.checkpoint import (
-    MiB,
-    _import,
-    changed_tensors,
-    check_equal,
-    make_state,
-    plan_state,
-    resolve_device,
-    step_rng,
-)
+from mosafs.bench.checkpoint import _import, check_equal, make_state, resolve_device
+from mosafs.bench.checkpoint_plan import MiB, changed_tensors, plan_state, step_rng
 from mosafs.bench.procs import BenchError, cpu_seconds
 from mosafs.bench.workers import collect, running
 from mosafs.bench.write import _Mosafs, progress

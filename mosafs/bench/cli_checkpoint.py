@@ -65,7 +65,8 @@ def add_checkpoint_benchmark(sub: Any) -> None:
 
 
 def run_checkpoint(args: argparse.Namespace) -> int:
-    from mosafs.bench.checkpoint import QUIET_S, format_table, run_checkpoint
+    from mosafs.bench.checkpoint import QUIET_S, run_checkpoint
+    from mosafs.bench.checkpoint_plan import format_table
     from mosafs.procutil import setup_logging
 
     setup_logging(args.log_level)

@@ -1,4 +1,4 @@
-"""`mosafs bench checkpoint`'s pure parts (mosafs/bench/checkpoint.py): the state dict's
+"""`mosafs bench checkpoint`'s pure parts (mosafs/bench/checkpoint_plan.py): the state dict's
 plan, the tensors each step changes, the verdicts on the issue's targets, the table, and
 the command line. No cluster: tests/fuse/test_fuse_bench_checkpoint.py runs the real thing.
 """
@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 from mosafs.bench import checkpoint as ck
+from mosafs.bench import checkpoint_plan as ckp
 from mosafs.bench.procs import BenchError
 from mosafs.cli import build_parser
 
@@ -21,10 +22,10 @@ GiB = 1 << 30
 
 def test_the_plan_adds_up_to_the_size_in_tensors_of_4_to_64_mib_and_small_ones() -> None:
     for total in (1 * MiB, 16 * MiB, 100 * MiB + 12, 256 * MiB, GiB):
-        plan = ck.plan_state(total)
+        plan = ckp.plan_state(total)
         assert 0 <= total - sum(t.nbytes for t in plan) < 4
         assert len({t.name for t in plan}) == len(plan)
-    plan = ck.plan_state(GiB)
+    plan = ckp.plan_state(GiB)
     sizes = sorted({t.nbytes for t in plan})
     assert {4 * MiB, 8 * MiB, 16 * MiB, 64 * MiB} <= set(sizes)
     assert max(sizes) == 64 * MiB and min(sizes) == 4096  # norms and biases
@@ -36,10 +37,10 @@ def test_the_plan_adds_up_to_the_size_in_tensors_of_4_to_64_mib_and_small_ones()
 def test_file_order_and_header_are_what_safetensors_writes() -> None:
     torch = pytest.importorskip("torch")
     safetensors_torch = pytest.importorskip("safetensors.torch")
-    plan = ck.plan_state(16 * MiB)
+    plan = ckp.plan_state(16 * MiB)
     state = {t.name: torch.zeros(t.shape, dtype=getattr(torch, t.dtype)) for t in plan}
     data = safetensors_torch.save(state)
-    order, header = ck.file_order(plan)
+    order, header = ckp.file_order(plan)
     assert header == 8 + int.from_bytes(data[:8], "little")
     import json
 
@@ -50,24 +51,24 @@ def test_file_order_and_header_are_what_safetensors_writes() -> None:
 
 def test_change_groups_hold_every_tensor_once_with_one_large_tensor_each() -> None:
     for total in (16 * MiB, GiB):
-        plan = ck.plan_state(total)
-        groups = ck.change_groups(plan)
+        plan = ckp.plan_state(total)
+        groups = ckp.change_groups(plan)
         assert sorted(i for g in groups for i in g) == list(range(len(plan)))
-        assert [i for g in groups for i in g] == ck.file_order(plan)[0]
+        assert [i for g in groups for i in g] == ckp.file_order(plan)[0]
         for g in groups:
-            large = [i for i in g if plan[i].nbytes >= ck.SMALL]
+            large = [i for i in g if plan[i].nbytes >= ckp.SMALL]
             assert len(large) == 1
             assert g[-1] == large[0] or g is groups[-1]  # small ones at the end join it
 
 
 @pytest.mark.parametrize("fraction", [0.05, 0.10, 0.25, 0.5, 0.9])
 def test_changed_tensors_come_to_about_the_fraction_of_the_bytes(fraction: float) -> None:
-    plan = ck.plan_state(GiB)
+    plan = ckp.plan_state(GiB)
     total = sum(t.nbytes for t in plan)
-    largest = max(sum(plan[i].nbytes for i in g) for g in ck.change_groups(plan))
+    largest = max(sum(plan[i].nbytes for i in g) for g in ckp.change_groups(plan))
     subsets = []
     for step in range(2, 12):
-        chosen = ck.changed_tensors(plan, fraction, ck.step_rng(0, step))
+        chosen = ckp.changed_tensors(plan, fraction, ckp.step_rng(0, step))
         changed = sum(plan[i].nbytes for i in chosen)
         assert abs(changed - fraction * total) <= largest / 2, (step, changed / total)
         assert chosen == sorted(set(chosen))
@@ -76,19 +77,19 @@ def test_changed_tensors_come_to_about_the_fraction_of_the_bytes(fraction: float
 
 
 def test_changed_tensors_are_seeded_and_take_whole_groups() -> None:
-    plan = ck.plan_state(64 * MiB)
-    first = ck.changed_tensors(plan, 0.1, ck.step_rng(3, 2))
-    assert first == ck.changed_tensors(plan, 0.1, ck.step_rng(3, 2))
-    assert first != ck.changed_tensors(plan, 0.1, ck.step_rng(4, 2))
-    for g in ck.change_groups(plan):
+    plan = ckp.plan_state(64 * MiB)
+    first = ckp.changed_tensors(plan, 0.1, ckp.step_rng(3, 2))
+    assert first == ckp.changed_tensors(plan, 0.1, ckp.step_rng(3, 2))
+    assert first != ckp.changed_tensors(plan, 0.1, ckp.step_rng(4, 2))
+    for g in ckp.change_groups(plan):
         assert set(g) <= set(first) or not set(g) & set(first)
-    assert ck.changed_tensors(plan, 0.0, ck.step_rng(0, 2)) == []
-    assert ck.changed_tensors(plan, 1.0, ck.step_rng(0, 2)) == list(range(len(plan)))
+    assert ckp.changed_tensors(plan, 0.0, ckp.step_rng(0, 2)) == []
+    assert ckp.changed_tensors(plan, 1.0, ckp.step_rng(0, 2)) == list(range(len(plan)))
 
 
 def test_step_kinds() -> None:
-    assert ck.step_kinds(1) == ["first", "nonblocking", "all_new"]
-    assert ck.step_kinds(3) == ["first", "changed", "changed", "nonblocking", "all_new"]
+    assert ckp.step_kinds(1) == ["first", "nonblocking", "all_new"]
+    assert ckp.step_kinds(3) == ["first", "changed", "changed", "nonblocking", "all_new"]
 
 
 def _row(step: int, kind: str, save: float | None, local: float, *, to_host: int = 0,
@@ -97,7 +98,7 @@ def _row(step: int, kind: str, save: float | None, local: float, *, to_host: int
                            "torch_save_local_s": local, "bytes_to_host": to_host,
                            "bytes_sent": sent, "total_s": save or 1.0,
                            "torch_save_mount_s": 2.0, "changed_fraction": 0.1,
-                           "bytes_hashed": GiB, "ratio_vs_local": ck.ratio(save, local)}
+                           "bytes_hashed": GiB, "ratio_vs_local": ckp.ratio(save, local)}
     if returned is not None:
         row["nonblocking"] = {"returned_s": returned, "blocked_s": returned, "total_s": 0.3}
     return row
@@ -117,7 +118,7 @@ LOADS = {"cold": {"mosafs_s": 1.0, "local_s": 0.8}, "warm": {"mosafs_s": 0.5, "l
 
 
 def test_verdicts_at_the_targets_pass_and_just_beyond_fail() -> None:
-    ok = ck.verdicts(_steps(), LOADS, device="cuda", header_bytes=1000)
+    ok = ckp.verdicts(_steps(), LOADS, device="cuda", header_bytes=1000)
     assert ok["pass"] is True
     assert ok["dedup_save_vs_torch_local"]["value"] == 0.15
     assert ok["dedup_save_vs_torch_local"]["steps"] == [2, 3]
@@ -129,27 +130,27 @@ def test_verdicts_at_the_targets_pass_and_just_beyond_fail() -> None:
                         ("dedup_bytes_to_host", _steps(to_host=111_001)),
                         ("nonblocking_return_s", _steps(returned=0.051)),
                         ("all_new_save_vs_torch_local", _steps(new_save=1.01))]:
-        bad = ck.verdicts(steps, LOADS, device="cuda", header_bytes=1000)
+        bad = ckp.verdicts(steps, LOADS, device="cuda", header_bytes=1000)
         assert bad[name]["pass"] is False and bad["pass"] is False, name
         assert [n for n, t in bad.items() if n != "pass" and t["pass"] is False] == [name]
     slow = {**LOADS, "cold": {"mosafs_s": 1.0, "local_s": 0.79}}
-    bad = ck.verdicts(_steps(), slow, device="cuda", header_bytes=1000)
+    bad = ckp.verdicts(_steps(), slow, device="cuda", header_bytes=1000)
     assert bad["load_speed_vs_safetensors_local"]["value"] == 0.79
     assert bad["pass"] is False
 
 
 def test_verdicts_judge_nothing_that_is_not_there() -> None:
-    on_cpu = ck.verdicts(_steps(to_host=10 * GiB), LOADS, device="cpu", header_bytes=1000)
+    on_cpu = ckp.verdicts(_steps(to_host=10 * GiB), LOADS, device="cpu", header_bytes=1000)
     assert on_cpu["dedup_bytes_to_host"]["pass"] is None  # no device: nothing copied
     assert on_cpu["pass"] is True
     one_step = [s for s in _steps() if s["kind"] != "changed"]
-    got = ck.verdicts(one_step, None, device="cuda", header_bytes=1000)
+    got = ckp.verdicts(one_step, None, device="cuda", header_bytes=1000)
     assert got["dedup_save_vs_torch_local"] == {
         "value": None, "target": "<= 0.15", "pass": None, "values": [], "steps": [],
         "unchanged_chunks": [], "note": None}
     assert got["load_speed_vs_safetensors_local"]["pass"] is None
     assert got["pass"] is True
-    assert ck.verdicts([], None, device="cuda", header_bytes=1000)["pass"] is None
+    assert ckp.verdicts([], None, device="cuda", header_bytes=1000)["pass"] is None
 
 
 def test_format_table_has_a_row_per_step_the_loads_and_the_verdicts() -> None:
@@ -157,8 +158,8 @@ def test_format_table_has_a_row_per_step_the_loads_and_the_verdicts() -> None:
     result = {"benchmark": "mosafs bench checkpoint", "steps": steps, "loads": LOADS,
               "params": {"state_dict_bytes": GiB, "tensors": 202, "device": "cuda",
                          "changed": 0.1},
-              "targets": ck.verdicts(steps, LOADS, device="cuda", header_bytes=1000)}
-    lines = ck.format_table(result).splitlines()
+              "targets": ckp.verdicts(steps, LOADS, device="cuda", header_bytes=1000)}
+    lines = ckp.format_table(result).splitlines()
     assert lines[0] == ("mosafs bench checkpoint: 1024 MiB state dict, 202 tensors on cuda, "
                         "10% changed per step")
     rows = [line.split() for line in lines if line[:4].strip().isdigit()]
@@ -222,10 +223,10 @@ def test_the_module_and_the_help_need_no_torch() -> None:
 def test_verdicts_name_changed_steps_short_of_the_issues_unchanged_chunks() -> None:
     steps = _steps()
     steps[1]["unchanged_chunks"], steps[2]["unchanged_chunks"] = 0.95, 0.86
-    got = ck.verdicts(steps, LOADS, device="cuda", header_bytes=1000)
+    got = ckp.verdicts(steps, LOADS, device="cuda", header_bytes=1000)
     dedup = got["dedup_save_vs_torch_local"]
     assert dedup["unchanged_chunks"] == [0.95, 0.86]
     assert dedup["note"] is not None and "steps [3]" in dedup["note"]
     steps[2]["unchanged_chunks"] = 0.9
-    assert ck.verdicts(steps, LOADS, device="cuda", header_bytes=1000)[
+    assert ckp.verdicts(steps, LOADS, device="cuda", header_bytes=1000)[
         "dedup_save_vs_torch_local"]["note"] is None

@@ -232,6 +232,37 @@ def mounts_under(path: Path) -> list[str]:
         return [line.split()[1] for line in f if line.split()[1].startswith(str(path))]
 
 
+def start_bench(*args: str) -> subprocess.Popen[str]:
+    """`mosafs bench ARGS` in a process of its own, SIGINT delivered as a terminal delivers
+    it: a shell starts background jobs with SIGINT ignored, and Python then never turns it
+    into KeyboardInterrupt."""
+    return subprocess.Popen(
+        [sys.executable, "-P", "-m", "mosafs", "bench", *args],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+
+
+def up_pids(ready: Path) -> list[int]:
+    """The processes of the `mosafs up` whose ready file is READY: itself, its mount and
+    its benefactors."""
+    info = json.loads(ready.read_text())
+    return [info["pid"], info["client"]["pid"], *(b["pid"] for b in info["benefactors"])]
+
+
+def interrupt_bench(bench: subprocess.Popen[str], pids: list[int], run_dir: Path,
+                    mounts_below: Path) -> tuple[str, str]:
+    """Ctrl-C BENCH: it exits with 130, without a traceback, leaving none of PIDS running,
+    no mount below MOUNTS_BELOW and no result in RUN_DIR; its stdout and stderr."""
+    bench.send_signal(signal.SIGINT)
+    out, err = bench.communicate(timeout=120)
+    assert bench.returncode == 130, err
+    assert "Traceback" not in err, err
+    assert not [pid for pid in pids if pid_alive(pid)]
+    assert mounts_under(mounts_below) == []
+    assert not (run_dir / "result.json").exists()
+    return out, err
+
+
 def wait_for(condition: Callable[[], bool], *, timeout: float, what: str) -> None:
     """Until CONDITION() holds; an AssertionError naming WHAT after TIMEOUT seconds."""
     deadline = time.monotonic() + timeout

@@ -6,15 +6,12 @@ mount gone afterwards, after a normal run and after a Ctrl-C. Never asserts a sp
 from __future__ import annotations
 
 import json
-import signal
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from tests.conftest import fuse_available
-from tests.harness import NOISE, cli, mounts_under, pid_alive
+from tests.harness import NOISE, cli, interrupt_bench, mounts_under, pid_alive, start_bench, up_pids
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -105,12 +102,8 @@ def test_bench_checkpoint_cpu_json_and_figures(tmp_path: Path) -> None:
 
 def test_bench_checkpoint_ctrl_c_stops_everything(tmp_path: Path) -> None:
     run_dir = tmp_path / "run"
-    # SIGINT as a terminal delivers it (background jobs start with SIGINT ignored).
-    bench = subprocess.Popen(
-        [sys.executable, "-P", "-m", "mosafs", "bench", "checkpoint", "--size-mib", "64",
-         "--steps", "5", "--device", "cpu", "--keep", str(run_dir), "--json"],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    bench = start_bench("checkpoint", "--size-mib", "64", "--steps", "5", "--device", "cpu",
+                        "--keep", str(run_dir), "--json")
     assert bench.stderr is not None
     seen = []
     for line in bench.stderr:  # until step 1 is done: the signal lands in the series
@@ -118,12 +111,5 @@ def test_bench_checkpoint_ctrl_c_stops_everything(tmp_path: Path) -> None:
         if line.startswith("[bench] step 1 "):
             break
     assert seen and seen[-1].startswith("[bench] step 1 "), "".join(seen)
-    info = json.loads((run_dir / "up.ready.json").read_text())
-    pids = [info["pid"], info["client"]["pid"], *(b["pid"] for b in info["benefactors"])]
-    bench.send_signal(signal.SIGINT)
-    out, err = bench.communicate(timeout=120)
-    assert bench.returncode == 130, err
-    assert out == "" and "Traceback" not in err
-    assert not [pid for pid in pids if pid_alive(pid)]
-    assert mounts_under(tmp_path) == []
-    assert not (run_dir / "result.json").exists()
+    out, _ = interrupt_bench(bench, up_pids(run_dir / "up.ready.json"), run_dir, tmp_path)
+    assert out == ""

@@ -8,9 +8,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
-import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -19,7 +16,7 @@ import pytest
 
 from mosafs.bench.procs import children, cmdline
 from tests.conftest import fuse_available
-from tests.harness import NOISE, cli, mounts_under, pid_alive
+from tests.harness import NOISE, cli, interrupt_bench, mounts_under, pid_alive, start_bench, up_pids
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -150,12 +147,8 @@ def test_bench_metadata_json_figures_and_clean_up(tmp_path: Path) -> None:
 
 def test_bench_metadata_ctrl_c_stops_everything(tmp_path: Path) -> None:
     run_dir = tmp_path / "run"
-    # SIGINT as a terminal delivers it (background jobs start with SIGINT ignored).
-    bench = subprocess.Popen(
-        [sys.executable, "-P", "-m", "mosafs", "bench", "metadata", "--clients", "8",
-         "--files", "100000", "--peer", "none", "--keep", str(run_dir), "--json"],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    bench = start_bench("metadata", "--clients", "8", "--files", "100000", "--peer", "none",
+                        "--keep", str(run_dir), "--json")
     deadline = time.monotonic() + 120
     clients: list[int] = []
     while len(clients) < 8:  # the signal lands while the clients create files
@@ -165,13 +158,6 @@ def test_bench_metadata_ctrl_c_stops_everything(tmp_path: Path) -> None:
         clients = [c for c in children(bench.pid)
                    if "mosafs.bench.metadata_ops" in cmdline(c)]
     time.sleep(1)
-    info = json.loads((run_dir / "mosafs" / "up.ready.json").read_text())
-    pids = [info["pid"], info["client"]["pid"], *(b["pid"] for b in info["benefactors"]),
-            *clients]
-    bench.send_signal(signal.SIGINT)
-    out, err = bench.communicate(timeout=120)
-    assert bench.returncode == 130, err
-    assert out == "" and "Traceback" not in err
-    assert not [pid for pid in pids if pid_alive(pid)]
-    assert mounts_under(tmp_path) == []
-    assert not (run_dir / "result.json").exists()
+    pids = [*up_pids(run_dir / "mosafs" / "up.ready.json"), *clients]
+    out, _ = interrupt_bench(bench, pids, run_dir, tmp_path)
+    assert out == ""

@@ -4,8 +4,6 @@ afterwards, after a normal run and after a Ctrl-C. Never asserts a speed."""
 from __future__ import annotations
 
 import json
-import os
-import signal
 import subprocess
 import sys
 import time
@@ -14,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import fuse_available
-from tests.harness import mounts_under, pid_alive
+from tests.harness import interrupt_bench, mounts_under, pid_alive, start_bench, up_pids
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -80,30 +78,17 @@ def test_bench_write_quick_json_shape(tmp_path: Path) -> None:
 
 def test_bench_write_ctrl_c_stops_everything(tmp_path: Path) -> None:
     run_dir = tmp_path / "run"
-    # SIGINT as a terminal delivers it: a shell starts background jobs with SIGINT
-    # ignored, and Python then never turns it into KeyboardInterrupt.
-    bench = subprocess.Popen(
-        [sys.executable, "-m", "mosafs", "bench", "write", "--json", *SMALL,
-         "--keep", str(run_dir), "--plot", str(tmp_path / "figures")],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    bench = start_bench("write", "--json", *SMALL, "--keep", str(run_dir),
+                        "--plot", str(tmp_path / "figures"))
     ready = run_dir / "mosafs" / "up.ready.json"
     deadline = time.monotonic() + 120
     while not ready.exists():
         assert bench.poll() is None, bench.communicate()[1]
         assert time.monotonic() < deadline, "the mosafs cluster did not start"
         time.sleep(0.05)
-    info = json.loads(ready.read_text())
-    pids = [info["pid"], info["client"]["pid"], *(b["pid"] for b in info["benefactors"])]
     manager_ready = run_dir / "mosafs" / "data" / "run" / "manager.ready.json"
-    pids.append(json.loads(manager_ready.read_text())["pid"])
-
-    bench.send_signal(signal.SIGINT)
-    _, stderr = bench.communicate(timeout=120)
-    assert bench.returncode == 130, stderr
-    assert not [pid for pid in pids if pid_alive(pid)]
-    assert mounts_under(run_dir) == []
-    assert not os.path.exists(run_dir / "result.json")
+    pids = [*up_pids(ready), json.loads(manager_ready.read_text())["pid"]]
+    interrupt_bench(bench, pids, run_dir, run_dir)
 
 
 def test_bench_backends_cpu_json_shape(tmp_path: Path) -> None:

@@ -27,8 +27,7 @@ from typing import Any
 import pytest
 
 from mosafs.client.files.writer import MAX_FILE_SIZE
-from tests import harness
-from tests.conftest import UpCluster, fuse_available
+from tests.conftest import UpCluster, fuse_available, launch_up
 
 KiB = 1 << 10
 MiB = 1 << 20
@@ -41,12 +40,8 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[UpCluster]:
     reason = fuse_available()
     if reason:
         pytest.skip(reason)
-    base = tmp_path_factory.mktemp("posix")
-    data, mnt = base / "data", base / "mnt"
-    proc = harness.start("up", ["up", str(mnt), "--data-dir", str(data)], base / "procs",
-                         timeout=180)
-    proc.extra_logs = lambda: sorted((data / "logs").glob("*.log"))
-    up = UpCluster(proc, mnt, data)
+    up = launch_up(tmp_path_factory.mktemp("posix"))
+    mnt, proc = up.mountpoint, up.proc
     _noise_seen[id(up)] = 0
     try:
         yield up

@@ -18,7 +18,8 @@ import pytest
 from mosafs.chunking import Chunk
 from mosafs.chunking.gpu import probe_gpu
 from tests.conftest import VECTORS
-from tests.unit.test_chunking import triples as triples  # shared with the unit tests
+from tests.unit.test_chunking import mixed as mixed  # shared with the unit tests
+from tests.unit.test_chunking import triples as triples
 from tests.unit.test_chunking import vector_input as vector_input
 
 REASON = probe_gpu()
@@ -65,17 +66,6 @@ def feed_pinned(stream: Any, data: bytes, rng: random.Random, largest: int) -> l
         chunks += stream.feed_pinned(size)
         offset += size
     return chunks + stream.finish()
-
-
-def mixed(rng: random.Random, n: int) -> bytes:
-    """Random bytes with runs of zeros and of a short pattern (periodic hashes)."""
-    out = bytearray()
-    while len(out) < n:
-        kind = rng.randrange(3)
-        size = rng.randrange(1, 40000)
-        out += (rng.randbytes(size) if kind == 0 else bytes(size) if kind == 1
-                else (b"ckpt" * size)[:size])
-    return bytes(out[:n])
 
 
 def random_bytes(seed: int, n: int) -> bytes:

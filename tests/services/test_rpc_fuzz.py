@@ -65,7 +65,7 @@ from mosafs.ids import chunk_id
 from mosafs.manager.metadata import MAX_TIME_NS, MIN_TIME_NS
 from mosafs.rpc import security
 from tests import harness
-from tests.conftest import UpCluster, fuse_available
+from tests.conftest import UpCluster, fuse_available, launch_up
 
 Code = grpc.StatusCode
 FD = descriptor.FieldDescriptor
@@ -464,12 +464,8 @@ def fuzz(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fuzz]:
     reason = fuse_available()
     if reason:
         pytest.skip(reason)
-    base = tmp_path_factory.mktemp("fuzz")
-    data, mnt = base / "data", base / "mnt"
-    proc = harness.start("up", ["up", str(mnt), "--data-dir", str(data)], base / "procs",
-                         timeout=180)
-    proc.extra_logs = lambda: sorted((data / "logs").glob("*.log"))
-    up = UpCluster(proc, mnt, data)
+    up = launch_up(tmp_path_factory.mktemp("fuzz"))
+    mnt, data = up.mountpoint, up.data_dir
     channels: dict[tuple[str, str], grpc.Channel] = {}
     try:
         certs.issue(data / "tls", "restricted", "client",

@@ -8,7 +8,7 @@ import time
 
 from mosafs._proto import benefactor_pb2
 from mosafs.ids import chunk_id
-from mosafs.manager.core import Manager
+from mosafs.manager.core import Manager, ManagerConfig
 from mosafs.manager.metadata import ROOT_INODE, MetadataStore, schema
 
 MiB = 1 << 20
@@ -46,6 +46,15 @@ def register(mgr: Manager, bid: str, *, free: int = 10**12, capacity: int = 2 * 
              port: int = 7000) -> None:
     mgr.registry.register(benefactor_pb2.BenefactorInfo(
         id=bid, address=f"127.0.0.1:{port}", capacity_bytes=capacity, free_bytes=free))
+
+
+def two_benefactors(store: MetadataStore, *, gc_grace_s: float) -> Manager:
+    """A manager on STORE with a test clock and two registered benefactors, b1 and b2, as
+    the garbage-collection tests start from."""
+    mgr = Manager(store, ManagerConfig(gc_grace_s=gc_grace_s), clock=Clock())
+    register(mgr, "b1")
+    register(mgr, "b2", port=7001)
+    return mgr
 
 
 def new_file(store: MetadataStore, name: str, parent: int = ROOT_INODE) -> int:

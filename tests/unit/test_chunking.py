@@ -230,7 +230,7 @@ def test_selection_matches_bytewise_definition(text: str) -> None:
     spec = parse_spec(text)
     rng = random.Random(text)
     chunker = make_chunker(spec, "cpu")
-    for data in (rng.randbytes(30_000), _mixed(rng, 30_000), b"", b"x"):
+    for data in (rng.randbytes(30_000), mixed(rng, 30_000), b"", b"x"):
         want = bytewise_cuts(data, spec)
         assert reference_cuts(data, spec) == want
         assert [c.offset + c.length for c in chunker.chunk_all(data)] == want
@@ -264,7 +264,7 @@ def test_windowed_hash_depends_only_on_the_last_64_bytes() -> None:
         assert windowed_hash_python(a, len(a) - 1) == windowed_hash_python(b, len(b) - 1)
 
 
-def _mixed(rng: random.Random, n: int) -> bytes:
+def mixed(rng: random.Random, n: int) -> bytes:
     """Random bytes with runs of zeros and of a short pattern (periodic hashes)."""
     out = bytearray()
     while len(out) < n:
@@ -295,7 +295,7 @@ def test_chunker_matches_reference_implementation(backend: str, text: str) -> No
     rng = random.Random(text)
     chunker = make_chunker(spec, backend)
     size = 20000 if spec.max_size == 1 else 600_000
-    for data in (rng.randbytes(size), _mixed(rng, size), bytes(size // 3), rng.randbytes(777)):
+    for data in (rng.randbytes(size), mixed(rng, size), bytes(size // 3), rng.randbytes(777)):
         expected = reference_cuts(data, spec)
         got = chunker.chunk_all(data)
         assert [c.offset + c.length for c in got] == expected
@@ -531,7 +531,7 @@ def test_max_size_cut(backend: str) -> None:
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_chunks_cover_the_stream_and_respect_bounds(backend: str) -> None:
     spec = parse_spec("cdc:2048:8192:32768")
-    data = _mixed(random.Random(11), 2 * MiB)
+    data = mixed(random.Random(11), 2 * MiB)
     chunks = make_chunker(spec, backend).chunk_all(data)
     assert [c.offset for c in chunks] == [0, *np.cumsum([c.length for c in chunks])[:-1]]
     assert sum(c.length for c in chunks) == len(data)
@@ -543,7 +543,7 @@ def test_chunks_cover_the_stream_and_respect_bounds(backend: str) -> None:
 def test_stream_split_invariance(backend: str) -> None:
     """Any split gives the chunks of chunk_all: random sizes, cuts at boundaries, 1 byte."""
     rng = random.Random(12)
-    data = _mixed(rng, 3 * MiB)
+    data = mixed(rng, 3 * MiB)
     for text in ("cdc:2048:8192:32768", "cdc:1:256:1024", "cdc:65536:262144:1048576",
                  "fixed:4096"):
         chunker = make_chunker(text, backend)

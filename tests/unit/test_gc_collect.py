@@ -8,11 +8,11 @@ from __future__ import annotations
 import pytest
 
 from mosafs.errors import NotFound
-from mosafs.manager.core import Manager, ManagerConfig
+from mosafs.manager.core import Manager
 from mosafs.manager.fsck import fsck
 from mosafs.manager.garbage import CLOCK_SKEW_NS, GarbageCollector
 from mosafs.manager.metadata import ROOT_INODE, MetadataStore
-from tests.unit.managers import Clock, Wall, cid, commit, new_file, register
+from tests.unit.managers import Wall, cid, commit, new_file, two_benefactors
 
 MiB = 1 << 20
 GRACE_S = 5.0
@@ -20,10 +20,7 @@ GRACE_S = 5.0
 
 @pytest.fixture
 def mgr(store: MetadataStore) -> Manager:
-    m = Manager(store, ManagerConfig(gc_grace_s=GRACE_S), clock=Clock())
-    register(m, "b1")
-    register(m, "b2", port=7001)
-    return m
+    return two_benefactors(store, gc_grace_s=GRACE_S)
 
 
 def two_copies(mgr: Manager, name: str, chunks: list[bytes]) -> int:

@@ -30,17 +30,14 @@ from mosafs.ids import chunk_id
 from mosafs.manager.core import Manager, ManagerConfig
 from mosafs.manager.garbage import GarbageCollector
 from mosafs.manager.metadata import ROOT_INODE, Fragments, MetadataStore
-from tests.unit.managers import Clock, Wall, cid, commit, new_file, register
+from tests.unit.managers import Clock, Wall, cid, commit, new_file, register, two_benefactors
 
 GRACE_S = 5.0
 
 
 @pytest.fixture
 def mgr(store: MetadataStore) -> Manager:
-    m = Manager(store, ManagerConfig(gc_grace_s=GRACE_S), clock=Clock())
-    register(m, "b1")
-    register(m, "b2", port=7001)
-    return m
+    return two_benefactors(store, gc_grace_s=GRACE_S)
 
 
 def collector_of(mgr: Manager, wall: Wall) -> GarbageCollector:

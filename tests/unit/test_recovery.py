@@ -115,13 +115,16 @@ def _write_backup(mgr: Manager, cluster: Benefactors, path: Path) -> tuple[int, 
     return int(ino), int(version)
 
 
-def _commit(mgr: Manager, cluster: Benefactors, name: str, body: bytes) -> None:  # noqa: F811
+def _commit(mgr: Manager, cluster: Benefactors, name: str, body: bytes,  # noqa: F811
+            on: tuple[str, ...] = ("b2", "b3")) -> bytes:
+    """A new file NAME of one chunk, BODY, copied to the benefactors ON: its chunk id."""
     ino = new_file(mgr.store, name)
     c = chunk_id(body)
-    for b in ("b2", "b3"):
+    for b in on:
         cluster.of(b).put(c, body)
     lease = mgr.open_write(ino, "t")
-    mgr.commit_version(lease.lease_id, ino, [(c, len(body))], [(c, ["b2", "b3"])])
+    mgr.commit_version(lease.lease_id, ino, [(c, len(body))], [(c, list(on))])
+    return c
 
 
 def _backups(store: MetadataStore, records: RecoveryRecords, tmp_path: Path,
@@ -264,14 +267,8 @@ def test_versions_whose_chunks_went_after_the_backup_are_reported_unreadable(
     mgr = _manager(store, clock, cluster, copy=cluster.copy, recode=cluster.recode)
     records = RecoveryRecords(tmp_path / "records")
     backups = _backups(store, records, tmp_path)
-    chunk = data("model", MiB)
-    cid = chunk_id(chunk)
     try:
-        for b in ("b6", "b7"):
-            cluster.of(b).put(cid, chunk)
-        ino = new_file(store, "model")
-        lease = mgr.open_write(ino, "t")
-        mgr.commit_version(lease.lease_id, ino, [(cid, len(chunk))], [(cid, ["b6", "b7"])])
+        cid = _commit(mgr, cluster, "model", data("model", MiB), on=("b6", "b7"))
         _commit(mgr, cluster, "other", data("other", 3000))  # stays readable
         settle(mgr)
         snap = _snapshot(backups, tmp_path / "s.mdb")
@@ -313,14 +310,8 @@ def test_an_erasure_coded_chunk_with_enough_fragments_is_not_reported(
     store.update_pool("default", redundancy="ec:4+2")
     records = RecoveryRecords(tmp_path / "records")
     backups = _backups(store, records, tmp_path)
-    chunk = data("coded", MiB)
-    cid = chunk_id(chunk)
     try:
-        for b in ("b6", "b7"):
-            cluster.of(b).put(cid, chunk)
-        ino = new_file(store, "coded")
-        lease = mgr.open_write(ino, "t")
-        mgr.commit_version(lease.lease_id, ino, [(cid, len(chunk))], [(cid, ["b6", "b7"])])
+        cid = _commit(mgr, cluster, "coded", data("coded", MiB), on=("b6", "b7"))
         mgr.pool_changed("default")
         settle(mgr)
         rec = store.chunk(cid)

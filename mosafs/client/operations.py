@@ -345,7 +345,6 @@ class Operations(pyfuse3.Operations):
         fh, attr = await self.fs.create_file(parent_inode, text, mode & 0o7777, flags,
                                              ctx.uid, ctx.gid)
         self._opened(fh, attr.inode, flags)
-        self._paged[attr.inode] = attr.version
         return (pyfuse3.FileInfo(fh=fh, keep_cache=False),
                 self._entry(attr, parent_inode, text))
 
@@ -364,6 +363,12 @@ class Operations(pyfuse3.Operations):
         # of an unchanged file comes from memory); otherwise the kernel drops them, so a
         # reader sees the newest committed version, whoever wrote it. Size and mtime alone
         # cannot tell (cp -p and rsync keep both), hence the version.
+        # While a write session is open (this handle's own, or one whose last close failed
+        # and whose release is still on its way), the cached pages may hold bytes that no
+        # version has: none is kept, and none counts as the version's until it ends.
+        if self.fs.has_session(inode):
+            self._paged.pop(inode, None)
+            return pyfuse3.FileInfo(fh=fh, keep_cache=False)
         keep = self._paged.get(inode) == version
         self._paged[inode] = version
         return pyfuse3.FileInfo(fh=fh, keep_cache=keep)

@@ -87,6 +87,11 @@ class FileSystem(Namespace, ExtendedAttributes):
         if self.coherence is not None:
             self.coherence.used()
 
+    def has_session(self, inode: int) -> bool:
+        """Whether INODE has a write session here (open for writing, or its last
+        writable handle's release not done yet)."""
+        return inode in self._sessions
+
     def take_committed(self) -> set[int]:
         """The inodes this mount committed since the last call."""
         committed, self._committed = self._committed, set()

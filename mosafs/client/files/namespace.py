@@ -36,10 +36,7 @@ class Namespace:
     _cache: AttrCache
     _ahead: StatAhead
     versions: VersionView
-
-    @property
-    def manager(self) -> Any:  # the client of the manager (client.rpc)
-        return self.ctx.manager
+    manager: Any  # the client of the manager (client.rpc): ExtendedAttributes' property
 
     def _used(self) -> None:
         raise NotImplementedError

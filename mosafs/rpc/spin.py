@@ -104,6 +104,7 @@ class Spin:
         with self._state.lock:
             self._state.managed_calls -= 1
 
+
 def finish(futures: list[Any], wait_s: float = RELEASE_WAIT_S) -> None:
     """Wait, up to WAIT_S in all, for the calls that `release` started to end (their
     errors too: any end will do; a manager that is down fails them at once)."""

@@ -53,7 +53,8 @@ from mosafs.bench.write import _Mosafs, progress
 QUIET_S = 10.0
 # -- torch ------------------------------------------------------------------------------------
 
-def _import(what: str) -> Any:
+def optional_import(what: str) -> Any:
+    """The module WHAT, or a BenchError naming what to install."""
     try:
         return importlib.import_module(what)
     except ImportError:
@@ -144,7 +145,7 @@ def run_checkpoint(*, size_mib: int = 1024, steps: int = 5, changed: float = 0.1
     start; without, step 1 pays them. QUIET_S: before each timed save,
     mosafs's and `torch.save`'s, the wait at most for the machine's disks to be idle
     (mosafs.bench.timing.quiet_disks; 0: no wait)."""
-    torch = _import("torch")
+    torch = optional_import("torch")
     device = resolve_device(torch, device)
     prepare = prepare and device != "cpu"
     started = time.perf_counter()
@@ -316,7 +317,7 @@ def _loads(run: _Run, last: Path) -> dict[str, Any]:
     from mosafs import checkpoint
     from mosafs.bench.timing import drop_caches
 
-    st = _import("safetensors.torch")
+    st = optional_import("safetensors.torch")
     local = run.local / "model.safetensors"
     st.save_file(run.sd, str(local))
     out: dict[str, Any] = {"file": last.name, "local_file": str(local),
@@ -379,7 +380,7 @@ def _up_args(up_args: Sequence[str], device: str) -> list[str]:
 
 def _machine(torch: Any, device: str) -> dict[str, Any]:
     return {**write.machine_info(), "torch": torch.__version__,
-            "safetensors": _import("safetensors").__version__,
+            "safetensors": optional_import("safetensors").__version__,
             "gpu": torch.cuda.get_device_name() if device == "cuda" else None}
 
 

@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from mosafs.bench import rpcstats, write
-from mosafs.bench.checkpoint import _import, check_equal, make_state, resolve_device
+from mosafs.bench.checkpoint import check_equal, make_state, optional_import, resolve_device
 from mosafs.bench.checkpoint_plan import MiB, changed_tensors, plan_state, step_rng
 from mosafs.bench.procs import BenchError, cpu_seconds
 from mosafs.bench.workers import collect, running
@@ -76,7 +76,7 @@ def _rank(rank: int, ranks: int, params: dict[str, Any], wait: Any, put: Any) ->
     from mosafs import checkpoint
     from mosafs.checkpoint.cluster import close_all
 
-    torch = _import("torch")
+    torch = optional_import("torch")
     device = params["device"]
     folder = Path(params["folder"])
     plan = plan_state(params["size_mib"] * MiB)
@@ -195,7 +195,7 @@ def run_checkpoint_ranks(*, ranks: Sequence[int] = (1, 2), size_mib: int = 1024,
                          seed: int = 0,
                          command: str = "mosafs bench checkpoint --ranks") -> dict[str, Any]:
     """Every pass of RANKS on one cluster; the result as one JSON-able dict."""
-    torch = _import("torch")
+    torch = optional_import("torch")
     device = resolve_device(torch, device)
     gpus = torch.cuda.device_count() if device == "cuda" else 0
     started = time.perf_counter()

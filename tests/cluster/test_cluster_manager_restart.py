@@ -13,6 +13,7 @@ import subprocess
 import sys
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import blake3
@@ -76,18 +77,32 @@ def _restart(cluster: Cluster, base: Path, n: int) -> None:
     assert cluster.manager.address == address
 
 
-def _fsck(cluster: Cluster) -> dict:  # type: ignore[type-arg]
-    out = subprocess.run([sys.executable, "-m", "mosafs", "fsck", "--json", "--manager",
-                          cluster.manager.address], capture_output=True, text=True,
-                         timeout=60)
-    assert out.returncode == 0, out.stdout + out.stderr
-    return dict(json.loads(out.stdout))
+def _checked(cluster: Cluster, folder: Path, closed: dict[str, bytes]) -> list[object]:
+    """Read every closed file in FOLDER back while `mosafs fsck` runs; fsck's findings."""
+    fsck = subprocess.Popen([sys.executable, "-m", "mosafs", "fsck", "--json", "--manager",
+                             cluster.manager.address], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        _check(folder, closed)
+        out, err = fsck.communicate(timeout=60)
+    finally:
+        if fsck.poll() is None:  # the check failed, or fsck hangs: no process left behind
+            fsck.kill()
+            fsck.communicate()
+    assert fsck.returncode == 0, out + err
+    return list(json.loads(out)["findings"])
 
 
 def _check(folder: Path, closed: dict[str, bytes]) -> None:
-    for name, data in closed.items():
-        got = (folder / name).read_bytes()
-        assert got == data, f"{name}: {len(got)} bytes read, {len(data)} written and closed"
+    def read(name: str) -> bytes:
+        return (folder / name).read_bytes()
+
+    # Four readers at once: the series grows to a few hundred files, each read after
+    # every restart, and one reader at a time spent most of the test's time on them.
+    with ThreadPoolExecutor(4) as pool:
+        for (name, data), got in zip(closed.items(), pool.map(read, closed), strict=True):
+            assert got == data, (f"{name}: {len(got)} bytes read, {len(data)} written and "
+                                 f"closed")
 
 
 def test_cluster_manager_sigkill_keeps_every_closed_version(
@@ -109,8 +124,7 @@ def test_cluster_manager_sigkill_keeps_every_closed_version(
             _restart(cluster, tmp_path, n)
             killed.stop()  # already dead: checks its log only
             closed = writer.snapshot()
-            _check(mnt / "series", closed)
-            assert _fsck(cluster)["findings"] == [], f"after restart {n}"
+            assert _checked(cluster, mnt / "series", closed) == [], f"after restart {n}"
     finally:
         writer.stop.set()
         writer.join(timeout=60)
@@ -118,7 +132,6 @@ def test_cluster_manager_sigkill_keeps_every_closed_version(
     closed = writer.snapshot()
     assert len(closed) >= KILLS, f"only {len(closed)} files closed ({writer.failed} failed)"
     fresh = cluster.mount("mnt2")
-    _check(fresh / "series", closed)
+    assert _checked(cluster, fresh / "series", closed) == []
     listed = {p.name for p in (fresh / "series").iterdir()}
     assert set(closed) <= listed
-    assert _fsck(cluster)["findings"] == []

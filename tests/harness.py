@@ -198,11 +198,12 @@ def scrape(url: str) -> dict[str, float]:
 
 
 def _state(stat_path: str | Path) -> str | None:
-    """The state letter of a process or thread (/proc/.../stat), None when it is gone."""
+    """The state letter of a process or thread (/proc/.../stat), None when it is gone
+    (ENOENT once it is reaped; ESRCH when that happens between the open and the read)."""
     try:
         with open(stat_path) as f:
             return f.read().rsplit(")", 1)[1].split()[0]
-    except FileNotFoundError:
+    except (FileNotFoundError, ProcessLookupError):
         return None
 
 
@@ -232,14 +233,29 @@ def mounts_under(path: Path) -> list[str]:
         return [line.split()[1] for line in f if line.split()[1].startswith(str(path))]
 
 
-def start_bench(*args: str) -> subprocess.Popen[str]:
+@contextlib.contextmanager
+def started_bench(*args: str) -> Iterator[subprocess.Popen[str]]:
     """`mosafs bench ARGS` in a process of its own, SIGINT delivered as a terminal delivers
     it: a shell starts background jobs with SIGINT ignored, and Python then never turns it
-    into KeyboardInterrupt."""
-    return subprocess.Popen(
+    into KeyboardInterrupt. Whatever the test does, no bench outlives it: one still running
+    is interrupted (it stops what it started) and killed after 120 s."""
+    bench = subprocess.Popen(
         [sys.executable, "-P", "-m", "mosafs", "bench", *args],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    try:
+        yield bench
+    finally:
+        if bench.poll() is None:
+            bench.send_signal(signal.SIGINT)
+            try:
+                bench.communicate(timeout=120)
+            except subprocess.TimeoutExpired:
+                bench.kill()
+                bench.communicate()
+        for pipe in (bench.stdout, bench.stderr):
+            if pipe is not None:
+                pipe.close()
 
 
 def up_pids(ready: Path) -> list[int]:

@@ -48,21 +48,31 @@ class BenchError(MosafsError):
 
 # -- /proc ------------------------------------------------------------------------------------
 
-def alive(pid: int) -> bool:
-    """Whether PID runs (a zombie does not count)."""
+# A process's /proc files vanish when it is reaped: opening one then fails with ENOENT,
+# and reading one that was opened just before fails with ESRCH. Either means "gone"; the
+# second is the rarer race, hit on a busy machine by a scan of every process.
+GONE = (FileNotFoundError, ProcessLookupError)
+
+
+def _stat_fields(pid: int) -> list[str] | None:
+    """/proc/PID/stat after the command name (state, ppid, ...); None once PID is gone."""
     try:
         with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except (FileNotFoundError, ProcessLookupError, IndexError):
-        return False
+            return f.read().rsplit(")", 1)[1].split()
+    except GONE:
+        return None
+
+
+def alive(pid: int) -> bool:
+    """Whether PID runs (a zombie does not count)."""
+    fields = _stat_fields(pid)
+    return fields is not None and fields[:1] != ["Z"]
 
 
 def cpu_times(pid: int) -> tuple[float, float] | None:
     """(user, system) CPU seconds of PID so far, all its threads (None once it is gone)."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            fields = f.read().rsplit(")", 1)[1].split()
-    except FileNotFoundError:
+    fields = _stat_fields(pid)
+    if fields is None:
         return None
     return int(fields[11]) / _CLK_TCK, int(fields[12]) / _CLK_TCK  # utime, stime
 
@@ -84,7 +94,7 @@ def memory_status(pid: int) -> dict[str, int]:
                     parts = value.split()
                     if len(parts) == 2 and parts[1] == "kB":
                         out[name] = int(parts[0]) * 1024
-    except FileNotFoundError:
+    except GONE:
         pass
     return out
 
@@ -103,24 +113,14 @@ def cmdline(pid: int) -> list[str]:
     try:
         with open(f"/proc/{pid}/cmdline", "rb") as f:
             return [a.decode(errors="replace") for a in f.read().split(b"\0") if a]
-    except FileNotFoundError:
+    except GONE:
         return []
 
 
 def children(pid: int) -> list[int]:
     """Direct children of PID."""
-    found = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat") as f:
-                ppid = int(f.read().rsplit(")", 1)[1].split()[1])
-        except (FileNotFoundError, IndexError, ValueError):
-            continue
-        if ppid == pid:
-            found.append(int(entry))
-    return found
+    return [int(entry) for entry in os.listdir("/proc") if entry.isdigit()
+            and (_stat_fields(int(entry)) or [])[1:2] == [str(pid)]]
 
 
 def unmount(mountpoint: Path) -> None:

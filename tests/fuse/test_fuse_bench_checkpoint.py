@@ -11,7 +11,15 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import fuse_available
-from tests.harness import NOISE, cli, interrupt_bench, mounts_under, pid_alive, start_bench, up_pids
+from tests.harness import (
+    NOISE,
+    cli,
+    interrupt_bench,
+    mounts_under,
+    pid_alive,
+    started_bench,
+    up_pids,
+)
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -102,14 +110,15 @@ def test_bench_checkpoint_cpu_json_and_figures(tmp_path: Path) -> None:
 
 def test_bench_checkpoint_ctrl_c_stops_everything(tmp_path: Path) -> None:
     run_dir = tmp_path / "run"
-    bench = start_bench("checkpoint", "--size-mib", "64", "--steps", "5", "--device", "cpu",
-                        "--keep", str(run_dir), "--json")
-    assert bench.stderr is not None
-    seen = []
-    for line in bench.stderr:  # until step 1 is done: the signal lands in the series
-        seen.append(line)
-        if line.startswith("[bench] step 1 "):
-            break
-    assert seen and seen[-1].startswith("[bench] step 1 "), "".join(seen)
-    out, _ = interrupt_bench(bench, up_pids(run_dir / "up.ready.json"), run_dir, tmp_path)
+    with started_bench("checkpoint", "--size-mib", "64", "--steps", "5", "--device", "cpu",
+                       "--keep", str(run_dir), "--json") as bench:
+        assert bench.stderr is not None
+        seen = []
+        for line in bench.stderr:  # until step 1 is done: the signal lands in the series
+            seen.append(line)
+            if line.startswith("[bench] step 1 "):
+                break
+        assert seen and seen[-1].startswith("[bench] step 1 "), "".join(seen)
+        out, _ = interrupt_bench(bench, up_pids(run_dir / "up.ready.json"), run_dir,
+                                 tmp_path)
     assert out == ""

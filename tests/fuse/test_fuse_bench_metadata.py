@@ -16,7 +16,15 @@ import pytest
 
 from mosafs.bench.procs import children, cmdline
 from tests.conftest import fuse_available
-from tests.harness import NOISE, cli, interrupt_bench, mounts_under, pid_alive, start_bench, up_pids
+from tests.harness import (
+    NOISE,
+    cli,
+    interrupt_bench,
+    mounts_under,
+    pid_alive,
+    started_bench,
+    up_pids,
+)
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -147,17 +155,17 @@ def test_bench_metadata_json_figures_and_clean_up(tmp_path: Path) -> None:
 
 def test_bench_metadata_ctrl_c_stops_everything(tmp_path: Path) -> None:
     run_dir = tmp_path / "run"
-    bench = start_bench("metadata", "--clients", "8", "--files", "100000", "--peer", "none",
-                        "--keep", str(run_dir), "--json")
-    deadline = time.monotonic() + 120
-    clients: list[int] = []
-    while len(clients) < 8:  # the signal lands while the clients create files
-        assert bench.poll() is None, bench.communicate()[1]
-        assert time.monotonic() < deadline, "the clients did not start"
-        time.sleep(0.1)
-        clients = [c for c in children(bench.pid)
-                   if "mosafs.bench.metadata_ops" in cmdline(c)]
-    time.sleep(1)
-    pids = [*up_pids(run_dir / "mosafs" / "up.ready.json"), *clients]
-    out, _ = interrupt_bench(bench, pids, run_dir, tmp_path)
+    with started_bench("metadata", "--clients", "8", "--files", "100000", "--peer", "none",
+                       "--keep", str(run_dir), "--json") as bench:
+        deadline = time.monotonic() + 120
+        clients: list[int] = []
+        while len(clients) < 8:  # the signal lands while the clients create files
+            assert bench.poll() is None, bench.communicate()[1]
+            assert time.monotonic() < deadline, "the clients did not start"
+            time.sleep(0.1)
+            clients = [c for c in children(bench.pid)
+                       if "mosafs.bench.metadata_ops" in cmdline(c)]
+        time.sleep(1)
+        pids = [*up_pids(run_dir / "mosafs" / "up.ready.json"), *clients]
+        out, _ = interrupt_bench(bench, pids, run_dir, tmp_path)
     assert out == ""

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import fuse_available
-from tests.harness import interrupt_bench, mounts_under, pid_alive, start_bench, up_pids
+from tests.harness import interrupt_bench, mounts_under, pid_alive, started_bench, up_pids
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -78,17 +78,17 @@ def test_bench_write_quick_json_shape(tmp_path: Path) -> None:
 
 def test_bench_write_ctrl_c_stops_everything(tmp_path: Path) -> None:
     run_dir = tmp_path / "run"
-    bench = start_bench("write", "--json", *SMALL, "--keep", str(run_dir),
-                        "--plot", str(tmp_path / "figures"))
-    ready = run_dir / "mosafs" / "up.ready.json"
-    deadline = time.monotonic() + 120
-    while not ready.exists():
-        assert bench.poll() is None, bench.communicate()[1]
-        assert time.monotonic() < deadline, "the mosafs cluster did not start"
-        time.sleep(0.05)
-    manager_ready = run_dir / "mosafs" / "data" / "run" / "manager.ready.json"
-    pids = [*up_pids(ready), json.loads(manager_ready.read_text())["pid"]]
-    interrupt_bench(bench, pids, run_dir, run_dir)
+    with started_bench("write", "--json", *SMALL, "--keep", str(run_dir),
+                       "--plot", str(tmp_path / "figures")) as bench:
+        ready = run_dir / "mosafs" / "up.ready.json"
+        deadline = time.monotonic() + 120
+        while not ready.exists():
+            assert bench.poll() is None, bench.communicate()[1]
+            assert time.monotonic() < deadline, "the mosafs cluster did not start"
+            time.sleep(0.05)
+        manager_ready = run_dir / "mosafs" / "data" / "run" / "manager.ready.json"
+        pids = [*up_pids(ready), json.loads(manager_ready.read_text())["pid"]]
+        interrupt_bench(bench, pids, run_dir, run_dir)
 
 
 def test_bench_backends_cpu_json_shape(tmp_path: Path) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 import threading
 import time
 from pathlib import Path
@@ -33,6 +34,36 @@ def test_write_and_read_file_time_every_step(tmp_path: Path) -> None:
     assert r.size == len(data)
     assert r.blake3 == timing.digest(data)
     assert timing.read_file(path, MiB).blake3 is None
+
+
+@pytest.mark.parametrize("reader", ["alive", "cpu_seconds", "memory_status", "cmdline",
+                                    "children"])
+def test_proc_readers_take_a_process_reaped_mid_read_as_gone(
+        reader: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A process reaped between the open of its /proc file and the read fails the read
+    with ESRCH (a CI run's `mosafs bench checkpoint` died of it, scanning /proc for the
+    cluster's processes while other tests' processes ended): every reader takes it as
+    gone. The race is made here by reaping the process right after the real open."""
+    child = subprocess.Popen(["sleep", "60"])
+    real_open = open
+
+    def open_then_reap(path: str, *args: Any, **kwargs: Any) -> Any:
+        handle = real_open(path, *args, **kwargs)
+        if str(path).startswith(f"/proc/{child.pid}/") and child.poll() is None:
+            child.kill()
+            child.wait()
+        return handle
+
+    monkeypatch.setattr(procs, "open", open_then_reap, raising=False)
+    try:
+        got = (procs.children(os.getpid()) if reader == "children"
+               else getattr(procs, reader)(child.pid))
+    finally:
+        child.kill()
+        child.wait()
+    assert child.returncode == -9  # reaped by the hook (or after the reader, at worst)
+    assert got == {"alive": False, "cpu_seconds": None, "memory_status": {},
+                   "cmdline": [], "children": []}[reader]
 
 
 def test_proc_readers_on_this_process() -> None:

@@ -22,6 +22,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from mosafs.bench import procs
+
 # Ours (logging's level names), gRPC C-core's own error lines ("E1124 06:03:43.5 ..."), and
 # a server hanging up on a client for pinging too often ("too_many_pings": keepalive
 # settings that disagree) or any GOAWAY gRPC C-core itself logs, at whatever verbosity. A
@@ -198,18 +200,11 @@ def scrape(url: str) -> dict[str, float]:
 
 
 def _state(stat_path: str | Path) -> str | None:
-    """The state letter of a process or thread (/proc/.../stat), None when it is gone
-    (ENOENT once it is reaped; ESRCH when that happens between the open and the read)."""
-    try:
-        with open(stat_path) as f:
-            return f.read().rsplit(")", 1)[1].split()[0]
-    except (FileNotFoundError, ProcessLookupError):
-        return None
+    """The state letter of a process or thread (/proc/.../stat), None when it is gone."""
+    return (procs.stat_fields(stat_path) or [None])[0]
 
 
-def pid_alive(pid: int) -> bool:
-    """Whether process PID exists and is no zombie."""
-    return _state(f"/proc/{pid}/stat") not in (None, "Z")
+pid_alive = procs.alive  # whether process PID exists and is no zombie
 
 
 def pause(pid: int, timeout: float = 10) -> None:

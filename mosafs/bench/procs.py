@@ -54,10 +54,12 @@ class BenchError(MosafsError):
 GONE = (FileNotFoundError, ProcessLookupError)
 
 
-def _stat_fields(pid: int) -> list[str] | None:
-    """/proc/PID/stat after the command name (state, ppid, ...); None once PID is gone."""
+def stat_fields(path: str | Path) -> list[str] | None:
+    """The fields of a /proc stat file after the command name (state, ppid, ...): a
+    process's (/proc/PID/stat) or a thread's (/proc/PID/task/TID/stat); None once it is
+    gone."""
     try:
-        with open(f"/proc/{pid}/stat") as f:
+        with open(path) as f:
             return f.read().rsplit(")", 1)[1].split()
     except GONE:
         return None
@@ -65,13 +67,13 @@ def _stat_fields(pid: int) -> list[str] | None:
 
 def alive(pid: int) -> bool:
     """Whether PID runs (a zombie does not count)."""
-    fields = _stat_fields(pid)
+    fields = stat_fields(f"/proc/{pid}/stat")
     return fields is not None and fields[:1] != ["Z"]
 
 
 def cpu_times(pid: int) -> tuple[float, float] | None:
     """(user, system) CPU seconds of PID so far, all its threads (None once it is gone)."""
-    fields = _stat_fields(pid)
+    fields = stat_fields(f"/proc/{pid}/stat")
     if fields is None:
         return None
     return int(fields[11]) / _CLK_TCK, int(fields[12]) / _CLK_TCK  # utime, stime
@@ -120,7 +122,7 @@ def cmdline(pid: int) -> list[str]:
 def children(pid: int) -> list[int]:
     """Direct children of PID."""
     return [int(entry) for entry in os.listdir("/proc") if entry.isdigit()
-            and (_stat_fields(int(entry)) or [])[1:2] == [str(pid)]]
+            and (stat_fields(f"/proc/{entry}/stat") or [])[1:2] == [str(pid)]]
 
 
 def unmount(mountpoint: Path) -> None:

@@ -24,6 +24,7 @@ from pathlib import Path
 import blake3
 import pytest
 
+from mosafs.bench import procs
 from mosafs.deadmounts import is_dead_mount
 from tests.harness import cli_json
 
@@ -173,7 +174,7 @@ def test_fuse_next_up_unmounts_a_dead_mount_point_and_says_so(start_cluster,
     first = start_cluster(*UP_ARGS, "--log-dir", str(tmp_path / "logs-crashed"))
     (first.mountpoint / "kept").write_bytes(b"committed before the crash")
     up_pid = first.proc.popen.pid
-    children = [pid for pid in children_of(up_pid) if pid != first.info["client"]["pid"]]
+    children = [pid for pid in procs.children(up_pid) if pid != first.info["client"]["pid"]]
     os.kill(up_pid, signal.SIGSTOP)  # `up` must not clean up after its mount: both die
     os.kill(first.info["client"]["pid"], signal.SIGKILL)
     wait_for(lambda: is_dead_mount(first.mountpoint), 30, "a dead mount point")
@@ -196,19 +197,5 @@ def in_mount_table(path: Path) -> bool:
     return any(line.split()[1] == str(path) for line in table.splitlines())
 
 
-def _stat_fields(pid: int) -> list[str]:
-    """/proc/PID/stat after the command name: state, ppid, ... ([] once reaped)."""
-    try:
-        text = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return []
-    return text[text.rindex(")") + 2:].split()
-
-
-def children_of(pid: int) -> list[int]:
-    return [int(p.name) for p in Path("/proc").iterdir() if p.name.isdigit()
-            and _stat_fields(int(p.name))[1:2] == [str(pid)]]
-
-
 def gone(pid: int) -> bool:
-    return _stat_fields(pid)[:1] in ([], ["Z"])
+    return not procs.alive(pid)

@@ -12,7 +12,7 @@ bash scripts/setup.sh --dev
 .venv/bin/lint-imports
 # Three test processes (pytest-xdist), each taking a whole file at a time so that a file's
 # shared cluster is started once: most tests wait on real processes, timeouts and kills,
-# so three share even a 2-CPU machine well (there: 18 min of tests with two, 13.5-16.5
+# so three share even a 2-CPU machine well (there: 18 min of tests with two, 12.5-16.6
 # with three, the CPUs 75 % and 88 % busy). MOSAFS_TEST_WORKERS=0 runs them in this
 # process.
 .venv/bin/python -m pytest -q -n "${MOSAFS_TEST_WORKERS:-3}" --dist loadfile "$@"

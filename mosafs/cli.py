@@ -131,7 +131,10 @@ def _add_group(parser: argparse.ArgumentParser, name: str, *, optional: bool) ->
         p.set_defaults(run=_function(module, "run", action, prefix))
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(only: str | None = None) -> argparse.ArgumentParser:
+    """The whole command line; with ONLY (a command's name), only that command's options
+    are added, so that its module alone is imported (the others keep their name and help:
+    a process of one command does not import every command's dependencies)."""
     parser = _Parser(
         prog="mosafs",
         description="mosafs: a distributed file system for checkpoint data.",
@@ -143,27 +146,30 @@ def build_parser() -> argparse.ArgumentParser:
                              "admin commands (default $MOSAFS_CONFIG; "
                              "docs/operations.md)")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    COMMAND_PARSERS.clear()
     for name, (module_name, help_text, examples) in COMMANDS.items():
         p = _subparser(sub, name, help_text, examples)
-        COMMAND_PARSERS[name] = p
-        module = importlib.import_module(module_name)
-        add = _function(module, "add", name) or getattr(module, "add_arguments", None)
-        if add is not None:
-            add(p)  # a daemon's own options (benefactor); the actions follow
-        if name in GROUPS:
-            _add_group(p, name, optional=add is not None)
-        if add is not None:
-            p.set_defaults(run=_function(module, "run", name) or module.run)
+        if only is None or name == only:
+            COMMAND_PARSERS[name] = p
+            _add_command(p, name, module_name)
     return parser
 
 
-def _configure(parser: argparse.ArgumentParser, argv: list[str]) -> None:
-    """Defaults of the command named in ARGV from the config file and the environment
-    (mosafs.config): before parsing, so that flags still win."""
-    from mosafs import config
+def _add_command(p: argparse.ArgumentParser, name: str, module_name: str) -> None:
+    """Command NAME's options and actions on its parser P, from its module."""
+    module = importlib.import_module(module_name)
+    add = _function(module, "add", name) or getattr(module, "add_arguments", None)
+    if add is not None:
+        add(p)  # a daemon's own options (benefactor); the actions follow
+    if name in GROUPS:
+        _add_group(p, name, optional=add is not None)
+    if add is not None:
+        p.set_defaults(run=_function(module, "run", name) or module.run)
 
-    path = os.environ.get("MOSAFS_CONFIG")
-    command = None
+
+def _command_word(argv: list[str], path: str | None = None) -> tuple[str | None, str | None]:
+    """(the command ARGV names: the first word that is not an option or --config's value,
+    None if none; the --config file it names, else PATH)."""
     words = iter(argv)
     for word in words:
         if word == "--config":
@@ -171,8 +177,16 @@ def _configure(parser: argparse.ArgumentParser, argv: list[str]) -> None:
         elif word.startswith("--config="):
             path = word.split("=", 1)[1]
         elif not word.startswith("-"):
-            command = word
-            break
+            return word, path
+    return None, path
+
+
+def _configure(argv: list[str]) -> None:
+    """Defaults of the command named in ARGV from the config file and the environment
+    (mosafs.config): before parsing, so that flags still win."""
+    from mosafs import config
+
+    command, path = _command_word(argv, os.environ.get("MOSAFS_CONFIG"))
     if command in COMMAND_PARSERS:
         config.apply(COMMAND_PARSERS[command], command, Path(path) if path else None)
 
@@ -199,9 +213,11 @@ def main(argv: list[str] | None = None) -> None:
 
 def _main(argv: list[str] | None) -> None:
     argv = sys.argv[1:] if argv is None else argv
-    parser = build_parser()
+    command, _ = _command_word(argv)
+    # A known command: its module alone (help and errors of the others are not asked for).
+    parser = build_parser(command if command in COMMANDS else None)
     try:
-        _configure(parser, argv)
+        _configure(argv)
     except MosafsError as exc:
         print(f"mosafs: {exc.message}", file=sys.stderr)
         sys.exit(exc.exit_code)

@@ -10,6 +10,12 @@ bash scripts/setup.sh --dev
 .venv/bin/ruff check .
 .venv/bin/mypy
 .venv/bin/lint-imports
+# Python's bytecode cache on, where the environment turns it off (PYTHONDONTWRITEBYTECODE):
+# the tests start some thousands of Python processes (every daemon and command of their
+# clusters) and three test processes each collect every test module, and without the
+# cache each of them compiles the same sources again (tests/fuse/test_fuse_lifecycle.py:
+# 72-76 CPU-seconds without it, 60-64 with it; docs/benchmarks.md, "The test suite's CPU").
+unset PYTHONDONTWRITEBYTECODE
 # Three test processes (pytest-xdist), each taking a whole file at a time so that a file's
 # shared cluster is started once: most tests wait on real processes, timeouts and kills,
 # so three share even a 2-CPU machine well (there: 18 min of tests with two, 12.5-16.6

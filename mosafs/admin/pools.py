@@ -63,7 +63,7 @@ MIN_PREFIX = 4  # characters of an id given in part, as git takes a commit's
 
 def _settings_arguments(parser: argparse.ArgumentParser) -> None:
     from mosafs.argtypes import ec_min_chunk_arg, redundancy_arg
-    from mosafs.chunking.registry import BACKEND_CHOICES
+    from mosafs.chunking.base import BACKEND_CHOICES
     from mosafs.manager.pools import MAX_EC_K, MAX_EC_M, MAX_REPLICATION, MAX_STRIPE_WIDTH
 
     parser.add_argument("--replication", type=bounded_int(1, MAX_REPLICATION, what="replication"),

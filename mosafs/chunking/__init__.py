@@ -9,17 +9,41 @@
 Every backend gives the same chunks and ids for the same bytes, however they are split.
 """
 
-from mosafs.chunking.base import Backend, BytesLike, Chunk, Chunker, ChunkStream, Hasher
-from mosafs.chunking.registry import (
-    AUTO_ORDER,
+from typing import TYPE_CHECKING, Any
+
+from mosafs.chunking.base import (
     BACKEND_CHOICES,
-    available_backends,
-    make_chunker,
-    make_hasher,
-    register_backend,
-    resolve_backend,
+    Backend,
+    BytesLike,
+    Chunk,
+    Chunker,
+    ChunkStream,
+    Hasher,
 )
 from mosafs.chunking.spec import DEFAULT_SPEC, MAX_CHUNK, MIN_CDC_AVG, ChunkerSpec, parse_spec
+
+if TYPE_CHECKING:
+    from mosafs.chunking.registry import (
+        AUTO_ORDER,
+        available_backends,
+        make_chunker,
+        make_hasher,
+        register_backend,
+        resolve_backend,
+    )
+
+# The factory loads the backends (NumPy, and CuPy where asked), so it is imported on first
+# use: a process that only reads specs (the manager, an admin command) never loads them.
+_FROM_REGISTRY = frozenset({"AUTO_ORDER", "available_backends", "make_chunker",
+                            "make_hasher", "register_backend", "resolve_backend"})
+
+
+def __getattr__(name: str) -> Any:
+    if name in _FROM_REGISTRY:
+        from mosafs.chunking import registry
+
+        return getattr(registry, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 __all__ = [
     "AUTO_ORDER",

@@ -14,6 +14,8 @@ from typing import Any, ClassVar
 
 from mosafs.chunking.spec import ChunkerSpec
 
+BACKEND_CHOICES = ("auto", "cpu", "gpu")  # what --hash-backend takes (mosafs.chunking.registry)
+
 BytesLike = bytes | bytearray | memoryview
 """Any C-contiguous buffer works at run time (numpy arrays included); these are typed."""
 

@@ -6,13 +6,13 @@ that backend or fail with a ConfigError saying why it cannot run: never a silent
 
 from __future__ import annotations
 
+from mosafs.chunking.base import BACKEND_CHOICES as BACKEND_CHOICES  # re-exported
 from mosafs.chunking.base import Backend, Chunker, Hasher
 from mosafs.chunking.cpu import CpuBackend
 from mosafs.chunking.gpu import GpuBackend
 from mosafs.chunking.spec import ChunkerSpec, parse_spec
 from mosafs.errors import ConfigError
 
-BACKEND_CHOICES = ("auto", "cpu", "gpu")
 AUTO_ORDER = ("gpu", "cpu")
 _BACKENDS: dict[str, type[Backend]] = {}
 

@@ -9,9 +9,26 @@
 coders load ISA-L (ctypes) or CuPy only when made.
 """
 
-from mosafs.erasure.base import BytesLike, Coder
-from mosafs.erasure.registry import CODER_NAMES, available_coders, make_coder
+from typing import TYPE_CHECKING, Any
+
 from mosafs.erasure.spec import ALIGN, MAX_K, MAX_M, MIN_K, MIN_M, Code, Layout, fragment_size
+
+if TYPE_CHECKING:
+    from mosafs.erasure.base import BytesLike, Coder
+    from mosafs.erasure.registry import CODER_NAMES, available_coders, make_coder
+
+# The coders (NumPy, ISA-L, CuPy) load on first use, so that importing `spec` (the manager,
+# an admin command) loads none of them.
+_LAZY = {"BytesLike": "base", "Coder": "base", "CODER_NAMES": "registry",
+         "available_coders": "registry", "make_coder": "registry"}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        import importlib
+
+        return getattr(importlib.import_module(f"mosafs.erasure.{_LAZY[name]}"), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 __all__ = [
     "ALIGN",

@@ -12,7 +12,7 @@ import threading
 import time
 
 from mosafs._proto import common_pb2
-from mosafs.chunking.registry import BACKEND_CHOICES
+from mosafs.chunking.base import BACKEND_CHOICES
 from mosafs.chunking.spec import DEFAULT_SPEC, MAX_CHUNK, parse_spec
 from mosafs.erasure.spec import fragment_size as fragment_size  # re-exported
 from mosafs.errors import ConfigError

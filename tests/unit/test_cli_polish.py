@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from mosafs.cli import EXIT_BROKEN_PIPE, build_parser
+from mosafs.cli import COMMANDS, EXIT_BROKEN_PIPE, build_parser
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -139,6 +139,47 @@ def test_every_subcommand_of_mosafs_help_is_in_the_parser_walked() -> None:
     assert done.returncode == 0
     shown = set(re.findall(r"^ {4}(\w+)(?: |$)", done.stdout, re.MULTILINE))
     assert shown == {path[0] for path in _commands(build_parser())}
+
+
+# -- a command loads what it needs ----------------------------------------------------------
+
+def _loaded_after(code: str) -> set[str]:
+    """The modules a fresh interpreter holds after running CODE."""
+    done = subprocess.run([sys.executable, "-P", "-c", code + "\nimport sys\n"
+                           "print(' '.join(sorted(sys.modules)))"],
+                          capture_output=True, text=True, timeout=120, check=True)
+    return set(done.stdout.split())
+
+
+def test_a_command_imports_its_own_module_only() -> None:
+    """Every process of the cluster and every admin command starts through the parser: a
+    command's process builds its own options, not those of every command."""
+    loaded = _loaded_after("from mosafs import cli\ncli.build_parser('status')")
+    assert "mosafs.admin.cluster" in loaded
+    others = {"mosafs.up", "mosafs.client.main", "mosafs.bench.cli", "mosafs.manager.main",
+              "mosafs.benefactor.main", "mosafs.admin.pools"}
+    assert not others & loaded, others & loaded
+    # The whole parser, for --help and an unknown command, still has every command.
+    whole = _subparsers(build_parser())
+    assert whole is not None and set(whole.choices) == set(COMMANDS)
+
+
+def test_the_manager_and_admin_commands_load_no_backend() -> None:
+    """The chunking and coding factories load NumPy, ISA-L and CuPy: a process that only
+    reads specs (the manager, `mosafs status`) loads none of them."""
+    loaded = _loaded_after("import mosafs.manager.main, mosafs.manager.active, "
+                           "mosafs.manager.servicer, mosafs.admin.cluster, mosafs.admin.pools")
+    assert not {"numpy", "mosafs.chunking.registry", "mosafs.erasure.registry"} & loaded
+    # The packages still hand out their factories, loaded on first use.
+    import mosafs.chunking
+    import mosafs.erasure
+    from mosafs.chunking import registry
+    from mosafs.erasure import registry as coders
+
+    assert mosafs.chunking.make_chunker is registry.make_chunker
+    assert mosafs.erasure.make_coder is coders.make_coder
+    with pytest.raises(AttributeError, match="no attribute 'make_chunkr'"):
+        mosafs.chunking.make_chunkr  # noqa: B018
 
 
 # -- benchmarks: sizes and counts, backends, tables -------------------------------------------

@@ -181,12 +181,11 @@ def _command_word(argv: list[str], path: str | None = None) -> tuple[str | None,
     return None, path
 
 
-def _configure(argv: list[str]) -> None:
-    """Defaults of the command named in ARGV from the config file and the environment
-    (mosafs.config): before parsing, so that flags still win."""
+def _configure(command: str | None, path: str | None) -> None:
+    """Defaults of COMMAND from the config file PATH and the environment (mosafs.config):
+    before parsing, so that flags still win."""
     from mosafs import config
 
-    command, path = _command_word(argv, os.environ.get("MOSAFS_CONFIG"))
     if command in COMMAND_PARSERS:
         config.apply(COMMAND_PARSERS[command], command, Path(path) if path else None)
 
@@ -213,11 +212,11 @@ def main(argv: list[str] | None = None) -> None:
 
 def _main(argv: list[str] | None) -> None:
     argv = sys.argv[1:] if argv is None else argv
-    command, _ = _command_word(argv)
+    command, config_path = _command_word(argv, os.environ.get("MOSAFS_CONFIG"))
     # A known command: its module alone (help and errors of the others are not asked for).
     parser = build_parser(command if command in COMMANDS else None)
     try:
-        _configure(argv)
+        _configure(command, config_path)
     except MosafsError as exc:
         print(f"mosafs: {exc.message}", file=sys.stderr)
         sys.exit(exc.exit_code)

@@ -20,6 +20,6 @@ unset PYTHONDONTWRITEBYTECODE
 # shared cluster is started once: most tests wait on real processes, timeouts and kills,
 # so three share even a 2-CPU machine well (there: 18 min of tests with two, 12.5-16.6
 # with three, the CPUs 75 % and 88 % busy; 17.8 in a slow phase where commit e3246d8,
-# before the bytecode cache and each command's own options, took 26.9). MOSAFS_TEST_WORKERS=0 runs them in this
-# process.
+# before the bytecode cache and each command's own options, took 26.9).
+# MOSAFS_TEST_WORKERS=0 runs them in this process.
 .venv/bin/python -m pytest -q -n "${MOSAFS_TEST_WORKERS:-3}" --dist loadfile "$@"

@@ -34,16 +34,17 @@ if TYPE_CHECKING:
 
 # The factory loads the backends (NumPy, and CuPy where asked), so it is imported on first
 # use: a process that only reads specs (the manager, an admin command) never loads them.
-_FROM_REGISTRY = frozenset({"AUTO_ORDER", "available_backends", "make_chunker",
-                            "make_hasher", "register_backend", "resolve_backend"})
+_LAZY = {name: "registry" for name in ("AUTO_ORDER", "available_backends", "make_chunker",
+                                       "make_hasher", "register_backend", "resolve_backend")}
 
 
 def __getattr__(name: str) -> Any:
-    if name in _FROM_REGISTRY:
-        from mosafs.chunking import registry
+    if name in _LAZY:
+        import importlib
 
-        return getattr(registry, name)
+        return getattr(importlib.import_module(f"mosafs.chunking.{_LAZY[name]}"), name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 __all__ = [
     "AUTO_ORDER",

@@ -267,6 +267,7 @@ async def _stop_on_signal(ops: Operations, args: argparse.Namespace) -> None:
             log.warning("stopping %s with %d file(s) still open for writing (%d bytes): "
                         "their writes since their last commit are discarded",
                         outcome, files, size)
+        await ops.end_invalidations()
         pyfuse3.terminate()
         # Still ours until the unmount cancels this task: a third signal must not bring
         # back the default action (an exit with the mount left dead).

@@ -139,6 +139,10 @@ class Operations(pyfuse3.Operations):
         # Each until when (time.monotonic) the kernel may keep it.
         self._long_inodes = _Held()
         self._long_names = _Held()
+        # Invalidations in worker threads now, and the event set when the last one ends
+        # once the mount is ending (end_invalidations).
+        self._invalidating = 0
+        self._quiet: trio.Event | None = None
 
     # -- coherent caches -----------------------------------------------------------------------
 
@@ -158,7 +162,7 @@ class Operations(pyfuse3.Operations):
         drop_inodes = [i for i in inodes if self._long_inodes.pop(i, None) is not None]
         drop_names = [n for n in names if self._long_names.pop(n, None) is not None]
         if drop_inodes or drop_names:
-            await trio.to_thread.run_sync(_invalidate, drop_inodes, drop_names)
+            await self._tell_kernel(_invalidate, drop_inodes, drop_names)
 
     async def _committed(self) -> None:
         """After a flush, fsync or release: the files it committed (size, times, version)."""
@@ -171,7 +175,34 @@ class Operations(pyfuse3.Operations):
         self._long_inodes.clear()
         self._long_names.clear()
         if inodes or names:
-            await trio.to_thread.run_sync(_invalidate, inodes, names)
+            await self._tell_kernel(_invalidate, inodes, names)
+
+    async def _tell_kernel(self, invalidation: Callable[..., None], *args: Any) -> None:
+        """INVALIDATION(*ARGS) in a worker thread (pyfuse3: it blocks until the requests it
+        waits on are answered, which the event loop must stay free to do); nothing once the
+        mount is ending (the unmount drops every cache anyway)."""
+        if self._quiet is not None:
+            return
+        self._invalidating += 1
+        try:
+            await trio.to_thread.run_sync(invalidation, *args)
+        finally:
+            self._invalidating -= 1
+            if self._quiet is not None and not self._invalidating:
+                self._quiet.set()
+
+    async def end_invalidations(self) -> None:
+        """Before the FUSE loop ends: no invalidation starts any more, and those in flight
+        end while the loop still answers requests. The kernel takes a directory's lock for
+        an entry's invalidation, and an application's create in that directory holds it
+        until its request is answered: had the loop ended first, that request would never
+        be answered, the invalidation's thread would wait in the kernel for good, and with
+        it the mount's process (it never exits) and the application."""
+        self._quiet = trio.Event()
+        if self._invalidating:
+            log.info("stopping: waiting for %d cache invalidation(s) in flight",
+                     self._invalidating)
+            await self._quiet.wait()
 
     # -- stopping ------------------------------------------------------------------------------
 
@@ -357,7 +388,7 @@ class Operations(pyfuse3.Operations):
         if told is not None and told != version:
             # Another mount committed since the kernel cached this file's attributes: make
             # it ask again before it trusts the old size (close-to-open across clients).
-            await trio.to_thread.run_sync(pyfuse3.invalidate_inode, inode, True)
+            await self._tell_kernel(pyfuse3.invalidate_inode, inode, True)
             self._told[inode] = version
         # Cached pages stay only if they are of the version this open hands out (a re-read
         # of an unchanged file comes from memory); otherwise the kernel drops them, so a
@@ -502,10 +533,11 @@ def _invalidate(inodes: Sequence[int], names: Sequence[tuple[int, str]]) -> None
 
 def _check_all_handlers_mapped() -> None:
     """Every async handler defined here goes through _errno_mapped (except forget; the
-    private coroutines are the coherence's callbacks, not handlers)."""
+    private coroutines are the coherence's callbacks, and end_invalidations the stop's
+    step, not handlers)."""
     for name, member in vars(Operations).items():
-        if inspect.iscoroutinefunction(member) and name != "forget" and \
-                not name.startswith("_"):
+        if inspect.iscoroutinefunction(member) and \
+                name not in ("forget", "end_invalidations") and not name.startswith("_"):
             assert hasattr(member, "__wrapped__"), f"{name} is not errno-mapped"
 
 

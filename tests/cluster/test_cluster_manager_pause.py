@@ -151,7 +151,11 @@ def test_cluster_a_mount_stopped_while_its_manager_is_away_still_exits(
 def _abort(connection: int) -> None:
     """Abort FUSE connection CONNECTION: every request waiting on it fails at once."""
     control = Path("/sys/fs/fuse/connections")
-    if not (control / str(connection)).exists():
-        subprocess.run(["mount", "-t", "fusectl", "none", str(control)], check=False)
-    with contextlib.suppress(OSError):
-        (control / str(connection) / "abort").write_text("1")
+    mounted = not (control / str(connection)).exists() and subprocess.run(
+        ["mount", "-t", "fusectl", "none", str(control)], check=False).returncode == 0
+    try:
+        with contextlib.suppress(OSError):
+            (control / str(connection) / "abort").write_text("1")
+    finally:
+        if mounted:  # leave the control file system as it was found
+            subprocess.run(["umount", str(control)], check=False)
